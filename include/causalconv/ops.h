@@ -1,0 +1,97 @@
+// Public entry points of the core: one per op and direction.
+//
+// Every op takes a descriptor of views (any strides), the caller's CUDA stream
+// and a caller-owned workspace sized by the matching *_workspace_bytes query.
+// Ops never allocate device memory and never synchronise, so they can be
+// captured in CUDA graphs. Errors are thrown as causalconv::Error.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+
+#include "causalconv/tensor.h"
+
+namespace causalconv {
+
+enum class Activation : int { none = 0, silu = 1 };
+
+// A cudaStream_t, kept opaque so this header needs no CUDA include.
+struct Stream {
+  void* handle = nullptr;  // nullptr: the legacy default stream
+};
+
+struct Workspace {
+  void* data = nullptr;
+  size_t bytes = 0;
+};
+
+// Kernel-width envelopes of the CUDA ops (the CPU reference accepts any width >= 1).
+constexpr int64_t kMinDepthwiseWidth = 2;
+constexpr int64_t kMaxDepthwiseWidth = 256;
+constexpr int64_t kMinDenseWidth = 1;
+constexpr int64_t kMaxDenseWidth = 64;
+constexpr int64_t kMinProjWidth = 2;
+constexpr int64_t kMaxProjWidth = 32;
+constexpr int64_t kMinMixerWidth = 2;
+constexpr int64_t kMaxMixerWidth = 256;
+// Largest causal reach (K-1)*dilation we index; keeps every offset far from overflow.
+constexpr int64_t kMaxReach = int64_t(1) << 40;
+
+// ---- causal_conv1d: depthwise, grouped or dense ------------------------------
+//   y[b,o,t] = bias[o] + sum_{i in group(o)} sum_{k<K} w[o,i,k] x[b,i,t-(K-1-k)d]
+// then the activation. Weight is (C_out, C_in/groups, K); a rank-2 weight (C, K)
+// is accepted for depthwise (groups == C_in == C_out).
+struct CausalConv1dForwardArgs {
+  TensorView x;                    // (B, C_in, L)
+  TensorView weight;               // (C_out, C_in/groups, K) or (C, K)
+  std::optional<TensorView> bias;  // (C_out)
+  TensorView y;                    // (B, C_out, L), written
+  int64_t dilation = 1;
+  int64_t groups = 1;  // 0: infer C_in / weight.shape[1]
+  Activation activation = Activation::none;
+};
+
+// Gradients through the activation. Each output is optional: absent means
+// "not needed" and is not computed.
+struct CausalConv1dBackwardArgs {
+  TensorView x;
+  TensorView weight;
+  std::optional<TensorView> bias;  // needed to recompute the pre-activation
+  TensorView dy;                   // (B, C_out, L)
+  std::optional<TensorView> dx;       // (B, C_in, L)
+  std::optional<TensorView> dweight;  // same shape as weight
+  std::optional<TensorView> dbias;    // (C_out)
+  int64_t dilation = 1;
+  int64_t groups = 1;  // 0: infer C_in / weight.shape[1]
+  Activation activation = Activation::none;
+};
+
+// ---- b2b_causal_conv1d: the fused Hyena operator ------------------------------
+//   p = depthwise(x, weight_proj); x2, x1, v = p[:,0::3], p[:,1::3], p[:,2::3]
+//   z = x1 * v; h = depthwise(z, weight_mixer) + skip_bias * z; out = x2 * h
+struct B2BCausalConv1dForwardArgs {
+  TensorView x;             // (B, 3D, L)
+  TensorView weight_proj;   // (3D, Kp)
+  TensorView weight_mixer;  // (D, Km)
+  TensorView skip_bias;     // (D)
+  TensorView out;           // (B, D, L), written
+};
+
+struct B2BCausalConv1dBackwardArgs {
+  TensorView x;
+  TensorView weight_proj;
+  TensorView weight_mixer;
+  TensorView skip_bias;
+  TensorView dout;           // (B, D, L)
+  TensorView dx;             // (B, 3D, L), written
+  TensorView dweight_proj;   // (3D, Kp), written
+  TensorView dweight_mixer;  // (D, Km), written
+  TensorView dskip_bias;     // (D), written
+};
+
+// ---- CUDA ops ------------------------------------------------------------------
+size_t causal_conv1d_forward_workspace_bytes(const CausalConv1dForwardArgs& args);
+void causal_conv1d_forward(const CausalConv1dForwardArgs& args, Workspace workspace, Stream stream);
+
+}  // namespace causalconv

@@ -1,0 +1,36 @@
+"""Turn torch tensors into the plain tuples the core binding takes."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+
+_DTYPE_CODES = {torch.float32: 0, torch.float16: 1, torch.bfloat16: 2, torch.float64: 3}
+_CUDA = 1
+_CPU = 0
+
+
+def view(t: torch.Tensor) -> tuple:
+    """(data_ptr, dtype_code, device_kind, device_index, sizes, strides) for the core."""
+    code = _DTYPE_CODES.get(t.dtype)
+    if code is None:
+        raise ValueError(f"expected a float32, float16, bfloat16 or float64 tensor, got {t.dtype}")
+    kind, index = (_CUDA, t.device.index) if t.is_cuda else (_CPU, 0)
+    return (t.data_ptr(), code, kind, index, tuple(t.shape), tuple(t.stride()))
+
+
+def optional_view(t: Optional[torch.Tensor]) -> Optional[tuple]:
+    return None if t is None else view(t)
+
+
+def stream_of(t: torch.Tensor) -> int:
+    """The current CUDA stream of t's device (0 for CPU tensors, which the core rejects)."""
+    return torch.cuda.current_stream(t.device).cuda_stream if t.is_cuda else 0
+
+
+def workspace(nbytes: int, like: torch.Tensor) -> Optional[tuple]:
+    """Caller-owned scratch memory on like's device, from torch's caching allocator."""
+    if nbytes == 0:
+        return None
+    return view(torch.empty(nbytes // 4 + 1, dtype=torch.float32, device=like.device))

@@ -1,0 +1,85 @@
+"""Public ops, each a torch.library custom op over the C++ core.
+
+The custom ops carry fake (meta) implementations so torch.compile and
+torch.export can trace them. All argument checking happens in the core; it
+raises ValueError naming the argument, what was expected and what was got.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+
+from . import _C
+from ._views import optional_view, stream_of, view, workspace
+
+__all__ = ["causal_conv1d"]
+
+_ACTIVATIONS = {None: 0, "silu": 1}
+
+
+def _activation_code(op: str, activation: Optional[str]) -> int:
+    if activation not in _ACTIVATIONS:
+        raise ValueError(f"{op}: activation: expected None or 'silu', got {activation!r}")
+    return _ACTIVATIONS[activation]
+
+
+def _new_output(x: torch.Tensor, channels: int) -> torch.Tensor:
+    """A (B, channels, L) tensor in x's memory format: channel-last stays channel-last."""
+    batch, _, length = x.shape
+    if x.dim() == 3 and x.stride(1) == 1 and not x.is_contiguous():
+        return x.new_empty((batch, length, channels)).transpose(1, 2)
+    return x.new_empty((batch, channels, length))
+
+
+def _output_channels(weight: torch.Tensor) -> int:
+    return weight.shape[0] if weight.dim() >= 1 else 0
+
+
+@torch.library.custom_op("causalconv::causal_conv1d_fwd", mutates_args=())
+def _causal_conv1d_fwd(
+    x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor], dilation: int, groups: int, activation: int
+) -> torch.Tensor:
+    if x.dim() != 3:  # the core names the problem; give it a well-formed output to describe
+        y = x.new_empty((0, 0, 0))
+    else:
+        y = _new_output(x, _output_channels(weight))
+    args = (view(x), view(weight), optional_view(bias), view(y), dilation, groups, activation)
+    ws = workspace(_C.causal_conv1d_forward_workspace_bytes(*args), x)
+    _C.causal_conv1d_forward(*args, ws, stream_of(x))
+    return y
+
+
+@_causal_conv1d_fwd.register_fake
+def _(x, weight, bias, dilation, groups, activation):
+    return _new_output(x, _output_channels(weight))
+
+
+def causal_conv1d(
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    bias: Optional[torch.Tensor] = None,
+    *,
+    dilation: int = 1,
+    groups: Optional[int] = None,
+    activation: Optional[str] = None,
+) -> torch.Tensor:
+    """Causal 1-D convolution (correlation over a left-padded input), then an optional silu.
+
+    ``y[b,o,t] = bias[o] + sum_{i in group(o)} sum_{k<K} weight[o,i,k] * x[b,i,t-(K-1-k)*dilation]``.
+
+    Args:
+        x: (B, C_in, L) CUDA tensor, float32/float16/bfloat16; channel-first or
+            channel-last (stride(1) == 1); any other strides work too.
+        weight: (C, K) for depthwise, or (C_out, C_in/groups, K); same dtype as x.
+        bias: optional (C_out,).
+        dilation: spacing of the taps, >= 1.
+        groups: None infers C_in / weight.shape[1] (depthwise for a 2-D weight).
+        activation: None or "silu".
+
+    Returns (B, C_out, L) in x's dtype and memory format. Taps are applied
+    unflipped: weights from an FFT (true convolution) must be flipped by the caller.
+    """
+    code = _activation_code("causal_conv1d", activation)
+    return _causal_conv1d_fwd(x, weight, bias, int(dilation), 0 if groups is None else int(groups), code)

@@ -1,0 +1,49 @@
+#include "common/cuda_runtime.h"
+
+#include "causalconv/error.h"
+#include "causalconv/version.h"
+
+#ifndef CAUSALCONV_CUDA_ARCHS
+#define CAUSALCONV_CUDA_ARCHS "unknown"
+#endif
+
+namespace causalconv::detail {
+namespace {
+
+std::string describe_current_gpu() {
+  int device = -1;
+  cudaDeviceProp prop{};
+  if (cudaGetDevice(&device) != cudaSuccess || cudaGetDeviceProperties(&prop, device) != cudaSuccess) {
+    cudaGetLastError();  // clear the sticky-free error we just caused
+    return "an unidentified GPU";
+  }
+  return "GPU " + std::to_string(device) + " '" + prop.name + "' (compute capability " +
+         std::to_string(prop.major) + "." + std::to_string(prop.minor) + ")";
+}
+
+}  // namespace
+
+void throw_cuda_error(cudaError_t status, const char* op) {
+  cudaGetLastError();  // leave no stale error behind for the caller's next launch
+  std::string where = std::string(op) + " on " + describe_current_gpu() + ", causalconv " + version();
+  if (status == cudaErrorNoKernelImageForDevice || status == cudaErrorInvalidDeviceFunction)
+    throw Error(ErrorKind::runtime, where + ": this build has no kernel for this GPU (built for CUDA architectures " +
+                                        CAUSALCONV_CUDA_ARCHS + "); rebuild with CMAKE_CUDA_ARCHITECTURES including it");
+  throw Error(ErrorKind::runtime, where + ": CUDA error " + cudaGetErrorName(status) + ": " +
+                                      cudaGetErrorString(status));
+}
+
+DeviceGuard::DeviceGuard(int device) {
+  int current = -1;
+  check_cuda(cudaGetDevice(&current), "selecting the device");
+  if (current != device) {
+    check_cuda(cudaSetDevice(device), "selecting the device");
+    previous_ = current;
+  }
+}
+
+DeviceGuard::~DeviceGuard() {
+  if (previous_ >= 0) cudaSetDevice(previous_);
+}
+
+}  // namespace causalconv::detail

@@ -1,0 +1,34 @@
+// CUDA error handling and device scoping for the op dispatchers.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <string>
+
+namespace causalconv::detail {
+
+// Throws a RuntimeError-kind Error naming the op, the GPU, its compute
+// capability and the library version. A missing kernel image gets its own
+// message listing the architectures this build carries.
+void throw_cuda_error(cudaError_t status, const char* op);
+
+inline void check_cuda(cudaError_t status, const char* op) {
+  if (status != cudaSuccess) throw_cuda_error(status, op);
+}
+
+// Call right after a kernel launch: launch-configuration errors and missing images surface here.
+inline void check_launch(const char* op) { check_cuda(cudaGetLastError(), op); }
+
+// Makes `device` current for the scope (ops run on the device of their tensors).
+class DeviceGuard {
+ public:
+  explicit DeviceGuard(int device);
+  ~DeviceGuard();
+  DeviceGuard(const DeviceGuard&) = delete;
+  DeviceGuard& operator=(const DeviceGuard&) = delete;
+
+ private:
+  int previous_ = -1;
+};
+
+}  // namespace causalconv::detail
