@@ -1,0 +1,197 @@
+// Depthwise causal_conv1d CUDA forward against the fp64 reference. Skips without a GPU.
+// (Test names contain "Cuda": scripts/gpu-check runs these under compute-sanitizer.)
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "causalconv/causalconv.h"
+#include "host_tensor.h"
+
+namespace causalconv {
+namespace {
+
+using test::HostTensor;
+
+bool have_gpu() {
+  int n = 0;
+  return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
+}
+
+#define REQUIRE_GPU()                                                          \
+  if (!have_gpu()) GTEST_SKIP() << "no CUDA GPU visible (cudaGetDeviceCount)"; \
+  static_assert(true)
+
+#define CUDA_OK(expr) ASSERT_EQ((expr), cudaSuccess) << #expr
+
+template <typename T>
+T to_storage(double v);
+template <>
+float to_storage<float>(double v) { return static_cast<float>(v); }
+template <>
+__half to_storage<__half>(double v) { return __float2half_rn(static_cast<float>(v)); }
+template <>
+__nv_bfloat16 to_storage<__nv_bfloat16>(double v) { return __float2bfloat16_rn(static_cast<float>(v)); }
+
+double to_double(float v) { return v; }
+double to_double(__half v) { return __half2float(v); }
+double to_double(__nv_bfloat16 v) { return __bfloat162float(v); }
+
+template <typename T>
+constexpr DType dtype_of();
+template <>
+constexpr DType dtype_of<float>() { return DType::f32; }
+template <>
+constexpr DType dtype_of<__half>() { return DType::f16; }
+template <>
+constexpr DType dtype_of<__nv_bfloat16>() { return DType::bf16; }
+
+// A device copy of a host tensor in storage type T, with the host tensor's strides
+// (padding slots included). The host values are rounded to T in place, so the
+// fp64 reference sees exactly what the kernel sees.
+template <typename T>
+class DeviceTensor {
+ public:
+  explicit DeviceTensor(HostTensor& host) : host_(host) {
+    std::vector<T> staged(host.storage().size());
+    for (size_t i = 0; i < staged.size(); ++i) {
+      staged[i] = to_storage<T>(host.storage()[i]);
+      host.storage()[i] = to_double(staged[i]);
+    }
+    EXPECT_EQ(cudaMalloc(&data_, staged.size() * sizeof(T)), cudaSuccess);
+    EXPECT_EQ(cudaMemcpy(data_, staged.data(), staged.size() * sizeof(T), cudaMemcpyHostToDevice), cudaSuccess);
+  }
+  ~DeviceTensor() { cudaFree(data_); }
+
+  TensorView view() const {
+    TensorView v = host_.view();
+    v.data = data_;
+    v.dtype = dtype_of<T>();
+    v.device = Device{DeviceKind::cuda, 0};
+    return v;
+  }
+
+  void copy_to_host() {
+    std::vector<T> staged(host_.storage().size());
+    EXPECT_EQ(cudaMemcpy(staged.data(), data_, staged.size() * sizeof(T), cudaMemcpyDeviceToHost), cudaSuccess);
+    for (size_t i = 0; i < staged.size(); ++i) host_.storage()[i] = to_double(staged[i]);
+  }
+
+ private:
+  HostTensor& host_;
+  void* data_ = nullptr;
+};
+
+struct Case {
+  int64_t batch, channels, length, width, dilation;
+  bool bias, silu;
+  test::Layout layout;
+};
+
+template <typename T>
+void check_against_reference(const Case& c, double bound) {
+  HostTensor x({c.batch, c.channels, c.length}, c.layout), w({c.channels, c.width}), b({c.channels});
+  HostTensor y({c.batch, c.channels, c.length}, c.layout), expected({c.batch, c.channels, c.length});
+  std::random_device seed;
+  x.fill_uniform(seed());
+  w.fill_uniform(seed());
+  b.fill_uniform(seed());
+  y.fill_nan();
+
+  DeviceTensor<T> dx(x), dw(w), db(b), dy(y);
+  CausalConv1dForwardArgs args;
+  args.x = dx.view();
+  args.weight = dw.view();
+  if (c.bias) args.bias = db.view();
+  args.y = dy.view();
+  args.dilation = c.dilation;
+  args.groups = c.channels;
+  args.activation = c.silu ? Activation::silu : Activation::none;
+
+  cudaStream_t stream;
+  CUDA_OK(cudaStreamCreate(&stream));
+  ASSERT_EQ(causal_conv1d_forward_workspace_bytes(args), 0u);
+  causal_conv1d_forward(args, Workspace{}, Stream{stream});
+  CUDA_OK(cudaStreamSynchronize(stream));
+  CUDA_OK(cudaStreamDestroy(stream));
+  dy.copy_to_host();
+
+  CausalConv1dForwardArgs ref = args;
+  ref.x = x.view();
+  ref.weight = w.view();
+  if (c.bias) ref.bias = b.view();
+  ref.y = expected.view();
+  reference::causal_conv1d_forward(ref);
+
+  const double err = test::rel_l2(y, expected);
+  EXPECT_LE(err, bound) << "B" << c.batch << " C" << c.channels << " L" << c.length << " K" << c.width << " d"
+                        << c.dilation << " max abs error " << test::max_abs_diff(y, expected);
+}
+
+const Case kCases[] = {
+    {2, 7, 1000, 4, 1, false, false, test::Layout::contiguous},
+    {1, 3, 1, 4, 1, true, false, test::Layout::contiguous},      // L = 1
+    {3, 5, 3, 5, 2, true, true, test::Layout::contiguous},       // L < K
+    {2, 6, 777, 31, 3, true, true, test::Layout::strided},       // non-contiguous
+    {1, 2, 700, 256, 1, false, true, test::Layout::contiguous},  // widest
+    {4, 1, 129, 2, 5, true, false, test::Layout::strided},       // C = 1
+};
+
+TEST(DepthwiseForwardCuda, Float32MatchesReference) {
+  REQUIRE_GPU();
+  for (const Case& c : kCases) check_against_reference<float>(c, 1e-6);
+}
+
+TEST(DepthwiseForwardCuda, Float16MatchesReference) {
+  REQUIRE_GPU();
+  for (const Case& c : kCases) check_against_reference<__half>(c, 2e-3);
+}
+
+TEST(DepthwiseForwardCuda, BFloat16MatchesReference) {
+  REQUIRE_GPU();
+  for (const Case& c : kCases) check_against_reference<__nv_bfloat16>(c, 1e-2);
+}
+
+TEST(DepthwiseForwardCuda, ChannelLastMatchesReference) {
+  REQUIRE_GPU();
+  // (B, C, L) view of (B, L, C) storage: stride(1) == 1.
+  const int64_t batch = 2, channels = 48, length = 333, width = 7;
+  HostTensor x_blc({batch, length, channels}), y_blc({batch, length, channels});
+  x_blc.fill_uniform(7);
+  y_blc.fill_nan();
+  HostTensor w({channels, width}), expected({batch, channels, length});
+  w.fill_uniform(8);
+  DeviceTensor<float> dx(x_blc), dw(w), dy(y_blc);
+
+  auto as_bcl = [](TensorView v) {
+    std::swap(v.sizes[1], v.sizes[2]);
+    std::swap(v.strides[1], v.strides[2]);
+    return v;
+  };
+  CausalConv1dForwardArgs args;
+  args.x = as_bcl(dx.view());
+  args.weight = dw.view();
+  args.y = as_bcl(dy.view());
+  args.groups = channels;
+  causal_conv1d_forward(args, Workspace{}, Stream{});
+  CUDA_OK(cudaDeviceSynchronize());
+  dy.copy_to_host();
+
+  CausalConv1dForwardArgs ref = args;
+  ref.x = as_bcl(x_blc.view());
+  ref.weight = w.view();
+  ref.y = expected.view();
+  reference::causal_conv1d_forward(ref);
+  double worst = 0;
+  for (int64_t b = 0; b < batch; ++b)
+    for (int64_t c = 0; c < channels; ++c)
+      for (int64_t t = 0; t < length; ++t) worst = std::max(worst, std::abs(y_blc(b, t, c) - expected(b, c, t)));
+  EXPECT_LE(worst, 1e-5);
+}
+
+}  // namespace
+}  // namespace causalconv

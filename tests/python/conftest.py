@@ -1,0 +1,35 @@
+import pytest
+import torch
+
+HAS_CUDA = torch.cuda.is_available()
+
+requires_cuda = pytest.mark.skipif(
+    not HAS_CUDA, reason="needs a CUDA GPU: torch.cuda.is_available() is False on this machine"
+)
+
+# Per-dtype bounds on relative L2 error against the fp64 reference (DESIGN.md §4).
+REL_L2_BOUND = {torch.float32: 1e-6, torch.float16: 2e-3, torch.bfloat16: 1e-2}
+
+
+def rel_l2(out: torch.Tensor, ref: torch.Tensor) -> float:
+    out, ref = out.double(), ref.double()
+    denom = ref.norm().item()
+    err = (out - ref).norm().item()
+    return err / denom if denom > 0 else err
+
+
+def assert_close_to_reference(out: torch.Tensor, ref: torch.Tensor, dtype: torch.dtype, what: str = "output"):
+    assert out.shape == ref.shape, f"{what}: shape {tuple(out.shape)} != reference {tuple(ref.shape)}"
+    assert torch.isfinite(out).all(), f"{what}: non-finite values (unwritten or overflowed elements)"
+    err = rel_l2(out, ref)
+    bound = REL_L2_BOUND[dtype]
+    max_abs = (out.double() - ref.double()).abs().max().item() if out.numel() else 0.0
+    assert err <= bound, f"{what}: relative L2 error {err:.3e} > {bound:.0e} (max abs error {max_abs:.3e})"
+
+
+@pytest.fixture
+def seeded():
+    """A fresh seed each run (printed on failure) so inputs differ run to run."""
+    seed = torch.seed() % (2**31)
+    torch.manual_seed(seed)
+    return seed

@@ -1,0 +1,174 @@
+"""Depthwise causal_conv1d on CUDA against the fp64 reference."""
+
+import pytest
+import torch
+
+import causalconv
+from causalconv import _C
+from causalconv._views import view
+from conftest import assert_close_to_reference, requires_cuda
+
+DTYPES = [torch.float32, torch.float16, torch.bfloat16]
+WIDTHS = [2, 3, 4, 5, 7, 8, 16, 31, 64, 128, 256]
+
+
+def make_inputs(b, c, length, k, dtype, layout="channel_first", with_bias=False):
+    if layout == "channel_last":
+        x = torch.randn(b, length, c, device="cuda", dtype=dtype).transpose(1, 2)
+    elif layout == "strided":  # every other time step of a wider buffer, plus an odd channel stride
+        x = torch.randn(b, 2 * c + 1, 2 * length, device="cuda", dtype=dtype)[:, 1::2, ::2]
+    else:
+        x = torch.randn(b, c, length, device="cuda", dtype=dtype)
+    w = torch.randn(c, k, device="cuda", dtype=dtype) / k**0.5
+    bias = torch.randn(c, device="cuda", dtype=dtype) if with_bias else None
+    return x, w, bias
+
+
+def check(x, w, bias=None, dilation=1, activation=None):
+    y = causalconv.causal_conv1d(x, w, bias, dilation=dilation, activation=activation)
+    ref = causalconv.reference.causal_conv1d(x, w, bias, dilation, None, activation)
+    assert_close_to_reference(y, ref, x.dtype)
+    return y
+
+
+@requires_cuda
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("k", WIDTHS)
+@pytest.mark.parametrize("dilation", [1, 2, 5])
+def test_widths_and_dilations(dtype, k, dilation, seeded):
+    x, w, _ = make_inputs(2, 7, 1000, k, dtype)
+    check(x, w, dilation=dilation)
+
+
+@requires_cuda
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("k", [2, 4, 31, 256])
+def test_awkward_lengths(dtype, k, seeded):
+    for length in sorted({1, 2, k - 1, k, 8193}):
+        x, w, _ = make_inputs(1, 3, length, k, dtype)
+        check(x, w)
+
+
+@requires_cuda
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("layout", ["channel_first", "channel_last", "strided"])
+@pytest.mark.parametrize("with_bias", [False, True])
+@pytest.mark.parametrize("activation", [None, "silu"])
+def test_layouts_bias_activation(dtype, layout, with_bias, activation, seeded):
+    x, w, bias = make_inputs(3, 65, 517, 4, dtype, layout, with_bias)
+    y = check(x, w, bias, activation=activation)
+    if layout == "channel_last":
+        assert y.stride(1) == 1, "channel-last input gives a channel-last output"
+    else:
+        assert y.is_contiguous()
+
+
+@requires_cuda
+@pytest.mark.parametrize("c", [1, 2, 33])
+def test_channel_counts_and_batches(c, seeded):
+    for b in (1, 8):
+        x, w, bias = make_inputs(b, c, 300, 5, torch.bfloat16, with_bias=True)
+        check(x, w, bias, dilation=2)
+
+
+@requires_cuda
+def test_weight_with_singleton_middle_dim(seeded):
+    x, w, _ = make_inputs(2, 6, 50, 3, torch.float32)
+    y2 = causalconv.causal_conv1d(x, w)
+    y3 = causalconv.causal_conv1d(x, w.unsqueeze(1))
+    assert torch.equal(y2, y3)
+
+
+@requires_cuda
+def test_empty_batch():
+    x, w, _ = make_inputs(0, 4, 10, 3, torch.float32)
+    assert causalconv.causal_conv1d(x, w).shape == (0, 4, 10)
+
+
+@requires_cuda
+def test_runs_on_the_current_stream(seeded):
+    x, w, _ = make_inputs(2, 16, 4096, 4, torch.float16)
+    stream = torch.cuda.Stream()
+    with torch.cuda.stream(stream):
+        y = causalconv.causal_conv1d(x, w)
+    stream.synchronize()
+    assert_close_to_reference(y, causalconv.reference.causal_conv1d(x, w), x.dtype)
+
+
+@requires_cuda
+def test_torch_compile_fullgraph(seeded):
+    x, w, bias = make_inputs(2, 8, 64, 4, torch.float32, with_bias=True)
+
+    def layer(x, w, bias):
+        return causalconv.causal_conv1d(x * 2.0, w, bias, activation="silu") + 1.0
+
+    compiled = torch.compile(layer, fullgraph=True)
+    ref = causalconv.reference.causal_conv1d(x * 2.0, w, bias, 1, None, "silu") + 1.0
+    assert_close_to_reference(compiled(x, w, bias), ref, torch.float32)
+
+
+# ---- bad inputs: ValueError naming the argument, expected and got; nothing written ----
+
+
+def test_cpu_tensors_are_rejected():
+    x, w = torch.randn(1, 4, 8), torch.randn(4, 3)
+    with pytest.raises(ValueError, match=r"causal_conv1d: x: expected a CUDA tensor.*got a tensor on cpu"):
+        causalconv.causal_conv1d(x, w)
+
+
+def test_unknown_activation_is_rejected():
+    x, w = torch.randn(1, 4, 8), torch.randn(4, 3)
+    with pytest.raises(ValueError, match=r"activation: expected None or 'silu', got 'relu'"):
+        causalconv.causal_conv1d(x, w, activation="relu")
+
+
+BAD_INPUTS = [
+    # (description, x, weight, bias, kwargs, message pattern)
+    ("x rank", lambda: torch.randn(4, 8), lambda: torch.randn(4, 3), None, {}, r"x: expected 3 dimensions, got 2"),
+    ("fp64", lambda: torch.randn(1, 4, 8, dtype=torch.float64), lambda: torch.randn(4, 3, dtype=torch.float64),
+     None, {}, r"x: expected float32, float16 or bfloat16.*got float64"),
+    ("dtype mismatch", lambda: torch.randn(1, 4, 8), lambda: torch.randn(4, 3, dtype=torch.float16), None, {},
+     r"weight: expected float32 \(the dtype of x\), got float16"),
+    ("weight channels", lambda: torch.randn(1, 4, 8), lambda: torch.randn(5, 3), None, {},
+     r"groups: expected C_in = 4 for a 2-D|weight: expected shape \(C, K\)"),
+    ("weight rank", lambda: torch.randn(1, 4, 8), lambda: torch.randn(4, 1, 1, 3), None, {},
+     r"weight: expected 2 dimensions .* or 3 dimensions"),
+    ("bias shape", lambda: torch.randn(1, 4, 8), lambda: torch.randn(4, 3), lambda: torch.randn(5), {},
+     r"bias: expected shape \(C_out\) = \(4,\), got \(5,\)"),
+    ("K too small", lambda: torch.randn(1, 4, 8), lambda: torch.randn(4, 1), None, {},
+     r"kernel width K, depthwise\): expected a value in \[2, 256\], got 1"),
+    ("K too large", lambda: torch.randn(1, 4, 8), lambda: torch.randn(4, 257), None, {},
+     r"expected a value in \[2, 256\], got 257"),
+    ("dilation", lambda: torch.randn(1, 4, 8), lambda: torch.randn(4, 3), None, {"dilation": 0},
+     r"dilation: expected a value in \[1, .*\], got 0"),
+    ("groups", lambda: torch.randn(1, 4, 8), lambda: torch.randn(4, 1, 3), None, {"groups": 3},
+     r"groups: expected a positive divisor of C_in = 4, got 3"),
+]
+
+
+@requires_cuda
+@pytest.mark.parametrize("case", BAD_INPUTS, ids=[c[0] for c in BAD_INPUTS])
+def test_bad_inputs_raise_value_error(case):
+    _, make_x, make_w, make_bias, kwargs, pattern = case
+    x, w = make_x().cuda(), make_w().cuda()
+    bias = make_bias().cuda() if make_bias else None
+    with pytest.raises(ValueError, match=pattern):
+        causalconv.causal_conv1d(x, w, bias, **kwargs)
+
+
+@requires_cuda
+def test_rejected_call_writes_nothing():
+    x = torch.randn(1, 4, 8, device="cuda")
+    w = torch.randn(4, 300, device="cuda")  # K outside the envelope
+    y = torch.full((1, 4, 8), float("nan"), device="cuda")
+    with pytest.raises(ValueError):
+        _C.causal_conv1d_forward(view(x), view(w), None, view(y), 1, 0, 0, None, 0)
+    torch.cuda.synchronize()
+    assert torch.isnan(y).all()
+
+
+@requires_cuda
+def test_dense_is_not_built_yet():
+    x, w = torch.randn(1, 4, 8, device="cuda"), torch.randn(6, 4, 3, device="cuda")
+    with pytest.raises(NotImplementedError, match="dense and grouped"):
+        causalconv.causal_conv1d(x, w)
