@@ -13,7 +13,8 @@ ConvGeometry validate_inputs(const TensorView& x, const TensorView& weight, cons
   check_tensor(kOp, "x", x, 3, target);
   if (weight.rank != 2 && weight.rank != 3)
     fail_argument(kOp, "weight", "2 dimensions (C, K) for depthwise or 3 dimensions (C_out, C_in/groups, K)",
-                  std::to_string(weight.rank) + " dimensions " + shape_string(weight));
+                  std::to_string(weight.rank) + " dimensions" +
+                      (weight.rank > 0 && weight.rank <= kMaxRank ? " " + shape_string(weight) : ""));
   check_tensor(kOp, "weight", weight, weight.rank, target);
   check_matches(kOp, "weight", weight, "x", x);
 

@@ -10,11 +10,13 @@ void fail_argument(const char* op, const std::string& arg, const std::string& ex
 }
 
 void check_tensor(const char* op, const char* arg, const TensorView& t, int rank, Target target) {
+  if (t.rank < 0 || t.rank > kMaxRank)  // before anything reads sizes[]
+    fail_argument(op, arg, std::to_string(rank) + " dimensions", std::to_string(t.rank) + " dimensions");
   if (target == Target::cuda) {
     if (t.device.kind != DeviceKind::cuda)
       fail_argument(op, arg, "a CUDA tensor (there is no CPU fallback; causalconv.reference runs on CPU)",
                     "a tensor on " + device_name(t.device));
-    if (t.dtype == DType::f64)
+    if (t.dtype != DType::f32 && t.dtype != DType::f16 && t.dtype != DType::bf16)
       fail_argument(op, arg, "float32, float16 or bfloat16 (float64 is served by causalconv.reference)",
                     dtype_name(t.dtype));
   } else {
