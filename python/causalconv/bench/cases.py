@@ -1,0 +1,173 @@
+"""The benchmark case registry.
+
+A case names one shape of one op in one dtype and carries everything needed to
+run, time and check it. ``tensor_case`` builds a case from the op's input
+shapes and callables; one helper per op family (``depthwise`` below) turns a
+shape into a ``tensor_case`` call, and ``register`` adds it to ``CASES``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from functools import partial
+from typing import Callable, Dict, List, Optional, Sequence
+
+import torch
+import torch.nn.functional as F
+
+import causalconv
+from causalconv import reference
+
+Inputs = Dict[str, torch.Tensor]
+Runner = Callable[[Inputs], torch.Tensor]
+
+# Relative L2 error bounds against the fp64 reference (DESIGN.md §4).
+REL_L2_BOUND = {torch.float32: 1e-5, torch.float16: 2e-3, torch.bfloat16: 1e-2}
+DTYPE_NAME = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16"}
+
+
+class Unavailable(Exception):
+    """Raised by a baseline factory when the baseline cannot run this case; the message says why."""
+
+
+# A baseline factory returns the baseline's runner or raises Unavailable.
+BaselineFactory = Callable[[], Runner]
+
+
+@dataclass(frozen=True)
+class Case:
+    name: str
+    family: str
+    dtype: torch.dtype
+    make_inputs: Callable[[torch.device, int], Inputs]
+    run_ours: Runner
+    baselines: Dict[str, BaselineFactory]
+    bytes_moved: int  # minimum HBM traffic: each input read once, each output written once
+    flops: int
+    reference: Callable[[Inputs], torch.Tensor]  # fp64 result of what run_* returns
+    check_note: str = ""  # what the check does not cover, e.g. "forward only"
+    quick: bool = False  # part of the --quick subset
+
+    def check(self, out: torch.Tensor, ref: torch.Tensor) -> dict:
+        return compare(out, ref, REL_L2_BOUND[self.dtype], self.check_note)
+
+
+def compare(out: torch.Tensor, ref: torch.Tensor, bound: float, note: str = "") -> dict:
+    """Relative L2 and max abs error of ``out`` against the fp64 ``ref``; NaN/inf fails."""
+    if not bool(torch.isfinite(out).all()):  # errors would be NaN: record none, fail
+        return {"rel_l2": None, "max_abs": None, "bound": bound, "passed": False,
+                "note": "; ".join(n for n in (note, "non-finite output") if n)}
+    diff = out.detach().double() - ref
+    ref_norm = ref.norm().item()
+    rel_l2 = diff.norm().item() / ref_norm if ref_norm > 0 else diff.norm().item()
+    max_abs = diff.abs().max().item() if diff.numel() else 0.0
+    return {"rel_l2": rel_l2, "max_abs": max_abs, "bound": bound, "passed": rel_l2 <= bound, "note": note}
+
+
+CASES: List[Case] = []
+
+
+def register(case: Case) -> Case:
+    CASES.append(case)
+    return case
+
+
+def select(cases: Sequence[Case], filters: Sequence[str] = (), quick: bool = False) -> List[Case]:
+    """Cases whose name contains any of ``filters`` (all when empty), restricted to the quick subset if asked."""
+    return [c for c in cases
+            if (not quick or c.quick) and (not filters or any(f in c.name for f in filters))]
+
+
+def tensor_case(*, family: str, name: str, dtype: torch.dtype, inputs: Dict[str, Sequence[int]],
+                output: Sequence[int], ours: Callable[..., torch.Tensor],
+                reference: Callable[..., torch.Tensor], baselines: Dict[str, BaselineFactory],
+                flops: int, backward: bool = False, quick: bool = False) -> Case:
+    """A case whose inputs are seeded randn tensors of ``dtype``, passed to the callables by name.
+
+    With ``backward`` every run does forward + backward with respect to all inputs
+    (an extra ``dout`` input holds the output gradient), while the check stays
+    on the forward output.
+    """
+    nbytes = dtype.itemsize
+    input_bytes = sum(math.prod(s) for s in inputs.values()) * nbytes
+    output_bytes = math.prod(output) * nbytes
+    if backward:
+        # Forward reads the inputs and writes the output; backward reads the inputs
+        # again plus dout and writes one gradient per input.
+        bytes_moved = 3 * input_bytes + 2 * output_bytes
+    else:
+        bytes_moved = input_bytes + output_bytes
+
+    def make_inputs(device, seed):
+        gen = torch.Generator(device=device).manual_seed(seed)
+        shapes = dict(inputs, **({"dout": output} if backward else {}))
+        tensors = {n: torch.randn(tuple(s), generator=gen, device=device, dtype=dtype) for n, s in shapes.items()}
+        for n in inputs:
+            tensors[n].requires_grad_(backward)
+        return tensors
+
+    def runner(fn):
+        return _forward_backward(fn, list(inputs)) if backward else (lambda t: fn(**t))
+
+    def lazy_runner(factory):
+        return lambda: runner(factory())
+
+    return Case(name=name + (" fwd+bwd" if backward else ""), family=family, dtype=dtype,
+                make_inputs=make_inputs, run_ours=runner(ours),
+                baselines={b: lazy_runner(f) for b, f in baselines.items()},
+                bytes_moved=bytes_moved, flops=flops,
+                reference=lambda t: reference(**{n: t[n].detach() for n in inputs}),
+                check_note="forward only" if backward else "", quick=quick)
+
+
+def _forward_backward(fn: Callable[..., torch.Tensor], differentiable: List[str]) -> Runner:
+    def run(t: Inputs) -> torch.Tensor:
+        out = fn(**{n: t[n] for n in differentiable})
+        # autograd.grad rather than .backward(): nothing accumulates across timed runs.
+        torch.autograd.grad(out, [t[n] for n in differentiable], t["dout"])
+        return out
+    return run
+
+
+# ---- depthwise causal_conv1d -------------------------------------------------
+
+def torch_depthwise(x, weight, bias=None, *, activation=None):
+    """The PyTorch eager composite users replace: pad + grouped conv1d (+ silu)."""
+    y = F.conv1d(F.pad(x, (weight.shape[-1] - 1, 0)), weight.unsqueeze(1), bias, groups=x.shape[1])
+    return F.silu(y) if activation == "silu" else y
+
+
+def dao_depthwise(width: int, activation: Optional[str]) -> Runner:
+    if width > 4:
+        raise Unavailable(f"Dao causal_conv1d supports K <= 4, this case has K={width}")
+    try:
+        from causal_conv1d import causal_conv1d_fn
+    except (ImportError, OSError) as e:
+        raise Unavailable(f"import causal_conv1d failed: {type(e).__name__}: {e}") from None
+    return lambda x, weight, bias=None: causal_conv1d_fn(x, weight, bias, activation=activation)
+
+
+def depthwise(batch: int, channels: int, length: int, width: int, dtype: torch.dtype, *,
+              bias: bool = False, activation: Optional[str] = None, backward: bool = False,
+              quick: bool = False) -> Case:
+    inputs = {"x": (batch, channels, length), "weight": (channels, width)}
+    if bias:
+        inputs["bias"] = (channels,)
+    suffix = (" bias" if bias else "") + (f" {activation}" if activation else "")
+    flops = 2 * batch * channels * length * width
+    return tensor_case(
+        family="depthwise",
+        name=f"depthwise {DTYPE_NAME[dtype]} B{batch} D{channels} L{length} K{width}{suffix}",
+        dtype=dtype, inputs=inputs, output=(batch, channels, length),
+        ours=lambda x, weight, bias=None: causalconv.causal_conv1d(x, weight, bias, activation=activation),
+        reference=lambda x, weight, bias=None: reference.causal_conv1d(x, weight, bias, activation=activation),
+        baselines={"torch": lambda: partial(torch_depthwise, activation=activation),
+                   "dao": lambda: dao_depthwise(width, activation)},
+        flops=3 * flops if backward else flops,  # backward: dx and dweight cost one forward each
+        backward=backward, quick=quick)
+
+
+register(depthwise(4, 4096, 8192, 4, torch.bfloat16))
+register(depthwise(8, 2048, 2048, 4, torch.bfloat16, quick=True))
+register(depthwise(4, 4096, 8192, 4, torch.float32))

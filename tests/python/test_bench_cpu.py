@@ -1,0 +1,121 @@
+"""CPU-only tests of the benchmark CLI (python -m causalconv.bench): no GPU needed."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from causalconv.bench import cases, report
+from causalconv.bench.__main__ import NO_GPU, main
+
+
+def run_cli(*args):
+    return subprocess.run([sys.executable, "-m", "causalconv.bench", *args],
+                          capture_output=True, text=True, timeout=300)
+
+
+def case_named(name):
+    return next(c for c in cases.CASES if c.name == name)
+
+
+def test_list_prints_every_registered_case():
+    proc = run_cli("--list")
+    assert proc.returncode == 0, proc.stderr
+    for case in cases.CASES:
+        assert case.name in proc.stdout
+    assert "depthwise bf16 B4 D4096 L8192 K4" in proc.stdout
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="tests the no-GPU path")
+def test_without_gpu_exits_2_with_one_line():
+    proc = run_cli()
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines() == [NO_GPU]
+    assert proc.stdout == ""
+
+
+def test_list_applies_quick_and_comma_separated_filters(capsys):
+    assert main(["--list", "--filter", "fp32,B8"]) == 0
+    listed = capsys.readouterr().out.splitlines()
+    assert [line.split("  ")[0] for line in listed] == [
+        "depthwise bf16 B8 D2048 L2048 K4", "depthwise fp32 B4 D4096 L8192 K4"]
+    quick = cases.select(cases.CASES, quick=True)
+    assert quick and all(c.quick for c in quick)
+    assert main(["--list", "--filter", "no-such-case"]) == 2
+
+
+def test_bytes_and_flops_of_depthwise_forward():
+    case = case_named("depthwise bf16 B4 D4096 L8192 K4")
+    activation_bytes = 2 * 4 * 4096 * 8192  # bf16 x (B, D, L)
+    weight_bytes = 2 * 4096 * 4
+    assert case.bytes_moved == 2 * activation_bytes + weight_bytes  # read x and w, write y
+    assert case.flops == 2 * 4 * 4096 * 8192 * 4
+    assert case_named("depthwise fp32 B4 D4096 L8192 K4").bytes_moved == 2 * (2 * activation_bytes + weight_bytes)
+
+
+def test_forward_backward_case_counts_both_passes_and_checks_forward_only():
+    case = cases.depthwise(4, 4096, 8192, 4, torch.bfloat16, backward=True)
+    activation_bytes, weight_bytes = 2 * 4 * 4096 * 8192, 2 * 4096 * 4
+    # x read twice, y written, dy read, dx written; w read twice, dw written.
+    assert case.bytes_moved == 5 * activation_bytes + 3 * weight_bytes
+    assert case.name.endswith(" fwd+bwd") and case.check_note == "forward only"
+
+
+@pytest.mark.parametrize("backward", [False, True])
+def test_torch_baseline_runs_and_passes_its_check_on_cpu(backward):
+    case = cases.depthwise(2, 6, 33, 4, torch.float32, bias=True, activation="silu", backward=backward)
+    inputs = case.make_inputs(torch.device("cpu"), seed=1)
+    verdict = case.check(case.baselines["torch"]()(inputs), case.reference(inputs))
+    assert verdict["passed"] and verdict["rel_l2"] < 1e-6
+    assert verdict["note"] == ("forward only" if backward else "")
+    if backward:
+        assert inputs["x"].grad is None  # autograd.grad: no accumulation across runs
+
+
+def test_compare_fails_on_nan_and_on_large_error():
+    ref = torch.ones(8, dtype=torch.float64)
+    nan = torch.ones(8)
+    nan[3] = float("nan")
+    assert not cases.compare(nan, ref, 1e-2)["passed"]
+    assert not cases.compare(torch.full((8,), 1.1), ref, 1e-2)["passed"]
+    assert cases.compare(torch.full((8,), 1.001), ref, 1e-2)["passed"]
+
+
+def synthetic_report():
+    ours = {"available": True, "ms": 0.140, "gbps": 3835.0, "pct_copy": 90.7, "tflops": 7.7,
+            "rel_l2": 2.1e-3, "max_abs": 0.03, "bound": 1e-2, "passed": True, "note": ""}
+    failed = {"available": True, "passed": False, "error": "RuntimeError: no kernel"}
+    torch_ms = dict(ours, ms=1.724, rel_l2=0.0)
+    dao_missing = {"available": False, "reason": "import causal_conv1d failed"}
+    return {"device": "NVIDIA H200", "copy_bandwidth_gbps": 4230.0, "passed": False, "cases": [
+        {"name": "depthwise bf16 B4 D4096 L8192 K4", "passed": True,
+         "results": {"ours": ours, "torch": torch_ms, "dao": dao_missing}},
+        {"name": "depthwise fp32 B4 D4096 L8192 K4", "passed": False,
+         "results": {"ours": failed, "torch": torch_ms, "dao": dict(torch_ms, ms=0.138)}}]}
+
+
+def test_table_shows_timings_speedups_and_verdicts():
+    lines = report.format_table(synthetic_report()).splitlines()
+    assert "4230 GB/s" in lines[0]
+    header = [cell.strip() for cell in lines[2].strip("|").split("|")]
+    assert header == ["case", "ours ms", "GB/s", "% copy", "vs torch (ms)", "vs dao (ms)", "rel L2", "verdict"]
+    first = [cell.strip() for cell in lines[4].strip("|").split("|")]
+    assert first == ["depthwise bf16 B4 D4096 L8192 K4", "0.140", "3835", "90.7",
+                     "12.31x (1.724)", "n/a", "2.1e-03", "PASS"]
+    second = [cell.strip() for cell in lines[5].strip("|").split("|")]
+    assert second == ["depthwise fp32 B4 D4096 L8192 K4", "-", "-", "-",
+                      "- (1.724)", "- (0.138)", "-", "FAIL (error)"]
+    assert len({len(line) for line in lines[2:]}) == 1  # columns line up
+
+
+def test_progress_lines_and_outputs(tmp_path):
+    results = synthetic_report()["cases"][0]["results"]
+    line = report.progress_line(3, 9, "depthwise bf16 B4 D4096 L8192 K4", "ours", results["ours"])
+    assert line.startswith("[3/9] depthwise bf16 B4 D4096 L8192 K4: ours 0.140 ms")
+    assert "n/a (import causal_conv1d failed)" in report.progress_line(2, 9, "c", "dao", results["dao"])
+    report.write_json(synthetic_report(), tmp_path / "results.json")
+    assert json.loads((tmp_path / "results.json").read_text()) == synthetic_report()
+    if report.write_chart(synthetic_report(), tmp_path / "results.png"):
+        assert (tmp_path / "results.png").stat().st_size > 0
