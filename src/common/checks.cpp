@@ -1,6 +1,5 @@
 #include "common/checks.h"
 
-#include <sstream>
 
 namespace causalconv::detail {
 
@@ -48,12 +47,11 @@ void check_sizes(const char* op, const char* arg, const TensorView& t, std::init
   int d = 0;
   for (int64_t s : sizes) ok = ok && t.sizes[d++] == s;
   if (ok) return;
-  std::ostringstream want;
-  want << "shape " << layout << " = (";
+  std::string want = std::string("shape ") + layout + " = (";
   d = 0;
-  for (int64_t s : sizes) want << (d++ ? ", " : "") << s;
-  want << (sizes.size() == 1 ? ",)" : ")");
-  fail_argument(op, arg, want.str(), shape_string(t));
+  for (int64_t s : sizes) want += (d++ ? ", " : "") + std::to_string(s);
+  want += sizes.size() == 1 ? ",)" : ")";
+  fail_argument(op, arg, want, shape_string(t));
 }
 
 void check_range(const char* op, const char* arg, int64_t value, int64_t lo, int64_t hi) {

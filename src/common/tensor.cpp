@@ -1,6 +1,5 @@
 #include "causalconv/tensor.h"
 
-#include <sstream>
 
 namespace causalconv {
 
@@ -45,11 +44,10 @@ std::string device_name(const Device& device) {
 }
 
 std::string shape_string(const TensorView& t) {
-  std::ostringstream s;
-  s << "(";
-  for (int d = 0; d < t.rank; ++d) s << (d ? ", " : "") << t.sizes[d];
-  s << (t.rank == 1 ? ",)" : ")");
-  return s.str();
+  // Plain string building, no iostreams: keeps the core free of locale machinery.
+  std::string s = "(";
+  for (int d = 0; d < t.rank && d < kMaxRank; ++d) s += (d ? ", " : "") + std::to_string(t.sizes[d]);
+  return s + (t.rank == 1 ? ",)" : ")");
 }
 
 }  // namespace causalconv
