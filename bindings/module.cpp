@@ -50,6 +50,12 @@ std::optional<TensorView> to_view(const OptViewTuple& t) {
 
 Stream to_stream(uintptr_t handle) { return Stream{reinterpret_cast<void*>(handle)}; }
 
+Workspace to_workspace(const OptViewTuple& t) {
+  if (!t) return Workspace{};
+  TensorView v = to_view(*t);
+  return Workspace{v.data, static_cast<size_t>(v.numel()) * dtype_size(v.dtype)};
+}
+
 CausalConv1dForwardArgs conv_forward_args(const ViewTuple& x, const ViewTuple& weight, const OptViewTuple& bias,
                                           const ViewTuple& y, int64_t dilation, int64_t groups, int activation) {
   CausalConv1dForwardArgs a;
@@ -57,6 +63,24 @@ CausalConv1dForwardArgs conv_forward_args(const ViewTuple& x, const ViewTuple& w
   a.weight = to_view(weight);
   a.bias = to_view(bias);
   a.y = to_view(y);
+  a.dilation = dilation;
+  a.groups = groups;
+  a.activation = static_cast<Activation>(activation);
+  return a;
+}
+
+CausalConv1dBackwardArgs conv_backward_args(const ViewTuple& x, const ViewTuple& weight, const OptViewTuple& bias,
+                                            const ViewTuple& dy, const OptViewTuple& dx, const OptViewTuple& dweight,
+                                            const OptViewTuple& dbias, int64_t dilation, int64_t groups,
+                                            int activation) {
+  CausalConv1dBackwardArgs a;
+  a.x = to_view(x);
+  a.weight = to_view(weight);
+  a.bias = to_view(bias);
+  a.dy = to_view(dy);
+  a.dx = to_view(dx);
+  a.dweight = to_view(dweight);
+  a.dbias = to_view(dbias);
   a.dilation = dilation;
   a.groups = groups;
   a.activation = static_cast<Activation>(activation);
@@ -81,8 +105,8 @@ NB_MODULE(_C, m) {
   });
 
   m.def("version", &version);
-  m.def("max_rank", [] { return kMaxRank; });
 
+  // ---- CUDA ops: (tensors..., options..., [workspace, stream]) ----
   m.def("causal_conv1d_forward_workspace_bytes",
         [](const ViewTuple& x, const ViewTuple& w, const OptViewTuple& bias, const ViewTuple& y, int64_t dilation,
            int64_t groups, int activation) {
@@ -91,42 +115,40 @@ NB_MODULE(_C, m) {
   m.def("causal_conv1d_forward",
         [](const ViewTuple& x, const ViewTuple& w, const OptViewTuple& bias, const ViewTuple& y, int64_t dilation,
            int64_t groups, int activation, const OptViewTuple& workspace, uintptr_t stream) {
-          Workspace ws;
-          if (workspace) {
-            TensorView v = to_view(*workspace);
-            ws = Workspace{v.data, static_cast<size_t>(v.numel()) * dtype_size(v.dtype)};
-          }
-          causal_conv1d_forward(conv_forward_args(x, w, bias, y, dilation, groups, activation), ws,
-                                to_stream(stream));
+          causal_conv1d_forward(conv_forward_args(x, w, bias, y, dilation, groups, activation),
+                                to_workspace(workspace), to_stream(stream));
+        });
+  m.def("causal_conv1d_backward_workspace_bytes",
+        [](const ViewTuple& x, const ViewTuple& w, const OptViewTuple& bias, const ViewTuple& dy,
+           const OptViewTuple& dx, const OptViewTuple& dw, const OptViewTuple& dbias, int64_t dilation,
+           int64_t groups, int activation) {
+          return causal_conv1d_backward_workspace_bytes(
+              conv_backward_args(x, w, bias, dy, dx, dw, dbias, dilation, groups, activation));
+        });
+  m.def("causal_conv1d_backward",
+        [](const ViewTuple& x, const ViewTuple& w, const OptViewTuple& bias, const ViewTuple& dy,
+           const OptViewTuple& dx, const OptViewTuple& dw, const OptViewTuple& dbias, int64_t dilation,
+           int64_t groups, int activation, const OptViewTuple& workspace, uintptr_t stream) {
+          causal_conv1d_backward(conv_backward_args(x, w, bias, dy, dx, dw, dbias, dilation, groups, activation),
+                                 to_workspace(workspace), to_stream(stream));
         });
 
   // ---- CPU fp64 reference (releases the GIL: these loops can take a while) ----
-  m.def(
-      "reference_causal_conv1d_forward",
-      [](const ViewTuple& x, const ViewTuple& w, const OptViewTuple& bias, const ViewTuple& y, int64_t dilation,
-         int64_t groups, int activation) {
-        auto args = conv_forward_args(x, w, bias, y, dilation, groups, activation);
-        nb::gil_scoped_release release;
-        reference::causal_conv1d_forward(args);
-      });
-  m.def(
-      "reference_causal_conv1d_backward",
-      [](const ViewTuple& x, const ViewTuple& w, const OptViewTuple& bias, const ViewTuple& dy, const OptViewTuple& dx,
-         const OptViewTuple& dw, const OptViewTuple& dbias, int64_t dilation, int64_t groups, int activation) {
-        CausalConv1dBackwardArgs a;
-        a.x = to_view(x);
-        a.weight = to_view(w);
-        a.bias = to_view(bias);
-        a.dy = to_view(dy);
-        a.dx = to_view(dx);
-        a.dweight = to_view(dw);
-        a.dbias = to_view(dbias);
-        a.dilation = dilation;
-        a.groups = groups;
-        a.activation = static_cast<Activation>(activation);
-        nb::gil_scoped_release release;
-        reference::causal_conv1d_backward(a);
-      });
+  m.def("reference_causal_conv1d_forward",
+        [](const ViewTuple& x, const ViewTuple& w, const OptViewTuple& bias, const ViewTuple& y, int64_t dilation,
+           int64_t groups, int activation) {
+          auto args = conv_forward_args(x, w, bias, y, dilation, groups, activation);
+          nb::gil_scoped_release release;
+          reference::causal_conv1d_forward(args);
+        });
+  m.def("reference_causal_conv1d_backward",
+        [](const ViewTuple& x, const ViewTuple& w, const OptViewTuple& bias, const ViewTuple& dy,
+           const OptViewTuple& dx, const OptViewTuple& dw, const OptViewTuple& dbias, int64_t dilation,
+           int64_t groups, int activation) {
+          auto args = conv_backward_args(x, w, bias, dy, dx, dw, dbias, dilation, groups, activation);
+          nb::gil_scoped_release release;
+          reference::causal_conv1d_backward(args);
+        });
   m.def("reference_b2b_causal_conv1d_forward",
         [](const ViewTuple& x, const ViewTuple& wp, const ViewTuple& wm, const ViewTuple& skip, const ViewTuple& out) {
           B2BCausalConv1dForwardArgs a{to_view(x), to_view(wp), to_view(wm), to_view(skip), to_view(out)};
@@ -136,8 +158,8 @@ NB_MODULE(_C, m) {
   m.def("reference_b2b_causal_conv1d_backward",
         [](const ViewTuple& x, const ViewTuple& wp, const ViewTuple& wm, const ViewTuple& skip, const ViewTuple& dout,
            const ViewTuple& dx, const ViewTuple& dwp, const ViewTuple& dwm, const ViewTuple& dskip) {
-          B2BCausalConv1dBackwardArgs a{to_view(x),    to_view(wp),  to_view(wm),  to_view(skip), to_view(dout),
-                                        to_view(dx),   to_view(dwp), to_view(dwm), to_view(dskip)};
+          B2BCausalConv1dBackwardArgs a{to_view(x),  to_view(wp),  to_view(wm),  to_view(skip), to_view(dout),
+                                        to_view(dx), to_view(dwp), to_view(dwm), to_view(dskip)};
           nb::gil_scoped_release release;
           reference::b2b_causal_conv1d_backward(a);
         });

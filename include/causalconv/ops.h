@@ -94,4 +94,9 @@ struct B2BCausalConv1dBackwardArgs {
 size_t causal_conv1d_forward_workspace_bytes(const CausalConv1dForwardArgs& args);
 void causal_conv1d_forward(const CausalConv1dForwardArgs& args, Workspace workspace, Stream stream);
 
+// Depthwise only for now. x, dy and dx need unit stride along L (any batch and
+// channel strides); dweight and dbias are deterministic.
+size_t causal_conv1d_backward_workspace_bytes(const CausalConv1dBackwardArgs& args);
+void causal_conv1d_backward(const CausalConv1dBackwardArgs& args, Workspace workspace, Stream stream);
+
 }  // namespace causalconv

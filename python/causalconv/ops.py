@@ -56,6 +56,54 @@ def _(x, weight, bias, dilation, groups, activation):
     return _new_output(x, _output_channels(weight))
 
 
+def _rows_contiguous(t: torch.Tensor) -> torch.Tensor:
+    """t with unit stride along the last dim (what the backward kernels read)."""
+    return t if t.shape[-1] <= 1 or t.stride(-1) == 1 else t.contiguous()
+
+
+@torch.library.custom_op("causalconv::causal_conv1d_bwd", mutates_args=())
+def _causal_conv1d_bwd(
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    bias: Optional[torch.Tensor],
+    dy: torch.Tensor,
+    dilation: int,
+    groups: int,
+    activation: int,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    x, dy = _rows_contiguous(x), _rows_contiguous(dy)
+    dx, dweight, dbias = _new_grads(x, weight)
+    args = (view(x), view(weight), optional_view(bias), view(dy), view(dx), view(dweight), view(dbias),
+            dilation, groups, activation)
+    ws = workspace(_C.causal_conv1d_backward_workspace_bytes(*args), x)
+    _C.causal_conv1d_backward(*args, ws, stream_of(x))
+    return dx, dweight, dbias
+
+
+def _new_grads(x: torch.Tensor, weight: torch.Tensor):
+    return x.new_empty(x.shape), torch.empty_like(weight), weight.new_empty((weight.shape[0],))
+
+
+@_causal_conv1d_bwd.register_fake
+def _(x, weight, bias, dy, dilation, groups, activation):
+    return _new_grads(x, weight)
+
+
+def _setup_context(ctx, inputs, output):
+    x, weight, bias, dilation, groups, activation = inputs
+    ctx.save_for_backward(x, weight, bias)
+    ctx.options = (dilation, groups, activation)
+
+
+def _backward(ctx, dy):
+    x, weight, bias = ctx.saved_tensors
+    dx, dweight, dbias = _causal_conv1d_bwd(x, weight, bias, dy, *ctx.options)
+    return dx, dweight, (dbias if bias is not None else None), None, None, None
+
+
+_causal_conv1d_fwd.register_autograd(_backward, setup_context=_setup_context)
+
+
 def causal_conv1d(
     x: torch.Tensor,
     weight: torch.Tensor,
@@ -80,6 +128,9 @@ def causal_conv1d(
 
     Returns (B, C_out, L) in x's dtype and memory format. Taps are applied
     unflipped: weights from an FFT (true convolution) must be flipped by the caller.
+    Differentiable in x, weight and bias (deterministic weight gradients); the
+    backward kernels read rows, so it copies x and dy to contiguous when their time
+    stride is not 1 (channel-last data).
     """
     code = _activation_code("causal_conv1d", activation)
     return _causal_conv1d_fwd(x, weight, bias, int(dilation), 0 if groups is None else int(groups), code)

@@ -1,10 +1,90 @@
 // causal_conv1d CUDA entry points: validate, then pick a kernel.
+#include <string>
+
 #include "causal_conv1d/depthwise_kernels.h"
 #include "causal_conv1d/validate.h"
 #include "causalconv/error.h"
 #include "common/cuda_runtime.h"
 
 namespace causalconv {
+namespace {
+
+constexpr const char* kOp = "causal_conv1d";
+
+void require_depthwise(const detail::ConvGeometry& g) {
+  if (!g.depthwise)
+    throw Error(ErrorKind::not_implemented,
+                "causal_conv1d: dense and grouped convolution (groups=" + std::to_string(g.groups) +
+                    ") has no CUDA kernel in this build yet; only depthwise (groups == C_in == C_out) does");
+}
+
+void require_unit_time_stride(const char* arg, const TensorView& t) {
+  if (t.stride(2) != 1 && t.size(2) > 1)
+    detail::fail_argument(kOp, arg, "unit stride along L for the backward kernels (make it contiguous)",
+                          "stride " + std::to_string(t.stride(2)));
+}
+
+// A (C, 1, K) weight reads like (C, K): its middle dim has size 1.
+int64_t tap_stride(const TensorView& weight) { return weight.stride(weight.rank - 1); }
+
+detail::DepthwiseForwardParams forward_params(const CausalConv1dForwardArgs& a, const detail::ConvGeometry& g) {
+  detail::DepthwiseForwardParams p{};
+  p.x = a.x.data;
+  p.weight = a.weight.data;
+  p.bias = a.bias ? a.bias->data : nullptr;
+  p.y = a.y.data;
+  p.dtype = a.x.dtype;
+  p.batch = g.batch;
+  p.channels = g.c_in;
+  p.length = g.length;
+  p.width = g.width;
+  p.dilation = g.dilation;
+  for (int d = 0; d < 3; ++d) {
+    p.x_stride[d] = a.x.stride(d);
+    p.y_stride[d] = a.y.stride(d);
+  }
+  p.w_stride[0] = a.weight.stride(0);
+  p.w_stride[1] = tap_stride(a.weight);
+  p.bias_stride = a.bias ? a.bias->stride(0) : 0;
+  p.silu = g.activation == Activation::silu;
+  return p;
+}
+
+detail::DepthwiseBackwardParams backward_params(const CausalConv1dBackwardArgs& a, const detail::ConvGeometry& g) {
+  require_depthwise(g);
+  require_unit_time_stride("x", a.x);
+  require_unit_time_stride("dy", a.dy);
+  if (a.dx) require_unit_time_stride("dx", *a.dx);
+  detail::DepthwiseBackwardParams p{};
+  p.x = a.x.data;
+  p.weight = a.weight.data;
+  p.bias = a.bias ? a.bias->data : nullptr;
+  p.dy = a.dy.data;
+  p.dx = a.dx ? a.dx->data : nullptr;
+  p.dweight = a.dweight ? a.dweight->data : nullptr;
+  p.dbias = a.dbias ? a.dbias->data : nullptr;
+  p.dtype = a.x.dtype;
+  p.batch = g.batch;
+  p.channels = g.c_in;
+  p.length = g.length;
+  p.width = g.width;
+  p.dilation = g.dilation;
+  for (int d = 0; d < 2; ++d) {
+    p.x_stride[d] = a.x.stride(d);
+    p.dy_stride[d] = a.dy.stride(d);
+    p.dx_stride[d] = a.dx ? a.dx->stride(d) : 0;
+  }
+  p.w_stride[0] = a.weight.stride(0);
+  p.w_stride[1] = tap_stride(a.weight);
+  p.dw_stride[0] = a.dweight ? a.dweight->stride(0) : 0;
+  p.dw_stride[1] = a.dweight ? tap_stride(*a.dweight) : 0;
+  p.bias_stride = a.bias ? a.bias->stride(0) : 0;
+  p.dbias_stride = a.dbias ? a.dbias->stride(0) : 0;
+  p.silu = g.activation == Activation::silu;
+  return p;
+}
+
+}  // namespace
 
 size_t causal_conv1d_forward_workspace_bytes(const CausalConv1dForwardArgs& args) {
   detail::validate(args, detail::Target::cuda);
@@ -13,35 +93,27 @@ size_t causal_conv1d_forward_workspace_bytes(const CausalConv1dForwardArgs& args
 
 void causal_conv1d_forward(const CausalConv1dForwardArgs& args, Workspace /*workspace*/, Stream stream) {
   const detail::ConvGeometry g = detail::validate(args, detail::Target::cuda);
-  if (!g.depthwise)
-    throw Error(ErrorKind::not_implemented,
-                "causal_conv1d: dense and grouped convolution (groups=" + std::to_string(g.groups) +
-                    ") has no CUDA kernel in this build yet; only depthwise (groups == C_in == C_out) does");
+  require_depthwise(g);
   if (g.batch * g.c_out * g.length == 0) return;
-
-  detail::DepthwiseForwardParams p{};
-  p.x = args.x.data;
-  p.weight = args.weight.data;
-  p.bias = args.bias ? args.bias->data : nullptr;
-  p.y = args.y.data;
-  p.dtype = args.x.dtype;
-  p.batch = g.batch;
-  p.channels = g.c_in;
-  p.length = g.length;
-  p.width = g.width;
-  p.dilation = g.dilation;
-  for (int d = 0; d < 3; ++d) {
-    p.x_stride[d] = args.x.stride(d);
-    p.y_stride[d] = args.y.stride(d);
-  }
-  // A (C, 1, K) weight reads like (C, K): its middle dim has size 1.
-  p.w_stride[0] = args.weight.stride(0);
-  p.w_stride[1] = args.weight.stride(args.weight.rank - 1);
-  p.bias_stride = args.bias ? args.bias->stride(0) : 0;
-  p.silu = g.activation == Activation::silu;
-
   detail::DeviceGuard guard(args.x.device.index);
-  detail::launch_depthwise_forward(p, stream);
+  detail::launch_depthwise_forward(forward_params(args, g), stream);
+}
+
+size_t causal_conv1d_backward_workspace_bytes(const CausalConv1dBackwardArgs& args) {
+  const detail::ConvGeometry g = detail::validate(args, detail::Target::cuda);
+  return detail::depthwise_backward_workspace_bytes(backward_params(args, g));
+}
+
+void causal_conv1d_backward(const CausalConv1dBackwardArgs& args, Workspace workspace, Stream stream) {
+  const detail::ConvGeometry g = detail::validate(args, detail::Target::cuda);
+  const detail::DepthwiseBackwardParams p = backward_params(args, g);
+  const size_t needed = detail::depthwise_backward_workspace_bytes(p);
+  if (workspace.bytes < needed || (needed > 0 && workspace.data == nullptr))
+    detail::fail_argument(kOp, "workspace", "at least " + std::to_string(needed) + " bytes",
+                          std::to_string(workspace.bytes) + " bytes");
+  if (g.c_out == 0) return;
+  detail::DeviceGuard guard(args.x.device.index);
+  detail::launch_depthwise_backward(p, workspace.data, stream);
 }
 
 }  // namespace causalconv

@@ -1,23 +1,72 @@
-// Depthwise causal conv forward: a straightforward direct kernel, one thread per
-// output element, fp32 accumulation, any strides. Correct for every shape in the
-// envelope; not yet tuned (see docs/performance.md).
+// Depthwise causal conv forward.
+//
+// Tiled kernel (rows with unit time stride): a block stages one time tile of one
+// sequence plus its causal halo in shared memory as fp32, then each thread makes
+// kOutputsPerThread outputs, interleaved so that neighbouring threads touch
+// neighbouring addresses in global and shared memory.
+// Direct kernel (any other strides, e.g. channel-last): one output per thread,
+// threads walking the unit-stride dim.
+#include <algorithm>
+
 #include "causal_conv1d/depthwise_kernels.h"
+#include "causal_conv1d/depthwise_tiling.cuh"
 #include "common/cuda_math.cuh"
 #include "common/cuda_runtime.h"
 
 namespace causalconv::detail {
 namespace {
 
-constexpr int kThreads = 256;
-constexpr int64_t kMaxGridX = 2147483647;  // grid-stride over rows beyond this
-constexpr int64_t kMaxGridY = 65535;       // grid-stride over columns beyond this
+template <typename T>
+__global__ void __launch_bounds__(kTileThreads) depthwise_forward_tiled(DepthwiseForwardParams p, DepthwiseTiling tiling) {
+  extern __shared__ float smem[];
+  float* w_s = smem;                     // [K]
+  float* x_s = smem + p.width;           // [halo + kTileOutputs]
+  const int64_t seq = blockIdx.x;
+  const int64_t r = seq % tiling.residues;
+  const int64_t bc = seq / tiling.residues;
+  const int64_t c = bc % p.channels, b = bc / p.channels;
+  const int64_t n = tiling.sub_length(p.length, r);
+  const T* x = static_cast<const T*>(p.x) + b * p.x_stride[0] + c * p.x_stride[1] + r * p.x_stride[2];
+  T* y = static_cast<T*>(p.y) + b * p.y_stride[0] + c * p.y_stride[1] + r * p.y_stride[2];
+  const int64_t xs = tiling.step * p.x_stride[2], ys = tiling.step * p.y_stride[2];
+  const int width = int(p.width), halo = int(tiling.halo), dil = int(tiling.dilation);
 
-// One output element per thread. A grid row is one (b, c) sequence for
-// channel-first data (threads walk time) or one (b, t) step for channel-last
-// data (threads walk channels), so neighbouring threads touch neighbouring
-// addresses either way and index math stays out of the inner loop.
+  for (int k = threadIdx.x; k < width; k += kTileThreads) w_s[k] = to_float(static_cast<const T*>(p.weight)[c * p.w_stride[0] + k * p.w_stride[1]]);
+  const float bias = p.bias ? to_float(static_cast<const T*>(p.bias)[c * p.bias_stride]) : 0.0f;
+
+  for (int64_t tile = blockIdx.y; tile < tiling.tiles; tile += gridDim.y) {
+    const int64_t j0 = tile * kTileOutputs;
+    if (j0 >= n) break;
+    __syncthreads();  // the previous tile's reads of x_s are done
+    for (int i = threadIdx.x; i < halo + kTileOutputs; i += kTileThreads) {
+      const int64_t j = j0 - halo + i;
+      x_s[i] = (j >= 0 && j < n) ? to_float(x[j * xs]) : 0.0f;
+    }
+    __syncthreads();
+
+    float acc[kOutputsPerThread];
+#pragma unroll
+    for (int e = 0; e < kOutputsPerThread; ++e) acc[e] = bias;
+    for (int k = 0; k < width; ++k) {
+      const float wk = w_s[k];
+      const float* xk = x_s + k * dil + threadIdx.x;  // x_s[halo + jl - (K-1-k)*dil]
+#pragma unroll
+      for (int e = 0; e < kOutputsPerThread; ++e) acc[e] = fmaf(wk, xk[e * kTileThreads], acc[e]);
+    }
+#pragma unroll
+    for (int e = 0; e < kOutputsPerThread; ++e) {
+      const int64_t j = j0 + threadIdx.x + e * kTileThreads;
+      if (j < n) y[j * ys] = from_float<T>(p.silu ? silu(acc[e]) : acc[e]);
+    }
+  }
+}
+
+constexpr int kDirectThreads = 256;
+
+// A grid row is one (b, c) sequence (threads walk time) or, for channel-last data,
+// one (b, t) step (threads walk channels).
 template <typename T, bool channel_last>
-__global__ void __launch_bounds__(kThreads) depthwise_forward_direct(DepthwiseForwardParams p) {
+__global__ void __launch_bounds__(kDirectThreads) depthwise_forward_direct(DepthwiseForwardParams p) {
   const T* x = static_cast<const T*>(p.x);
   const T* w = static_cast<const T*>(p.weight);
   const T* bias = static_cast<const T*>(p.bias);
@@ -25,10 +74,12 @@ __global__ void __launch_bounds__(kThreads) depthwise_forward_direct(DepthwiseFo
   const int64_t rows = channel_last ? p.batch * p.length : p.batch * p.channels;
   const int64_t cols = channel_last ? p.channels : p.length;
   for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
-    for (int64_t col = int64_t(blockIdx.y) * kThreads + threadIdx.x; col < cols; col += int64_t(gridDim.y) * kThreads) {
-      const int64_t b = channel_last ? row / p.length : row / p.channels;
-      const int64_t c = channel_last ? col : row % p.channels;
-      const int64_t t = channel_last ? row % p.length : col;
+    const int64_t b = channel_last ? row / p.length : row / p.channels;
+    const int64_t row_minor = channel_last ? row % p.length : row % p.channels;
+    for (int64_t col = int64_t(blockIdx.y) * kDirectThreads + threadIdx.x; col < cols;
+         col += int64_t(gridDim.y) * kDirectThreads) {
+      const int64_t c = channel_last ? col : row_minor;
+      const int64_t t = channel_last ? row_minor : col;
       const T* xc = x + b * p.x_stride[0] + c * p.x_stride[1];
       const T* wc = w + c * p.w_stride[0];
       float acc = bias ? to_float(bias[c * p.bias_stride]) : 0.0f;
@@ -36,7 +87,7 @@ __global__ void __launch_bounds__(kThreads) depthwise_forward_direct(DepthwiseFo
       const int64_t first_tap = p.width - 1 - min(t / p.dilation, p.width - 1);
       for (int64_t k = first_tap; k < p.width; ++k) {
         const int64_t src = t - (p.width - 1 - k) * p.dilation;
-        acc += to_float(wc[k * p.w_stride[1]]) * to_float(xc[src * p.x_stride[2]]);
+        acc = fmaf(to_float(wc[k * p.w_stride[1]]), to_float(xc[src * p.x_stride[2]]), acc);
       }
       if (p.silu) acc = silu(acc);
       y[b * p.y_stride[0] + c * p.y_stride[1] + t * p.y_stride[2]] = from_float<T>(acc);
@@ -47,13 +98,22 @@ __global__ void __launch_bounds__(kThreads) depthwise_forward_direct(DepthwiseFo
 template <typename T>
 void launch_typed(const DepthwiseForwardParams& p, cudaStream_t stream) {
   const bool channel_last = p.x_stride[1] == 1 && p.y_stride[1] == 1 && p.channels > 1;
+  const bool unit_time_stride = p.x_stride[2] == 1 && p.y_stride[2] == 1;
+  const DepthwiseTiling tiling = make_depthwise_tiling(p.batch, p.channels, p.length, p.width, p.dilation);
+  if (unit_time_stride && !channel_last && tiling.sequences <= kMaxGridX) {
+    const size_t smem = sizeof(float) * size_t(p.width + tiling.halo + kTileOutputs);
+    const dim3 grid(unsigned(tiling.sequences), unsigned(std::min(tiling.tiles, kMaxGridY)));
+    depthwise_forward_tiled<T><<<grid, kTileThreads, smem, stream>>>(p, tiling);
+    return;
+  }
   const int64_t rows = channel_last ? p.batch * p.length : p.batch * p.channels;
   const int64_t cols = channel_last ? p.channels : p.length;
-  const dim3 grid(unsigned(std::min(rows, kMaxGridX)), unsigned(std::min((cols + kThreads - 1) / kThreads, kMaxGridY)));
+  const dim3 grid(unsigned(std::min(rows, kMaxGridX)),
+                  unsigned(std::min((cols + kDirectThreads - 1) / kDirectThreads, kMaxGridY)));
   if (channel_last)
-    depthwise_forward_direct<T, true><<<grid, kThreads, 0, stream>>>(p);
+    depthwise_forward_direct<T, true><<<grid, kDirectThreads, 0, stream>>>(p);
   else
-    depthwise_forward_direct<T, false><<<grid, kThreads, 0, stream>>>(p);
+    depthwise_forward_direct<T, false><<<grid, kDirectThreads, 0, stream>>>(p);
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
 // Launchers of the depthwise causal_conv1d kernels (implemented in .cu files).
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 
 #include "causalconv/ops.h"
@@ -21,5 +22,27 @@ struct DepthwiseForwardParams {
 };
 
 void launch_depthwise_forward(const DepthwiseForwardParams& p, Stream stream);
+
+// Backward needs unit stride along time for x, dy and dx (the front end makes them
+// so); batch and channel strides are free.
+struct DepthwiseBackwardParams {
+  const void* x;
+  const void* weight;
+  const void* bias;  // nullptr: no bias (only read to recompute the silu input)
+  const void* dy;
+  void* dx;       // nullptr: not wanted
+  void* dweight;  // nullptr: not wanted
+  void* dbias;    // nullptr: not wanted
+  DType dtype;
+  int64_t batch, channels, length, width, dilation;
+  int64_t x_stride[2], dy_stride[2], dx_stride[2];  // (b, c); time stride is 1
+  int64_t w_stride[2], dw_stride[2];                // (c, k)
+  int64_t bias_stride, dbias_stride;
+  bool silu;
+};
+
+// Scratch for the per-tile weight-gradient partials (reduced in a fixed order).
+size_t depthwise_backward_workspace_bytes(const DepthwiseBackwardParams& p);
+void launch_depthwise_backward(const DepthwiseBackwardParams& p, void* workspace, Stream stream);
 
 }  // namespace causalconv::detail

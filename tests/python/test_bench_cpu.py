@@ -37,10 +37,11 @@ def test_without_gpu_exits_2_with_one_line():
 
 
 def test_list_applies_quick_and_comma_separated_filters(capsys):
-    assert main(["--list", "--filter", "fp32,B8"]) == 0
+    assert main(["--list", "--filter", "fp32 B4 D4096 L8192 K4 BLC,bf16 B8"]) == 0
     listed = capsys.readouterr().out.splitlines()
     assert [line.split("  ")[0] for line in listed] == [
-        "depthwise bf16 B8 D2048 L2048 K4", "depthwise fp32 B4 D4096 L8192 K4"]
+        "depthwise bf16 B8 D2048 L2048 K4", "depthwise bf16 B8 D2048 L2048 K4 fwd+bwd",
+        "depthwise fp32 B4 D4096 L8192 K4 BLC", "depthwise fp32 B4 D4096 L8192 K4 BLC fwd+bwd"]
     quick = cases.select(cases.CASES, quick=True)
     assert quick and all(c.quick for c in quick)
     assert main(["--list", "--filter", "no-such-case"]) == 2

@@ -107,6 +107,104 @@ def test_torch_compile_fullgraph(seeded):
     assert_close_to_reference(compiled(x, w, bias), ref, torch.float32)
 
 
+# ---- backward: dx, dweight, dbias through silu, deterministic ----
+
+
+def check_grads(x, w, bias=None, dilation=1, activation=None):
+    x, w = x.detach().requires_grad_(True), w.detach().requires_grad_(True)
+    if bias is not None:
+        bias = bias.detach().requires_grad_(True)
+    y = causalconv.causal_conv1d(x, w, bias, dilation=dilation, activation=activation)
+    dy = torch.randn_like(y)
+    y.backward(dy)
+    ref = causalconv.reference.causal_conv1d_backward(x, w, bias, dy, dilation, None, activation)
+    assert_close_to_reference(x.grad, ref[0], x.dtype, "dx")
+    assert_close_to_reference(w.grad, ref[1], x.dtype, "dweight")
+    if bias is not None:
+        assert_close_to_reference(bias.grad, ref[2], x.dtype, "dbias")
+    return x.grad, w.grad
+
+
+@requires_cuda
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("k", [2, 3, 4, 7, 16, 31, 128, 256])
+@pytest.mark.parametrize("dilation", [1, 2, 5])
+def test_grads_widths_and_dilations(dtype, k, dilation, seeded):
+    x, w, bias = make_inputs(2, 5, 1000, k, dtype, with_bias=True)
+    check_grads(x, w, bias, dilation, "silu")
+
+
+@requires_cuda
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("with_bias", [False, True])
+@pytest.mark.parametrize("activation", [None, "silu"])
+def test_grads_bias_activation(dtype, with_bias, activation, seeded):
+    x, w, bias = make_inputs(3, 33, 4097, 4, dtype, with_bias=with_bias)
+    check_grads(x, w, bias, 1, activation)
+
+
+@requires_cuda
+@pytest.mark.parametrize("k", [2, 4, 64])
+def test_grads_awkward_lengths(k, seeded):
+    for length in sorted({1, 2, k - 1, k, 2049, 8193}):
+        x, w, bias = make_inputs(1, 3, length, k, torch.float32, with_bias=True)
+        check_grads(x, w, bias, 1, "silu")
+
+
+@requires_cuda
+@pytest.mark.parametrize("k,dilation", [(4, 500), (256, 5), (3, 1000)])
+def test_long_reach_splits_by_residue(k, dilation, seeded):
+    # (K-1)*d beyond the shared-memory halo: rows are processed per residue class mod d.
+    for length in (1, 1999, 3001):
+        x, w, bias = make_inputs(2, 3, length, k, torch.float32, with_bias=True)
+        check(x, w, bias, dilation, "silu")
+        check_grads(x, w, bias, dilation, "silu")
+
+
+@requires_cuda
+@pytest.mark.parametrize("layout", ["channel_last", "strided"])
+def test_grads_layouts(layout, seeded):
+    x, w, bias = make_inputs(2, 40, 300, 4, torch.bfloat16, layout, with_bias=True)
+    check_grads(x, w, bias, 2, "silu")
+
+
+@requires_cuda
+def test_grads_of_a_3d_weight(seeded):
+    x, w, _ = make_inputs(2, 6, 100, 3, torch.float32)
+    w3 = w.unsqueeze(1).detach().requires_grad_(True)
+    causalconv.causal_conv1d(x, w3).sum().backward()
+    ref = causalconv.reference.causal_conv1d_backward(x, w3, None, torch.ones(2, 6, 100, device="cuda"))
+    assert w3.grad.shape == w3.shape
+    assert_close_to_reference(w3.grad, ref[1], torch.float32, "dweight")
+
+
+@requires_cuda
+def test_weight_grads_are_deterministic(seeded):
+    x, w, bias = make_inputs(4, 64, 20000, 4, torch.bfloat16, with_bias=True)
+    dy = torch.randn(4, 64, 20000, device="cuda", dtype=torch.bfloat16)
+    grads = []
+    for _ in range(3):
+        xr, wr, br = (t.detach().requires_grad_(True) for t in (x, w, bias))
+        causalconv.causal_conv1d(xr, wr, br, activation="silu").backward(dy)
+        grads.append((xr.grad, wr.grad, br.grad))
+    for later in grads[1:]:
+        for a, b in zip(grads[0], later):
+            assert torch.equal(a, b), "gradients differ bitwise between identical runs"
+
+
+@requires_cuda
+def test_backward_under_torch_compile(seeded):
+    x, w, bias = make_inputs(2, 8, 64, 4, torch.float32, with_bias=True)
+    x, w, bias = (t.requires_grad_(True) for t in (x, w, bias))
+    compiled = torch.compile(lambda x, w, b: causalconv.causal_conv1d(x, w, b, activation="silu").square().sum(),
+                             fullgraph=True)
+    compiled(x, w, bias).backward()
+    y = causalconv.reference.causal_conv1d(x, w, bias, 1, None, "silu")
+    ref = causalconv.reference.causal_conv1d_backward(x, w, bias, 2 * y, 1, None, "silu")
+    for got, want, name in zip((x.grad, w.grad, bias.grad), ref, ("dx", "dweight", "dbias")):
+        assert_close_to_reference(got, want, torch.float32, name)
+
+
 # ---- bad inputs: ValueError naming the argument, expected and got; nothing written ----
 
 

@@ -82,8 +82,12 @@ def select(cases: Sequence[Case], filters: Sequence[str] = (), quick: bool = Fal
 def tensor_case(*, family: str, name: str, dtype: torch.dtype, inputs: Dict[str, Sequence[int]],
                 output: Sequence[int], ours: Callable[..., torch.Tensor],
                 reference: Callable[..., torch.Tensor], baselines: Dict[str, BaselineFactory],
-                flops: int, backward: bool = False, quick: bool = False) -> Case:
+                flops: int, backward: bool = False, quick: bool = False,
+                channel_last: Sequence[str] = ()) -> Case:
     """A case whose inputs are seeded randn tensors of ``dtype``, passed to the callables by name.
+
+    Inputs named in ``channel_last`` (and the output gradient, when the case has
+    one) are (B, C, L) views of (B, L, C) storage.
 
     With ``backward`` every run does forward + backward with respect to all inputs
     (an extra ``dout`` input holds the output gradient), while the check stays
@@ -102,7 +106,7 @@ def tensor_case(*, family: str, name: str, dtype: torch.dtype, inputs: Dict[str,
     def make_inputs(device, seed):
         gen = torch.Generator(device=device).manual_seed(seed)
         shapes = dict(inputs, **({"dout": output} if backward else {}))
-        tensors = {n: torch.randn(tuple(s), generator=gen, device=device, dtype=dtype) for n, s in shapes.items()}
+        tensors = {n: _randn(s, n in channel_last or (n == "dout" and bool(channel_last)), gen, device, dtype) for n, s in shapes.items()}
         for n in inputs:
             tensors[n].requires_grad_(backward)
         return tensors
@@ -119,6 +123,13 @@ def tensor_case(*, family: str, name: str, dtype: torch.dtype, inputs: Dict[str,
                 bytes_moved=bytes_moved, flops=flops,
                 reference=lambda t: reference(**{n: t[n].detach() for n in inputs}),
                 check_note="forward only" if backward else "", quick=quick)
+
+
+def _randn(shape, channel_last: bool, gen, device, dtype) -> torch.Tensor:
+    if not channel_last:
+        return torch.randn(tuple(shape), generator=gen, device=device, dtype=dtype)
+    b, c, length = shape
+    return torch.randn((b, length, c), generator=gen, device=device, dtype=dtype).transpose(1, 2)
 
 
 def _forward_backward(fn: Callable[..., torch.Tensor], differentiable: List[str]) -> Runner:
@@ -150,11 +161,11 @@ def dao_depthwise(width: int, activation: Optional[str]) -> Runner:
 
 def depthwise(batch: int, channels: int, length: int, width: int, dtype: torch.dtype, *,
               bias: bool = False, activation: Optional[str] = None, backward: bool = False,
-              quick: bool = False) -> Case:
+              channel_last: bool = False, quick: bool = False) -> Case:
     inputs = {"x": (batch, channels, length), "weight": (channels, width)}
     if bias:
         inputs["bias"] = (channels,)
-    suffix = (" bias" if bias else "") + (f" {activation}" if activation else "")
+    suffix = (" bias" if bias else "") + (f" {activation}" if activation else "") + (" BLC" if channel_last else "")
     flops = 2 * batch * channels * length * width
     return tensor_case(
         family="depthwise",
@@ -165,9 +176,15 @@ def depthwise(batch: int, channels: int, length: int, width: int, dtype: torch.d
         baselines={"torch": lambda: partial(torch_depthwise, activation=activation),
                    "dao": lambda: dao_depthwise(width, activation)},
         flops=3 * flops if backward else flops,  # backward: dx and dweight cost one forward each
-        backward=backward, quick=quick)
+        backward=backward, quick=quick, channel_last=("x",) if channel_last else ())
 
 
-register(depthwise(4, 4096, 8192, 4, torch.bfloat16))
-register(depthwise(8, 2048, 2048, 4, torch.bfloat16, quick=True))
-register(depthwise(4, 4096, 8192, 4, torch.float32))
+# Issue 4's shapes (B, C, L, K), forward and forward+backward, bf16 and fp32.
+DEPTHWISE_SHAPES = [(4, 4096, 8192, 4), (8, 2048, 2048, 4), (1, 12288, 8192, 3), (1, 4096, 8192, 7),
+                    (1, 4096, 8192, 128), (1, 4096, 65536, 4)]
+for _dtype in (torch.bfloat16, torch.float32):
+    for _backward in (False, True):
+        for _b, _c, _l, _k in DEPTHWISE_SHAPES:
+            register(depthwise(_b, _c, _l, _k, _dtype, backward=_backward,
+                               quick=(_b, _c, _l, _k) == (8, 2048, 2048, 4) and _dtype == torch.bfloat16))
+        register(depthwise(4, 4096, 8192, 4, _dtype, backward=_backward, channel_last=True))

@@ -1,0 +1,186 @@
+// Depthwise causal conv backward, fused: one pass over x and dy per tile gives dx,
+// and per-tile partial sums of dweight and dbias; a second small kernel reduces the
+// partials in a fixed order, so weight gradients are bitwise deterministic.
+//
+// Per block (sequence, tile [j0, j0+T)), with H = (K-1)*d:
+//   g[j]  = dy[j] * silu'(pre[j])             for j in [j0, j0+T+H)   (dx needs the future)
+//   dx[j] = sum_k w[k] g[j + (K-1-k)d]          for j in the tile
+//   dw[k] += sum_j g[j] x[j - (K-1-k)d],  db += sum_j g[j]   over the tile
+#include <algorithm>
+
+#include "causal_conv1d/depthwise_kernels.h"
+#include "causalconv/error.h"
+#include "causal_conv1d/depthwise_tiling.cuh"
+#include "common/cuda_math.cuh"
+#include "common/cuda_runtime.h"
+
+namespace causalconv::detail {
+namespace {
+
+constexpr int kWarps = kTileThreads / 32;
+
+__device__ __forceinline__ float silu_grad(float u) {
+  const float s = 1.0f / (1.0f + expf(-u));
+  return s * (1.0f + u * (1.0f - s));
+}
+
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+  for (int offset = 16; offset > 0; offset >>= 1) v += __shfl_xor_sync(0xffffffffu, v, offset);
+  return v;
+}
+
+// Shared memory: w[K] | x[H + T + H] | g[T + H] | per-warp partials[kWarps][K+1].
+__host__ __device__ inline size_t backward_smem_floats(int64_t width, int64_t halo) {
+  return size_t(width + (2 * halo + kTileOutputs) + (kTileOutputs + halo) + kWarps * (width + 1));
+}
+
+template <typename T>
+__global__ void __launch_bounds__(kTileThreads)
+    depthwise_backward_tiled(DepthwiseBackwardParams p, DepthwiseTiling tiling, float* partials) {
+  extern __shared__ float smem[];
+  const int width = int(p.width), halo = int(tiling.halo), dil = int(tiling.dilation);
+  float* w_s = smem;
+  float* x_s = w_s + width;                     // x[j0 - H + i]
+  float* g_s = x_s + 2 * halo + kTileOutputs;   // g[j0 + i]
+  float* red_s = g_s + halo + kTileOutputs;     // [kWarps][K+1]
+
+  const int64_t seq = blockIdx.x;
+  const int64_t r = seq % tiling.residues;
+  const int64_t bc = seq / tiling.residues;
+  const int64_t c = bc % p.channels, b = bc / p.channels;
+  const int64_t n = tiling.sub_length(p.length, r);
+  const int64_t step = tiling.step;  // time stride of a sub-sequence (unit-stride rows)
+  const T* x = static_cast<const T*>(p.x) + b * p.x_stride[0] + c * p.x_stride[1] + r;
+  const T* dy = static_cast<const T*>(p.dy) + b * p.dy_stride[0] + c * p.dy_stride[1] + r;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+
+  for (int k = threadIdx.x; k < width; k += kTileThreads)
+    w_s[k] = to_float(static_cast<const T*>(p.weight)[c * p.w_stride[0] + k * p.w_stride[1]]);
+  const float bias = p.bias ? to_float(static_cast<const T*>(p.bias)[c * p.bias_stride]) : 0.0f;
+
+  for (int64_t tile = blockIdx.y; tile < tiling.tiles; tile += gridDim.y) {
+    const int64_t j0 = tile * kTileOutputs;
+    float* tile_partials = partials ? partials + (c * tiling.residues * p.batch * tiling.tiles +
+                                                  (b * tiling.residues + r) * tiling.tiles + tile) * (width + 1)
+                                    : nullptr;
+    if (j0 >= n) {  // a short residue class: this tile is empty but its partials are still summed
+      for (int k = threadIdx.x; tile_partials && k <= width; k += kTileThreads) tile_partials[k] = 0.0f;
+      continue;
+    }
+    __syncthreads();  // the previous tile is done with the shared buffers
+    // x over [j0 - H, j0 + T + H): the silu input at j needs x back to j - H.
+    const int x_extent = (p.silu ? 2 * halo : halo) + kTileOutputs;
+    for (int i = threadIdx.x; i < x_extent; i += kTileThreads) {
+      const int64_t j = j0 - halo + i;
+      x_s[i] = (j >= 0 && j < n) ? to_float(x[j * step]) : 0.0f;
+    }
+    for (int i = threadIdx.x; i < halo + kTileOutputs; i += kTileThreads) {
+      const int64_t j = j0 + i;
+      g_s[i] = j < n ? to_float(dy[j * step]) : 0.0f;
+    }
+    __syncthreads();
+    if (p.silu) {
+      for (int i = threadIdx.x; i < halo + kTileOutputs; i += kTileThreads) {
+        float u = bias;
+        for (int k = 0; k < width; ++k) u = fmaf(w_s[k], x_s[i + k * dil], u);  // x_s[H + i - (K-1-k)d]
+        g_s[i] *= silu_grad(u);
+      }
+      __syncthreads();
+    }
+
+    if (p.dx) {
+      T* dx = static_cast<T*>(p.dx) + b * p.dx_stride[0] + c * p.dx_stride[1] + r;
+      float acc[kOutputsPerThread] = {};
+      for (int k = 0; k < width; ++k) {
+        const float wk = w_s[k];
+        const float* gk = g_s + (width - 1 - k) * dil + threadIdx.x;
+#pragma unroll
+        for (int e = 0; e < kOutputsPerThread; ++e) acc[e] = fmaf(wk, gk[e * kTileThreads], acc[e]);
+      }
+#pragma unroll
+      for (int e = 0; e < kOutputsPerThread; ++e) {
+        const int64_t j = j0 + threadIdx.x + e * kTileThreads;
+        if (j < n) dx[j * step] = from_float<T>(acc[e]);
+      }
+    }
+
+    if (tile_partials) {
+      // Tile sums per tap: each thread over its interleaved outputs, then a fixed
+      // shuffle tree per warp, then warps in order. Slot K holds the bias gradient.
+      for (int k = 0; k <= width; ++k) {
+        const float* xk = x_s + k * dil + threadIdx.x;  // x[j - (K-1-k)d]
+        float s = 0.0f;
+#pragma unroll
+        for (int e = 0; e < kOutputsPerThread; ++e)
+          s = fmaf(g_s[threadIdx.x + e * kTileThreads], k < width ? xk[e * kTileThreads] : 1.0f, s);
+        s = warp_sum(s);
+        if (lane == 0) red_s[warp * (width + 1) + k] = s;
+      }
+      __syncthreads();
+      for (int k = threadIdx.x; k <= width; k += kTileThreads) {
+        float s = 0.0f;
+        for (int w = 0; w < kWarps; ++w) s += red_s[w * (width + 1) + k];
+        tile_partials[k] = s;
+      }
+    }
+  }
+}
+
+// dweight[c, k] and dbias[c]: sum of the per-tile partials of channel c, in order.
+template <typename T>
+__global__ void __launch_bounds__(kTileThreads)
+    depthwise_weight_grad_reduce(DepthwiseBackwardParams p, int64_t parts_per_channel, const float* partials) {
+  const int64_t c = blockIdx.x;
+  const float* part = partials + c * parts_per_channel * (p.width + 1);
+  for (int64_t k = threadIdx.x; k <= p.width; k += kTileThreads) {
+    float s = 0.0f;
+    for (int64_t q = 0; q < parts_per_channel; ++q) s += part[q * (p.width + 1) + k];
+    if (k < p.width) {
+      if (p.dweight) static_cast<T*>(p.dweight)[c * p.dw_stride[0] + k * p.dw_stride[1]] = from_float<T>(s);
+    } else if (p.dbias) {
+      static_cast<T*>(p.dbias)[c * p.dbias_stride] = from_float<T>(s);
+    }
+  }
+}
+
+int64_t parts_per_channel(const DepthwiseTiling& t, int64_t batch) { return batch * t.residues * t.tiles; }
+
+template <typename T>
+void launch_typed(const DepthwiseBackwardParams& p, float* partials, cudaStream_t stream) {
+  const DepthwiseTiling tiling = make_depthwise_tiling(p.batch, p.channels, p.length, p.width, p.dilation);
+  const size_t smem = sizeof(float) * backward_smem_floats(p.width, tiling.halo);
+  if (tiling.sequences > kMaxGridX)
+    throw Error(ErrorKind::not_implemented, "causal_conv1d backward: more than 2^31-1 (batch, channel) rows");
+  if (tiling.sequences > 0 && tiling.tiles > 0) {  // else dx is empty and the weight gradients are zero
+    const dim3 grid(unsigned(tiling.sequences), unsigned(std::min(tiling.tiles, kMaxGridY)));
+    depthwise_backward_tiled<T><<<grid, kTileThreads, smem, stream>>>(p, tiling, partials);
+    check_launch("causal_conv1d backward (depthwise)");
+  }
+  if (partials) {
+    depthwise_weight_grad_reduce<T><<<unsigned(p.channels), kTileThreads, 0, stream>>>(
+        p, parts_per_channel(tiling, p.batch), partials);
+    check_launch("causal_conv1d backward (depthwise weight-gradient reduction)");
+  }
+}
+
+}  // namespace
+
+size_t depthwise_backward_workspace_bytes(const DepthwiseBackwardParams& p) {
+  if (!p.dweight && !p.dbias) return 0;
+  const DepthwiseTiling tiling = make_depthwise_tiling(p.batch, p.channels, p.length, p.width, p.dilation);
+  return sizeof(float) * size_t(p.channels * parts_per_channel(tiling, p.batch) * (p.width + 1));
+}
+
+void launch_depthwise_backward(const DepthwiseBackwardParams& p, void* workspace, Stream stream) {
+  auto s = static_cast<cudaStream_t>(stream.handle);
+  float* partials = (p.dweight || p.dbias) ? static_cast<float*>(workspace) : nullptr;
+  switch (p.dtype) {
+    case DType::f32: launch_typed<float>(p, partials, s); break;
+    case DType::f16: launch_typed<__half>(p, partials, s); break;
+    case DType::bf16: launch_typed<__nv_bfloat16>(p, partials, s); break;
+    case DType::f64: break;  // rejected by validation
+  }
+}
+
+}  // namespace causalconv::detail

@@ -1,0 +1,45 @@
+// How the depthwise kernels cut the work: one block per (sequence, time tile).
+//
+// A sequence is one (b, c) row. When the causal reach (K-1)*d is too long for a
+// shared-memory halo, each row is split into its d residue classes t = r (mod d):
+// every class is a dilation-1 convolution over x[r::d], so the halo is K-1.
+#pragma once
+
+#include <cstdint>
+
+namespace causalconv::detail {
+
+constexpr int kTileThreads = 256;
+constexpr int kTileOutputs = 2048;                            // time steps per block
+constexpr int kOutputsPerThread = kTileOutputs / kTileThreads;  // interleaved by kTileThreads
+constexpr int64_t kMaxTiledReach = 1024;                      // halo limit before splitting by residue
+constexpr int64_t kMaxGridX = 2147483647;
+constexpr int64_t kMaxGridY = 65535;
+
+struct DepthwiseTiling {
+  int64_t residues;      // R: 1, or d when split
+  int64_t step;          // time step between neighbours of a sub-sequence: R
+  int64_t dilation;      // dilation within a sub-sequence: d / R
+  int64_t halo;          // (K-1) * dilation
+  int64_t max_length;    // longest sub-sequence
+  int64_t tiles;         // tiles per sub-sequence
+  int64_t sequences;     // batch * channels * R
+
+  __host__ __device__ int64_t sub_length(int64_t length, int64_t r) const { return (length - r + step - 1) / step; }
+};
+
+inline DepthwiseTiling make_depthwise_tiling(int64_t batch, int64_t channels, int64_t length, int64_t width,
+                                             int64_t dilation) {
+  DepthwiseTiling t{};
+  const bool split = (width - 1) * dilation > kMaxTiledReach;
+  t.residues = split ? dilation : 1;
+  t.step = t.residues;
+  t.dilation = split ? 1 : dilation;
+  t.halo = (width - 1) * t.dilation;
+  t.max_length = (length + t.step - 1) / t.step;
+  t.tiles = (t.max_length + kTileOutputs - 1) / kTileOutputs;
+  t.sequences = batch * channels * t.residues;
+  return t;
+}
+
+}  // namespace causalconv::detail
