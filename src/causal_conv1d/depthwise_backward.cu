@@ -70,15 +70,8 @@ __global__ void __launch_bounds__(kTileThreads)
     }
     __syncthreads();  // the previous tile is done with the shared buffers
     // x over [j0 - H, j0 + T + H): the silu input at j needs x back to j - H.
-    const int x_extent = (p.silu ? 2 * halo : halo) + kTileOutputs;
-    for (int i = threadIdx.x; i < x_extent; i += kTileThreads) {
-      const int64_t j = j0 - halo + i;
-      x_s[i] = (j >= 0 && j < n) ? to_float(x[j * step]) : 0.0f;
-    }
-    for (int i = threadIdx.x; i < halo + kTileOutputs; i += kTileThreads) {
-      const int64_t j = j0 + i;
-      g_s[i] = j < n ? to_float(dy[j * step]) : 0.0f;
-    }
+    stage_row(x_s, x, step, j0, n, halo, p.silu ? halo : 0);
+    stage_row(g_s, dy, step, j0, n, 0, halo);
     __syncthreads();
     if (p.silu) {
       for (int i = threadIdx.x; i < halo + kTileOutputs; i += kTileThreads) {

@@ -38,10 +38,7 @@ __global__ void __launch_bounds__(kTileThreads) depthwise_forward_tiled(Depthwis
     const int64_t j0 = tile * kTileOutputs;
     if (j0 >= n) break;
     __syncthreads();  // the previous tile's reads of x_s are done
-    for (int i = threadIdx.x; i < halo + kTileOutputs; i += kTileThreads) {
-      const int64_t j = j0 - halo + i;
-      x_s[i] = (j >= 0 && j < n) ? to_float(x[j * xs]) : 0.0f;
-    }
+    stage_row(x_s, x, xs, j0, n, halo, 0);
     __syncthreads();
 
     float acc[kOutputsPerThread];

@@ -43,3 +43,36 @@ inline DepthwiseTiling make_depthwise_tiling(int64_t batch, int64_t channels, in
 }
 
 }  // namespace causalconv::detail
+
+#ifdef __CUDACC__
+#include "common/cuda_math.cuh"
+
+namespace causalconv::detail {
+
+// Stages src[j * stride] for j in [j0 - before, j0 + kTileOutputs + after) into dst
+// as fp32, zero outside [0, n). The tile body is loaded with a fixed, unrolled count
+// per thread so that all of a thread's loads are in flight at once (a runtime-bounded
+// loop would wait for each load before issuing the next); the halos follow.
+template <typename T>
+__device__ __forceinline__ void stage_row(float* dst, const T* src, int64_t stride, int64_t j0, int64_t n,
+                                          int before, int after) {
+  float body[kOutputsPerThread];
+#pragma unroll
+  for (int e = 0; e < kOutputsPerThread; ++e) {
+    const int64_t j = j0 + threadIdx.x + e * kTileThreads;
+    body[e] = j < n ? to_float(src[j * stride]) : 0.0f;
+  }
+  for (int i = threadIdx.x; i < before; i += kTileThreads) {
+    const int64_t j = j0 - before + i;
+    dst[i] = (j >= 0 && j < n) ? to_float(src[j * stride]) : 0.0f;
+  }
+  for (int i = threadIdx.x; i < after; i += kTileThreads) {
+    const int64_t j = j0 + kTileOutputs + i;
+    dst[before + kTileOutputs + i] = j < n ? to_float(src[j * stride]) : 0.0f;
+  }
+#pragma unroll
+  for (int e = 0; e < kOutputsPerThread; ++e) dst[before + threadIdx.x + e * kTileThreads] = body[e];
+}
+
+}  // namespace causalconv::detail
+#endif

@@ -18,11 +18,17 @@ def rel_l2(out: torch.Tensor, ref: torch.Tensor) -> float:
     return err / denom if denom > 0 else err
 
 
-def assert_close_to_reference(out: torch.Tensor, ref: torch.Tensor, dtype: torch.dtype, what: str = "output"):
+# Weight and bias gradients are fp32 sums over B*L terms, whose rounding error grows
+# like sqrt(B*L) * 2^-24; in fp32 they get a looser bound than the short per-element sums.
+REDUCTION_REL_L2_BOUND = {torch.float32: 1e-5, torch.float16: 2e-3, torch.bfloat16: 1e-2}
+
+
+def assert_close_to_reference(out: torch.Tensor, ref: torch.Tensor, dtype: torch.dtype, what: str = "output",
+                              reduction: bool = False):
     assert out.shape == ref.shape, f"{what}: shape {tuple(out.shape)} != reference {tuple(ref.shape)}"
     assert torch.isfinite(out).all(), f"{what}: non-finite values (unwritten or overflowed elements)"
     err = rel_l2(out, ref)
-    bound = REL_L2_BOUND[dtype]
+    bound = (REDUCTION_REL_L2_BOUND if reduction else REL_L2_BOUND)[dtype]
     max_abs = (out.double() - ref.double()).abs().max().item() if out.numel() else 0.0
     assert err <= bound, f"{what}: relative L2 error {err:.3e} > {bound:.0e} (max abs error {max_abs:.3e})"
 
