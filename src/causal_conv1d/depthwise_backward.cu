@@ -46,10 +46,10 @@ __global__ void __launch_bounds__(kTileThreads)
   float* red_s = g_s + halo + kTileOutputs;     // [kWarps][K+1]
 
   const int64_t seq = blockIdx.x;
-  const int64_t r = seq % tiling.residues;
-  const int64_t bc = seq / tiling.residues;
-  const int64_t c = bc % p.channels, b = bc / p.channels;
-  const int64_t n = tiling.sub_length(p.length, r);
+  const int64_t bc = tiling.residues == 1 ? seq : div_nonneg(seq, tiling.residues);
+  const int64_t r = seq - bc * tiling.residues;
+  const int64_t b = div_nonneg(bc, p.channels), c = bc - b * p.channels;
+  const int64_t n = tiling.residues == 1 ? p.length : div_nonneg(p.length - r + tiling.step - 1, tiling.step);
   const int64_t step = tiling.step;  // time stride of a sub-sequence (unit-stride rows)
   const T* x = static_cast<const T*>(p.x) + b * p.x_stride[0] + c * p.x_stride[1] + r;
   const T* dy = static_cast<const T*>(p.dy) + b * p.dy_stride[0] + c * p.dy_stride[1] + r;

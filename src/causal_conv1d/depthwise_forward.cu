@@ -22,10 +22,10 @@ __global__ void __launch_bounds__(kTileThreads) depthwise_forward_tiled(Depthwis
   float* w_s = smem;                     // [K]
   float* x_s = smem + p.width;           // [halo + kTileOutputs]
   const int64_t seq = blockIdx.x;
-  const int64_t r = seq % tiling.residues;
-  const int64_t bc = seq / tiling.residues;
-  const int64_t c = bc % p.channels, b = bc / p.channels;
-  const int64_t n = tiling.sub_length(p.length, r);
+  const int64_t bc = tiling.residues == 1 ? seq : div_nonneg(seq, tiling.residues);
+  const int64_t r = seq - bc * tiling.residues;
+  const int64_t b = div_nonneg(bc, p.channels), c = bc - b * p.channels;
+  const int64_t n = tiling.residues == 1 ? p.length : div_nonneg(p.length - r + tiling.step - 1, tiling.step);
   const T* x = static_cast<const T*>(p.x) + b * p.x_stride[0] + c * p.x_stride[1] + r * p.x_stride[2];
   T* y = static_cast<T*>(p.y) + b * p.y_stride[0] + c * p.y_stride[1] + r * p.y_stride[2];
   const int64_t xs = tiling.step * p.x_stride[2], ys = tiling.step * p.y_stride[2];
@@ -71,8 +71,8 @@ __global__ void __launch_bounds__(kDirectThreads) depthwise_forward_direct(Depth
   const int64_t rows = channel_last ? p.batch * p.length : p.batch * p.channels;
   const int64_t cols = channel_last ? p.channels : p.length;
   for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
-    const int64_t b = channel_last ? row / p.length : row / p.channels;
-    const int64_t row_minor = channel_last ? row % p.length : row % p.channels;
+    const int64_t b = div_nonneg(row, channel_last ? p.length : p.channels);
+    const int64_t row_minor = row - b * (channel_last ? p.length : p.channels);
     for (int64_t col = int64_t(blockIdx.y) * kDirectThreads + threadIdx.x; col < cols;
          col += int64_t(gridDim.y) * kDirectThreads) {
       const int64_t c = channel_last ? col : row_minor;
@@ -81,7 +81,7 @@ __global__ void __launch_bounds__(kDirectThreads) depthwise_forward_direct(Depth
       const T* wc = w + c * p.w_stride[0];
       float acc = bias ? to_float(bias[c * p.bias_stride]) : 0.0f;
       // Tap k reads x[t - (K-1-k)*d]; taps before the sequence start read the zero padding.
-      const int64_t first_tap = p.width - 1 - min(t / p.dilation, p.width - 1);
+      const int64_t first_tap = p.width - 1 - min(div_nonneg(t, p.dilation), p.width - 1);
       for (int64_t k = first_tap; k < p.width; ++k) {
         const int64_t src = t - (p.width - 1 - k) * p.dilation;
         acc = fmaf(to_float(wc[k * p.w_stride[1]]), to_float(xc[src * p.x_stride[2]]), acc);

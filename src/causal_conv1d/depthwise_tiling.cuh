@@ -24,8 +24,6 @@ struct DepthwiseTiling {
   int64_t max_length;    // longest sub-sequence
   int64_t tiles;         // tiles per sub-sequence
   int64_t sequences;     // batch * channels * R
-
-  __host__ __device__ int64_t sub_length(int64_t length, int64_t r) const { return (length - r + step - 1) / step; }
 };
 
 inline DepthwiseTiling make_depthwise_tiling(int64_t batch, int64_t channels, int64_t length, int64_t width,

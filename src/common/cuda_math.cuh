@@ -20,6 +20,13 @@ template <>
 __device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
 
 // Full-precision expf: fp32 results are checked against fp64 at ~1e-6.
+// Quotient of non-negative a / b: 32-bit division when both fit (a 64-bit divide is a
+// ~100-instruction subroutine; in a per-block prologue it can cost more than the tile).
+__device__ __forceinline__ int64_t div_nonneg(int64_t a, int64_t b) {
+  if (((a | b) >> 32) == 0) return int64_t(uint32_t(a) / uint32_t(b));
+  return a / b;
+}
+
 __device__ __forceinline__ float silu(float v) { return v / (1.0f + expf(-v)); }
 
 }  // namespace causalconv::detail
