@@ -35,8 +35,9 @@ __host__ __device__ inline size_t backward_smem_floats(int64_t width, int64_t ha
   return size_t(width + (2 * halo + kTileOutputs) + (kTileOutputs + halo) + kWarps * (width + 1));
 }
 
-template <typename T>
-__global__ void __launch_bounds__(kTileThreads)
+// kUnitStride: rows are not split by residue, so neighbours along time are adjacent.
+template <typename T, bool kUnitStride>
+__global__ void __launch_bounds__(kTileThreads, 4)
     depthwise_backward_tiled(DepthwiseBackwardParams p, DepthwiseTiling tiling, float* partials) {
   extern __shared__ float smem[];
   const int width = int(p.width), halo = int(tiling.halo), dil = int(tiling.dilation);
@@ -70,8 +71,8 @@ __global__ void __launch_bounds__(kTileThreads)
     }
     __syncthreads();  // the previous tile is done with the shared buffers
     // x over [j0 - H, j0 + T + H): the silu input at j needs x back to j - H.
-    stage_row(x_s, x, step, j0, n, halo, p.silu ? halo : 0);
-    stage_row(g_s, dy, step, j0, n, 0, halo);
+    stage_row<kUnitStride>(x_s, x, step, j0, n, halo, p.silu ? halo : 0);
+    stage_row<kUnitStride>(g_s, dy, step, j0, n, 0, halo);
     __syncthreads();
     if (p.silu) {
       for (int i = threadIdx.x; i < halo + kTileOutputs; i += kTileThreads) {
@@ -85,17 +86,14 @@ __global__ void __launch_bounds__(kTileThreads)
     if (p.dx) {
       T* dx = static_cast<T*>(p.dx) + b * p.dx_stride[0] + c * p.dx_stride[1] + r;
       float acc[kOutputsPerThread] = {};
+#pragma unroll 2  // as in the forward: more unrolling only spills
       for (int k = 0; k < width; ++k) {
         const float wk = w_s[k];
         const float* gk = g_s + (width - 1 - k) * dil + threadIdx.x;
 #pragma unroll
         for (int e = 0; e < kOutputsPerThread; ++e) acc[e] = fmaf(wk, gk[e * kTileThreads], acc[e]);
       }
-#pragma unroll
-      for (int e = 0; e < kOutputsPerThread; ++e) {
-        const int64_t j = j0 + threadIdx.x + e * kTileThreads;
-        if (j < n) dx[j * step] = from_float<T>(acc[e]);
-      }
+      store_tile<kUnitStride>(dx + j0 * step, step, n - j0, acc);
     }
 
     if (tile_partials) {
@@ -122,7 +120,7 @@ __global__ void __launch_bounds__(kTileThreads)
 
 // dweight[c, k] and dbias[c]: sum of the per-tile partials of channel c, in order.
 template <typename T>
-__global__ void __launch_bounds__(kTileThreads)
+__global__ void __launch_bounds__(kTileThreads, 4)
     depthwise_weight_grad_reduce(DepthwiseBackwardParams p, int64_t parts_per_channel, const float* partials) {
   const int64_t c = blockIdx.x;
   const float* part = partials + c * parts_per_channel * (p.width + 1);
@@ -146,8 +144,11 @@ void launch_typed(const DepthwiseBackwardParams& p, float* partials, cudaStream_
   if (tiling.sequences > kMaxGridX)
     throw Error(ErrorKind::not_implemented, "causal_conv1d backward: more than 2^31-1 (batch, channel) rows");
   if (tiling.sequences > 0 && tiling.tiles > 0) {  // else dx is empty and the weight gradients are zero
-    const dim3 grid(unsigned(tiling.sequences), unsigned(std::min(tiling.tiles, kMaxGridY)));
-    depthwise_backward_tiled<T><<<grid, kTileThreads, smem, stream>>>(p, tiling, partials);
+    const dim3 grid(unsigned(tiling.sequences), unsigned(tiling.tile_blocks));
+    if (tiling.step == 1)
+      depthwise_backward_tiled<T, true><<<grid, kTileThreads, smem, stream>>>(p, tiling, partials);
+    else
+      depthwise_backward_tiled<T, false><<<grid, kTileThreads, smem, stream>>>(p, tiling, partials);
     check_launch("causal_conv1d backward (depthwise)");
   }
   if (partials) {

@@ -16,8 +16,9 @@
 namespace causalconv::detail {
 namespace {
 
-template <typename T>
-__global__ void __launch_bounds__(kTileThreads) depthwise_forward_tiled(DepthwiseForwardParams p, DepthwiseTiling tiling) {
+// kUnitStride: rows are not split by residue, so neighbours along time are adjacent.
+template <typename T, bool kUnitStride>
+__global__ void __launch_bounds__(kTileThreads, 4) depthwise_forward_tiled(DepthwiseForwardParams p, DepthwiseTiling tiling) {
   extern __shared__ float smem[];
   float* w_s = smem;                     // [K]
   float* x_s = smem + p.width;           // [halo + kTileOutputs]
@@ -34,27 +35,29 @@ __global__ void __launch_bounds__(kTileThreads) depthwise_forward_tiled(Depthwis
   for (int k = threadIdx.x; k < width; k += kTileThreads) w_s[k] = to_float(static_cast<const T*>(p.weight)[c * p.w_stride[0] + k * p.w_stride[1]]);
   const float bias = p.bias ? to_float(static_cast<const T*>(p.bias)[c * p.bias_stride]) : 0.0f;
 
+#pragma unroll 1
   for (int64_t tile = blockIdx.y; tile < tiling.tiles; tile += gridDim.y) {
     const int64_t j0 = tile * kTileOutputs;
     if (j0 >= n) break;
     __syncthreads();  // the previous tile's reads of x_s are done
-    stage_row(x_s, x, xs, j0, n, halo, 0);
+    stage_row<kUnitStride>(x_s, x, xs, j0, n, halo, 0);
     __syncthreads();
 
     float acc[kOutputsPerThread];
 #pragma unroll
     for (int e = 0; e < kOutputsPerThread; ++e) acc[e] = bias;
+#pragma unroll 1  // kOutputsPerThread loads per tap are enough in flight; unrolling taps only spills
     for (int k = 0; k < width; ++k) {
       const float wk = w_s[k];
       const float* xk = x_s + k * dil + threadIdx.x;  // x_s[halo + jl - (K-1-k)*dil]
 #pragma unroll
       for (int e = 0; e < kOutputsPerThread; ++e) acc[e] = fmaf(wk, xk[e * kTileThreads], acc[e]);
     }
+    if (p.silu) {
 #pragma unroll
-    for (int e = 0; e < kOutputsPerThread; ++e) {
-      const int64_t j = j0 + threadIdx.x + e * kTileThreads;
-      if (j < n) y[j * ys] = from_float<T>(p.silu ? silu(acc[e]) : acc[e]);
+      for (int e = 0; e < kOutputsPerThread; ++e) acc[e] = silu(acc[e]);
     }
+    store_tile<kUnitStride>(y + j0 * ys, ys, n - j0, acc);
   }
 }
 
@@ -99,8 +102,11 @@ void launch_typed(const DepthwiseForwardParams& p, cudaStream_t stream) {
   const DepthwiseTiling tiling = make_depthwise_tiling(p.batch, p.channels, p.length, p.width, p.dilation);
   if (unit_time_stride && !channel_last && tiling.sequences <= kMaxGridX) {
     const size_t smem = sizeof(float) * size_t(p.width + tiling.halo + kTileOutputs);
-    const dim3 grid(unsigned(tiling.sequences), unsigned(std::min(tiling.tiles, kMaxGridY)));
-    depthwise_forward_tiled<T><<<grid, kTileThreads, smem, stream>>>(p, tiling);
+    const dim3 grid(unsigned(tiling.sequences), unsigned(tiling.tile_blocks));
+    if (tiling.step == 1)
+      depthwise_forward_tiled<T, true><<<grid, kTileThreads, smem, stream>>>(p, tiling);
+    else
+      depthwise_forward_tiled<T, false><<<grid, kTileThreads, smem, stream>>>(p, tiling);
     return;
   }
   const int64_t rows = channel_last ? p.batch * p.length : p.batch * p.channels;

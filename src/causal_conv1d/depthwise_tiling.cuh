@@ -5,13 +5,17 @@
 // every class is a dilation-1 convolution over x[r::d], so the halo is K-1.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 
 namespace causalconv::detail {
 
-constexpr int kTileThreads = 256;
-constexpr int kTileOutputs = 2048;                            // time steps per block
+// A block's fixed cost (locating its row, loading weights) is paid per row, so each
+// thread makes many outputs and a block walks up to kTilesPerBlock tiles of its row.
+constexpr int kTileThreads = 128;
+constexpr int kTileOutputs = 2048;                              // time steps per tile
 constexpr int kOutputsPerThread = kTileOutputs / kTileThreads;  // interleaved by kTileThreads
+constexpr int64_t kTilesPerBlock = 4;
 constexpr int64_t kMaxTiledReach = 1024;                      // halo limit before splitting by residue
 constexpr int64_t kMaxGridX = 2147483647;
 constexpr int64_t kMaxGridY = 65535;
@@ -23,6 +27,7 @@ struct DepthwiseTiling {
   int64_t halo;          // (K-1) * dilation
   int64_t max_length;    // longest sub-sequence
   int64_t tiles;         // tiles per sub-sequence
+  int64_t tile_blocks;   // blocks along a sub-sequence (grid.y), each walking tiles strided by it
   int64_t sequences;     // batch * channels * R
 };
 
@@ -36,6 +41,7 @@ inline DepthwiseTiling make_depthwise_tiling(int64_t batch, int64_t channels, in
   t.halo = (width - 1) * t.dilation;
   t.max_length = (length + t.step - 1) / t.step;
   t.tiles = (t.max_length + kTileOutputs - 1) / kTileOutputs;
+  t.tile_blocks = std::min((t.tiles + kTilesPerBlock - 1) / kTilesPerBlock, kMaxGridY);
   t.sequences = batch * channels * t.residues;
   return t;
 }
@@ -49,27 +55,61 @@ namespace causalconv::detail {
 
 // Stages src[j * stride] for j in [j0 - before, j0 + kTileOutputs + after) into dst
 // as fp32, zero outside [0, n). The tile body is loaded with a fixed, unrolled count
-// per thread so that all of a thread's loads are in flight at once (a runtime-bounded
-// loop would wait for each load before issuing the next); the halos follow.
-template <typename T>
+// per thread so that all of a thread's loads are in flight at once; a full tile
+// (the common case) takes no bounds checks, and kUnitStride turns the index math into
+// immediate offsets from one row pointer.
+template <bool kUnitStride>
+__device__ __forceinline__ int64_t element_offset(int64_t i, int64_t stride) {
+  return kUnitStride ? i : i * stride;
+}
+
+template <bool kUnitStride, typename T>
 __device__ __forceinline__ void stage_row(float* dst, const T* src, int64_t stride, int64_t j0, int64_t n,
                                           int before, int after) {
+  const T* row = src + j0 * stride;  // element j0
+  const int64_t remaining = n - j0;  // > 0
   float body[kOutputsPerThread];
+  if (remaining >= kTileOutputs) {
 #pragma unroll
-  for (int e = 0; e < kOutputsPerThread; ++e) {
-    const int64_t j = j0 + threadIdx.x + e * kTileThreads;
-    body[e] = j < n ? to_float(src[j * stride]) : 0.0f;
+    for (int e = 0; e < kOutputsPerThread; ++e)
+      body[e] = to_float(row[element_offset<kUnitStride>(threadIdx.x + e * kTileThreads, stride)]);
+  } else {
+    const int valid = int(remaining);
+#pragma unroll
+    for (int e = 0; e < kOutputsPerThread; ++e) {
+      const int i = threadIdx.x + e * kTileThreads;
+      body[e] = i < valid ? to_float(row[element_offset<kUnitStride>(i, stride)]) : 0.0f;
+    }
   }
-  for (int i = threadIdx.x; i < before; i += kTileThreads) {
-    const int64_t j = j0 - before + i;
-    dst[i] = (j >= 0 && j < n) ? to_float(src[j * stride]) : 0.0f;
+  for (int i = threadIdx.x; i < before; i += kTileThreads) {  // causal halo; zero padding before t = 0
+    const int back = before - i;
+    dst[i] = back <= j0 ? to_float(row[element_offset<kUnitStride>(-back, stride)]) : 0.0f;
   }
-  for (int i = threadIdx.x; i < after; i += kTileThreads) {
-    const int64_t j = j0 + kTileOutputs + i;
-    dst[before + kTileOutputs + i] = j < n ? to_float(src[j * stride]) : 0.0f;
+  for (int i = threadIdx.x; i < after; i += kTileThreads) {  // look-ahead halo (backward)
+    const int ahead = kTileOutputs + i;
+    dst[before + ahead] = ahead < remaining ? to_float(row[element_offset<kUnitStride>(ahead, stride)]) : 0.0f;
   }
 #pragma unroll
   for (int e = 0; e < kOutputsPerThread; ++e) dst[before + threadIdx.x + e * kTileThreads] = body[e];
+}
+
+// Writes a thread's interleaved outputs v[e] (tile positions threadIdx.x + e * kTileThreads)
+// to dst_row[position * stride], skipping positions at or beyond n - j0.
+template <bool kUnitStride, typename T>
+__device__ __forceinline__ void store_tile(T* dst_row, int64_t stride, int64_t remaining,
+                                           const float (&v)[kOutputsPerThread]) {
+  if (remaining >= kTileOutputs) {
+#pragma unroll
+    for (int e = 0; e < kOutputsPerThread; ++e)
+      dst_row[element_offset<kUnitStride>(threadIdx.x + e * kTileThreads, stride)] = from_float<T>(v[e]);
+  } else {
+    const int valid = int(remaining);
+#pragma unroll
+    for (int e = 0; e < kOutputsPerThread; ++e) {
+      const int i = threadIdx.x + e * kTileThreads;
+      if (i < valid) dst_row[element_offset<kUnitStride>(i, stride)] = from_float<T>(v[e]);
+    }
+  }
 }
 
 }  // namespace causalconv::detail
