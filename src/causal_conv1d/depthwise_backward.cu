@@ -17,7 +17,9 @@
 namespace causalconv::detail {
 namespace {
 
-constexpr int kWarps = kTileThreads / 32;
+using Tile = BackwardTile;
+
+constexpr int kWarps = Tile::kThreads / 32;
 
 __device__ __forceinline__ float silu_grad(float u) {
   const float s = 1.0f / (1.0f + expf(-u));
@@ -37,7 +39,7 @@ __host__ __device__ inline size_t backward_smem_floats(int64_t width, int64_t ha
 
 // kUnitStride: rows are not split by residue, so neighbours along time are adjacent.
 template <typename T, bool kUnitStride>
-__global__ void __launch_bounds__(kTileThreads, 4)
+__global__ void __launch_bounds__(Tile::kThreads)
     depthwise_backward_tiled(DepthwiseBackwardParams p, DepthwiseTiling tiling, float* partials) {
   extern __shared__ float smem[];
   const int width = int(p.width), halo = int(tiling.halo), dil = int(tiling.dilation);
@@ -56,7 +58,7 @@ __global__ void __launch_bounds__(kTileThreads, 4)
   const T* dy = static_cast<const T*>(p.dy) + b * p.dy_stride[0] + c * p.dy_stride[1] + r;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
 
-  for (int k = threadIdx.x; k < width; k += kTileThreads)
+  for (int k = threadIdx.x; k < width; k += Tile::kThreads)
     w_s[k] = to_float(static_cast<const T*>(p.weight)[c * p.w_stride[0] + k * p.w_stride[1]]);
   const float bias = p.bias ? to_float(static_cast<const T*>(p.bias)[c * p.bias_stride]) : 0.0f;
 
@@ -66,16 +68,16 @@ __global__ void __launch_bounds__(kTileThreads, 4)
                                                   (b * tiling.residues + r) * tiling.tiles + tile) * (width + 1)
                                     : nullptr;
     if (j0 >= n) {  // a short residue class: this tile is empty but its partials are still summed
-      for (int k = threadIdx.x; tile_partials && k <= width; k += kTileThreads) tile_partials[k] = 0.0f;
+      for (int k = threadIdx.x; tile_partials && k <= width; k += Tile::kThreads) tile_partials[k] = 0.0f;
       continue;
     }
     __syncthreads();  // the previous tile is done with the shared buffers
     // x over [j0 - H, j0 + T + H): the silu input at j needs x back to j - H.
-    stage_row<kUnitStride>(x_s, x, step, j0, n, halo, p.silu ? halo : 0);
-    stage_row<kUnitStride>(g_s, dy, step, j0, n, 0, halo);
+    stage_row<Tile, kUnitStride>(x_s, x, step, j0, n, halo, p.silu ? halo : 0);
+    stage_row<Tile, kUnitStride>(g_s, dy, step, j0, n, 0, halo);
     __syncthreads();
     if (p.silu) {
-      for (int i = threadIdx.x; i < halo + kTileOutputs; i += kTileThreads) {
+      for (int i = threadIdx.x; i < halo + kTileOutputs; i += Tile::kThreads) {
         float u = bias;
         for (int k = 0; k < width; ++k) u = fmaf(w_s[k], x_s[i + k * dil], u);  // x_s[H + i - (K-1-k)d]
         g_s[i] *= silu_grad(u);
@@ -85,15 +87,15 @@ __global__ void __launch_bounds__(kTileThreads, 4)
 
     if (p.dx) {
       T* dx = static_cast<T*>(p.dx) + b * p.dx_stride[0] + c * p.dx_stride[1] + r;
-      float acc[kOutputsPerThread] = {};
+      float acc[Tile::kPerThread] = {};
 #pragma unroll 2  // as in the forward: more unrolling only spills
       for (int k = 0; k < width; ++k) {
         const float wk = w_s[k];
         const float* gk = g_s + (width - 1 - k) * dil + threadIdx.x;
 #pragma unroll
-        for (int e = 0; e < kOutputsPerThread; ++e) acc[e] = fmaf(wk, gk[e * kTileThreads], acc[e]);
+        for (int e = 0; e < Tile::kPerThread; ++e) acc[e] = fmaf(wk, gk[e * Tile::kThreads], acc[e]);
       }
-      store_tile<kUnitStride>(dx + j0 * step, step, n - j0, acc);
+      store_tile<Tile, kUnitStride>(dx + j0 * step, step, n - j0, acc);
     }
 
     if (tile_partials) {
@@ -103,13 +105,13 @@ __global__ void __launch_bounds__(kTileThreads, 4)
         const float* xk = x_s + k * dil + threadIdx.x;  // x[j - (K-1-k)d]
         float s = 0.0f;
 #pragma unroll
-        for (int e = 0; e < kOutputsPerThread; ++e)
-          s = fmaf(g_s[threadIdx.x + e * kTileThreads], k < width ? xk[e * kTileThreads] : 1.0f, s);
+        for (int e = 0; e < Tile::kPerThread; ++e)
+          s = fmaf(g_s[threadIdx.x + e * Tile::kThreads], k < width ? xk[e * Tile::kThreads] : 1.0f, s);
         s = warp_sum(s);
         if (lane == 0) red_s[warp * (width + 1) + k] = s;
       }
       __syncthreads();
-      for (int k = threadIdx.x; k <= width; k += kTileThreads) {
+      for (int k = threadIdx.x; k <= width; k += Tile::kThreads) {
         float s = 0.0f;
         for (int w = 0; w < kWarps; ++w) s += red_s[w * (width + 1) + k];
         tile_partials[k] = s;
@@ -120,11 +122,11 @@ __global__ void __launch_bounds__(kTileThreads, 4)
 
 // dweight[c, k] and dbias[c]: sum of the per-tile partials of channel c, in order.
 template <typename T>
-__global__ void __launch_bounds__(kTileThreads, 4)
+__global__ void __launch_bounds__(Tile::kThreads)
     depthwise_weight_grad_reduce(DepthwiseBackwardParams p, int64_t parts_per_channel, const float* partials) {
   const int64_t c = blockIdx.x;
   const float* part = partials + c * parts_per_channel * (p.width + 1);
-  for (int64_t k = threadIdx.x; k <= p.width; k += kTileThreads) {
+  for (int64_t k = threadIdx.x; k <= p.width; k += Tile::kThreads) {
     float s = 0.0f;
     for (int64_t q = 0; q < parts_per_channel; ++q) s += part[q * (p.width + 1) + k];
     if (k < p.width) {
@@ -139,20 +141,21 @@ int64_t parts_per_channel(const DepthwiseTiling& t, int64_t batch) { return batc
 
 template <typename T>
 void launch_typed(const DepthwiseBackwardParams& p, float* partials, cudaStream_t stream) {
-  const DepthwiseTiling tiling = make_depthwise_tiling(p.batch, p.channels, p.length, p.width, p.dilation);
+  const DepthwiseTiling tiling =
+      make_depthwise_tiling(p.batch, p.channels, p.length, p.width, p.dilation, kBackwardTilesPerBlock);
   const size_t smem = sizeof(float) * backward_smem_floats(p.width, tiling.halo);
   if (tiling.sequences > kMaxGridX)
     throw Error(ErrorKind::not_implemented, "causal_conv1d backward: more than 2^31-1 (batch, channel) rows");
   if (tiling.sequences > 0 && tiling.tiles > 0) {  // else dx is empty and the weight gradients are zero
     const dim3 grid(unsigned(tiling.sequences), unsigned(tiling.tile_blocks));
     if (tiling.step == 1)
-      depthwise_backward_tiled<T, true><<<grid, kTileThreads, smem, stream>>>(p, tiling, partials);
+      depthwise_backward_tiled<T, true><<<grid, Tile::kThreads, smem, stream>>>(p, tiling, partials);
     else
-      depthwise_backward_tiled<T, false><<<grid, kTileThreads, smem, stream>>>(p, tiling, partials);
+      depthwise_backward_tiled<T, false><<<grid, Tile::kThreads, smem, stream>>>(p, tiling, partials);
     check_launch("causal_conv1d backward (depthwise)");
   }
   if (partials) {
-    depthwise_weight_grad_reduce<T><<<unsigned(p.channels), kTileThreads, 0, stream>>>(
+    depthwise_weight_grad_reduce<T><<<unsigned(p.channels), Tile::kThreads, 0, stream>>>(
         p, parts_per_channel(tiling, p.batch), partials);
     check_launch("causal_conv1d backward (depthwise weight-gradient reduction)");
   }
@@ -162,7 +165,8 @@ void launch_typed(const DepthwiseBackwardParams& p, float* partials, cudaStream_
 
 size_t depthwise_backward_workspace_bytes(const DepthwiseBackwardParams& p) {
   if (!p.dweight && !p.dbias) return 0;
-  const DepthwiseTiling tiling = make_depthwise_tiling(p.batch, p.channels, p.length, p.width, p.dilation);
+  const DepthwiseTiling tiling =
+      make_depthwise_tiling(p.batch, p.channels, p.length, p.width, p.dilation, kBackwardTilesPerBlock);
   return sizeof(float) * size_t(p.channels * parts_per_channel(tiling, p.batch) * (p.width + 1));
 }
 

@@ -2,7 +2,7 @@
 //
 // Tiled kernel (rows with unit time stride): a block stages one time tile of one
 // sequence plus its causal halo in shared memory as fp32, then each thread makes
-// kOutputsPerThread outputs, interleaved so that neighbouring threads touch
+// Tile::kPerThread outputs, interleaved so that neighbouring threads touch
 // neighbouring addresses in global and shared memory.
 // Direct kernel (any other strides, e.g. channel-last): one output per thread,
 // threads walking the unit-stride dim.
@@ -16,9 +16,11 @@
 namespace causalconv::detail {
 namespace {
 
+using Tile = ForwardTile;
+
 // kUnitStride: rows are not split by residue, so neighbours along time are adjacent.
 template <typename T, bool kUnitStride>
-__global__ void __launch_bounds__(kTileThreads, 4) depthwise_forward_tiled(DepthwiseForwardParams p, DepthwiseTiling tiling) {
+__global__ void __launch_bounds__(Tile::kThreads, 4) depthwise_forward_tiled(DepthwiseForwardParams p, DepthwiseTiling tiling) {
   extern __shared__ float smem[];
   float* w_s = smem;                     // [K]
   float* x_s = smem + p.width;           // [halo + kTileOutputs]
@@ -32,7 +34,7 @@ __global__ void __launch_bounds__(kTileThreads, 4) depthwise_forward_tiled(Depth
   const int64_t xs = tiling.step * p.x_stride[2], ys = tiling.step * p.y_stride[2];
   const int width = int(p.width), halo = int(tiling.halo), dil = int(tiling.dilation);
 
-  for (int k = threadIdx.x; k < width; k += kTileThreads) w_s[k] = to_float(static_cast<const T*>(p.weight)[c * p.w_stride[0] + k * p.w_stride[1]]);
+  for (int k = threadIdx.x; k < width; k += Tile::kThreads) w_s[k] = to_float(static_cast<const T*>(p.weight)[c * p.w_stride[0] + k * p.w_stride[1]]);
   const float bias = p.bias ? to_float(static_cast<const T*>(p.bias)[c * p.bias_stride]) : 0.0f;
 
 #pragma unroll 1
@@ -40,24 +42,24 @@ __global__ void __launch_bounds__(kTileThreads, 4) depthwise_forward_tiled(Depth
     const int64_t j0 = tile * kTileOutputs;
     if (j0 >= n) break;
     __syncthreads();  // the previous tile's reads of x_s are done
-    stage_row<kUnitStride>(x_s, x, xs, j0, n, halo, 0);
+    stage_row<Tile, kUnitStride>(x_s, x, xs, j0, n, halo, 0);
     __syncthreads();
 
-    float acc[kOutputsPerThread];
+    float acc[Tile::kPerThread];
 #pragma unroll
-    for (int e = 0; e < kOutputsPerThread; ++e) acc[e] = bias;
-#pragma unroll 1  // kOutputsPerThread loads per tap are enough in flight; unrolling taps only spills
+    for (int e = 0; e < Tile::kPerThread; ++e) acc[e] = bias;
+#pragma unroll 1  // Tile::kPerThread loads per tap are enough in flight; unrolling taps only spills
     for (int k = 0; k < width; ++k) {
       const float wk = w_s[k];
       const float* xk = x_s + k * dil + threadIdx.x;  // x_s[halo + jl - (K-1-k)*dil]
 #pragma unroll
-      for (int e = 0; e < kOutputsPerThread; ++e) acc[e] = fmaf(wk, xk[e * kTileThreads], acc[e]);
+      for (int e = 0; e < Tile::kPerThread; ++e) acc[e] = fmaf(wk, xk[e * Tile::kThreads], acc[e]);
     }
     if (p.silu) {
 #pragma unroll
-      for (int e = 0; e < kOutputsPerThread; ++e) acc[e] = silu(acc[e]);
+      for (int e = 0; e < Tile::kPerThread; ++e) acc[e] = silu(acc[e]);
     }
-    store_tile<kUnitStride>(y + j0 * ys, ys, n - j0, acc);
+    store_tile<Tile, kUnitStride>(y + j0 * ys, ys, n - j0, acc);
   }
 }
 
@@ -99,14 +101,15 @@ template <typename T>
 void launch_typed(const DepthwiseForwardParams& p, cudaStream_t stream) {
   const bool channel_last = p.x_stride[1] == 1 && p.y_stride[1] == 1 && p.channels > 1;
   const bool unit_time_stride = p.x_stride[2] == 1 && p.y_stride[2] == 1;
-  const DepthwiseTiling tiling = make_depthwise_tiling(p.batch, p.channels, p.length, p.width, p.dilation);
+  const DepthwiseTiling tiling =
+      make_depthwise_tiling(p.batch, p.channels, p.length, p.width, p.dilation, kForwardTilesPerBlock);
   if (unit_time_stride && !channel_last && tiling.sequences <= kMaxGridX) {
     const size_t smem = sizeof(float) * size_t(p.width + tiling.halo + kTileOutputs);
     const dim3 grid(unsigned(tiling.sequences), unsigned(tiling.tile_blocks));
     if (tiling.step == 1)
-      depthwise_forward_tiled<T, true><<<grid, kTileThreads, smem, stream>>>(p, tiling);
+      depthwise_forward_tiled<T, true><<<grid, Tile::kThreads, smem, stream>>>(p, tiling);
     else
-      depthwise_forward_tiled<T, false><<<grid, kTileThreads, smem, stream>>>(p, tiling);
+      depthwise_forward_tiled<T, false><<<grid, Tile::kThreads, smem, stream>>>(p, tiling);
     return;
   }
   const int64_t rows = channel_last ? p.batch * p.length : p.batch * p.channels;

@@ -10,12 +10,21 @@
 
 namespace causalconv::detail {
 
-// A block's fixed cost (locating its row, loading weights) is paid per row, so each
-// thread makes many outputs and a block walks up to kTilesPerBlock tiles of its row.
-constexpr int kTileThreads = 128;
-constexpr int kTileOutputs = 2048;                              // time steps per tile
-constexpr int kOutputsPerThread = kTileOutputs / kTileThreads;  // interleaved by kTileThreads
-constexpr int64_t kTilesPerBlock = 4;
+constexpr int kTileOutputs = 2048;  // time steps per tile
+
+// Threads of a tile, each making kPerThread outputs interleaved by kThreads.
+template <int kThreadsPerTile>
+struct TileShape {
+  static constexpr int kThreads = kThreadsPerTile;
+  static constexpr int kPerThread = kTileOutputs / kThreadsPerTile;
+};
+// The forward's fixed cost per block (locating its row, loading weights) is amortised
+// over 16 outputs per thread and up to 4 tiles per block; the backward keeps more
+// state per output, so it runs 8 outputs per thread and one tile per block.
+using ForwardTile = TileShape<128>;
+constexpr int64_t kForwardTilesPerBlock = 4;
+using BackwardTile = TileShape<256>;
+constexpr int64_t kBackwardTilesPerBlock = 1;
 constexpr int64_t kMaxTiledReach = 1024;                      // halo limit before splitting by residue
 constexpr int64_t kMaxGridX = 2147483647;
 constexpr int64_t kMaxGridY = 65535;
@@ -32,7 +41,7 @@ struct DepthwiseTiling {
 };
 
 inline DepthwiseTiling make_depthwise_tiling(int64_t batch, int64_t channels, int64_t length, int64_t width,
-                                             int64_t dilation) {
+                                             int64_t dilation, int64_t tiles_per_block) {
   DepthwiseTiling t{};
   const bool split = (width - 1) * dilation > kMaxTiledReach;
   t.residues = split ? dilation : 1;
@@ -41,7 +50,7 @@ inline DepthwiseTiling make_depthwise_tiling(int64_t batch, int64_t channels, in
   t.halo = (width - 1) * t.dilation;
   t.max_length = (length + t.step - 1) / t.step;
   t.tiles = (t.max_length + kTileOutputs - 1) / kTileOutputs;
-  t.tile_blocks = std::min((t.tiles + kTilesPerBlock - 1) / kTilesPerBlock, kMaxGridY);
+  t.tile_blocks = std::min((t.tiles + tiles_per_block - 1) / tiles_per_block, kMaxGridY);
   t.sequences = batch * channels * t.residues;
   return t;
 }
@@ -63,50 +72,50 @@ __device__ __forceinline__ int64_t element_offset(int64_t i, int64_t stride) {
   return kUnitStride ? i : i * stride;
 }
 
-template <bool kUnitStride, typename T>
+template <typename Shape, bool kUnitStride, typename T>
 __device__ __forceinline__ void stage_row(float* dst, const T* src, int64_t stride, int64_t j0, int64_t n,
                                           int before, int after) {
   const T* row = src + j0 * stride;  // element j0
   const int64_t remaining = n - j0;  // > 0
-  float body[kOutputsPerThread];
+  float body[Shape::kPerThread];
   if (remaining >= kTileOutputs) {
 #pragma unroll
-    for (int e = 0; e < kOutputsPerThread; ++e)
-      body[e] = to_float(row[element_offset<kUnitStride>(threadIdx.x + e * kTileThreads, stride)]);
+    for (int e = 0; e < Shape::kPerThread; ++e)
+      body[e] = to_float(row[element_offset<kUnitStride>(threadIdx.x + e * Shape::kThreads, stride)]);
   } else {
     const int valid = int(remaining);
 #pragma unroll
-    for (int e = 0; e < kOutputsPerThread; ++e) {
-      const int i = threadIdx.x + e * kTileThreads;
+    for (int e = 0; e < Shape::kPerThread; ++e) {
+      const int i = threadIdx.x + e * Shape::kThreads;
       body[e] = i < valid ? to_float(row[element_offset<kUnitStride>(i, stride)]) : 0.0f;
     }
   }
-  for (int i = threadIdx.x; i < before; i += kTileThreads) {  // causal halo; zero padding before t = 0
+  for (int i = threadIdx.x; i < before; i += Shape::kThreads) {  // causal halo; zero padding before t = 0
     const int back = before - i;
     dst[i] = back <= j0 ? to_float(row[element_offset<kUnitStride>(-back, stride)]) : 0.0f;
   }
-  for (int i = threadIdx.x; i < after; i += kTileThreads) {  // look-ahead halo (backward)
+  for (int i = threadIdx.x; i < after; i += Shape::kThreads) {  // look-ahead halo (backward)
     const int ahead = kTileOutputs + i;
     dst[before + ahead] = ahead < remaining ? to_float(row[element_offset<kUnitStride>(ahead, stride)]) : 0.0f;
   }
 #pragma unroll
-  for (int e = 0; e < kOutputsPerThread; ++e) dst[before + threadIdx.x + e * kTileThreads] = body[e];
+  for (int e = 0; e < Shape::kPerThread; ++e) dst[before + threadIdx.x + e * Shape::kThreads] = body[e];
 }
 
-// Writes a thread's interleaved outputs v[e] (tile positions threadIdx.x + e * kTileThreads)
+// Writes a thread's interleaved outputs v[e] (tile positions threadIdx.x + e * Shape::kThreads)
 // to dst_row[position * stride], skipping positions at or beyond n - j0.
-template <bool kUnitStride, typename T>
+template <typename Shape, bool kUnitStride, typename T>
 __device__ __forceinline__ void store_tile(T* dst_row, int64_t stride, int64_t remaining,
-                                           const float (&v)[kOutputsPerThread]) {
+                                           const float (&v)[Shape::kPerThread]) {
   if (remaining >= kTileOutputs) {
 #pragma unroll
-    for (int e = 0; e < kOutputsPerThread; ++e)
-      dst_row[element_offset<kUnitStride>(threadIdx.x + e * kTileThreads, stride)] = from_float<T>(v[e]);
+    for (int e = 0; e < Shape::kPerThread; ++e)
+      dst_row[element_offset<kUnitStride>(threadIdx.x + e * Shape::kThreads, stride)] = from_float<T>(v[e]);
   } else {
     const int valid = int(remaining);
 #pragma unroll
-    for (int e = 0; e < kOutputsPerThread; ++e) {
-      const int i = threadIdx.x + e * kTileThreads;
+    for (int e = 0; e < Shape::kPerThread; ++e) {
+      const int i = threadIdx.x + e * Shape::kThreads;
       if (i < valid) dst_row[element_offset<kUnitStride>(i, stride)] = from_float<T>(v[e]);
     }
   }
