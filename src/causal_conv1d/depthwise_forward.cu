@@ -20,7 +20,8 @@ using Tile = ForwardTile;
 
 // kUnitStride: rows are not split by residue, so neighbours along time are adjacent.
 template <typename T, bool kUnitStride>
-__global__ void __launch_bounds__(Tile::kThreads, 4) depthwise_forward_tiled(DepthwiseForwardParams p, DepthwiseTiling tiling) {
+__global__ void __launch_bounds__(Tile::kThreads, 4)
+    depthwise_forward_tiled(DepthwiseForwardParams p, DepthwiseTiling tiling) {
   extern __shared__ float smem[];
   float* w_s = smem;                     // [K]
   float* x_s = smem + p.width;           // [halo + kTileOutputs]
@@ -34,7 +35,8 @@ __global__ void __launch_bounds__(Tile::kThreads, 4) depthwise_forward_tiled(Dep
   const int64_t xs = tiling.step * p.x_stride[2], ys = tiling.step * p.y_stride[2];
   const int width = int(p.width), halo = int(tiling.halo), dil = int(tiling.dilation);
 
-  for (int k = threadIdx.x; k < width; k += Tile::kThreads) w_s[k] = to_float(static_cast<const T*>(p.weight)[c * p.w_stride[0] + k * p.w_stride[1]]);
+  for (int k = threadIdx.x; k < width; k += Tile::kThreads)
+    w_s[k] = to_float(static_cast<const T*>(p.weight)[c * p.w_stride[0] + k * p.w_stride[1]]);
   const float bias = p.bias ? to_float(static_cast<const T*>(p.bias)[c * p.bias_stride]) : 0.0f;
 
 #pragma unroll 1

@@ -28,7 +28,7 @@ void throw_cuda_error(cudaError_t status, const char* op) {
   std::string where = std::string(op) + " on " + describe_current_gpu() + ", causalconv " + version();
   if (status == cudaErrorNoKernelImageForDevice || status == cudaErrorInvalidDeviceFunction)
     throw Error(ErrorKind::runtime, where + ": this build has no kernel for this GPU (built for CUDA architectures " +
-                                        CAUSALCONV_CUDA_ARCHS + "); rebuild with CMAKE_CUDA_ARCHITECTURES including it");
+                                        CAUSALCONV_CUDA_ARCHS + "); rebuild with CMAKE_CUDA_ARCHITECTURES naming it");
   throw Error(ErrorKind::runtime, where + ": CUDA error " + cudaGetErrorName(status) + ": " +
                                       cudaGetErrorString(status));
 }
