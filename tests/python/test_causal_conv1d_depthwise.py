@@ -270,3 +270,16 @@ def test_dense_is_not_built_yet():
     x, w = torch.randn(1, 4, 8, device="cuda"), torch.randn(6, 4, 3, device="cuda")
     with pytest.raises(NotImplementedError, match="dense and grouped"):
         causalconv.causal_conv1d(x, w)
+
+
+@requires_cuda
+def test_backward_rejects_a_short_workspace():
+    x = torch.randn(1, 4, 64, device="cuda")
+    w = torch.randn(4, 3, device="cuda")
+    dy, dx, dw = torch.randn_like(x), torch.full_like(x, float("nan")), torch.empty_like(w)
+    args = (view(x), view(w), None, view(dy), view(dx), view(dw), None, 1, 0, 0)
+    assert _C.causal_conv1d_backward_workspace_bytes(*args) > 0
+    with pytest.raises(ValueError, match=r"causal_conv1d: workspace: expected at least \d+ bytes, got 0 bytes"):
+        _C.causal_conv1d_backward(*args, None, 0)
+    torch.cuda.synchronize()
+    assert torch.isnan(dx).all(), "a rejected call wrote its output"
