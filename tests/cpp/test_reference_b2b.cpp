@@ -10,6 +10,8 @@
 
 #include "causalconv/error.h"
 #include "causalconv/reference.h"
+#include "gradient_check.h"
+#include "expect_error.h"
 #include "host_tensor.h"
 
 namespace {
@@ -19,6 +21,9 @@ using causalconv::B2BCausalConv1dForwardArgs;
 using causalconv::DType;
 using causalconv::Error;
 using causalconv::ErrorKind;
+using causalconv::test::expect_gradient_close;
+using causalconv::test::finite_difference;
+using causalconv::test::expect_invalid_argument;
 using causalconv::test::HostTensor;
 using causalconv::test::Layout;
 using causalconv::test::max_abs;
@@ -100,34 +105,8 @@ struct B2BProblem {
   }
 
   // sum(r * out): a random linear functional whose gradient wrt out is r.
-  double functional(const HostTensor& r) const {
-    const HostTensor out = reference_forward();
-    double s = 0.0;
-    for (int64_t n = 0; n < out.numel(); ++n) s += r.flat(n) * out.flat(n);
-    return s;
-  }
+  double functional(const HostTensor& r) const { return causalconv::test::dot(r, reference_forward()); }
 };
-
-// Central differences of `f` wrt every element of `param` (restored afterwards).
-HostTensor finite_difference(HostTensor& param, const std::function<double()>& f) {
-  constexpr double kStep = 1e-6;
-  HostTensor grad(param.sizes());
-  for (int64_t n = 0; n < param.numel(); ++n) {
-    const double saved = param.flat(n);
-    param.flat(n) = saved + kStep;
-    const double up = f();
-    param.flat(n) = saved - kStep;
-    const double down = f();
-    param.flat(n) = saved;
-    grad.flat(n) = (up - down) / (2 * kStep);
-  }
-  return grad;
-}
-
-void expect_gradient_close(const HostTensor& analytic, const HostTensor& numeric, const char* what) {
-  const double tol = 1e-7 * std::max(1.0, max_abs(numeric));
-  EXPECT_LE(max_abs_diff(analytic, numeric), tol) << what;
-}
 
 const std::vector<B2BCase>& b2b_cases() {
   static const std::vector<B2BCase> cases = {
@@ -183,20 +162,6 @@ INSTANTIATE_TEST_SUITE_P(Cases, ReferenceB2B, ::testing::ValuesIn(b2b_cases()),
 
 // ---- validation of the reference target --------------------------------------
 
-template <class F>
-void expect_invalid_argument(F&& f, const std::string& arg) {
-  try {
-    f();
-    ADD_FAILURE() << "no exception; expected one about " << arg;
-  } catch (const Error& e) {
-    const std::string message = e.what();
-    EXPECT_EQ(e.kind(), ErrorKind::invalid_argument) << message;
-    EXPECT_NE(message.find("b2b_causal_conv1d: " + arg), std::string::npos) << message;
-    EXPECT_NE(message.find("expected"), std::string::npos) << message;
-    EXPECT_NE(message.find("got"), std::string::npos) << message;
-  }
-}
-
 class ReferenceB2BValidation : public ::testing::Test {
  protected:
   B2BProblem p{{"", 2, 2, 6, 3, 4, Layout::contiguous}};
@@ -221,21 +186,24 @@ TEST_F(ReferenceB2BValidation, Float32InputRejectedAndNothingWritten) {
   out.fill_nan();
   B2BCausalConv1dForwardArgs a = args();
   a.x.dtype = DType::f32;
-  expect_invalid_argument([&] { causalconv::reference::b2b_causal_conv1d_forward(a); }, "x:");
+  expect_invalid_argument([&] { causalconv::reference::b2b_causal_conv1d_forward(a); }, "b2b_causal_conv1d",
+                          "x:");
   for (int64_t n = 0; n < out.numel(); ++n) ASSERT_TRUE(std::isnan(out.flat(n)));
 }
 
 TEST_F(ReferenceB2BValidation, Float32SkipBiasRejected) {
   B2BCausalConv1dForwardArgs a = args();
   a.skip_bias.dtype = DType::f32;
-  expect_invalid_argument([&] { causalconv::reference::b2b_causal_conv1d_forward(a); }, "skip_bias:");
+  expect_invalid_argument([&] { causalconv::reference::b2b_causal_conv1d_forward(a); }, "b2b_causal_conv1d",
+                          "skip_bias:");
 }
 
 TEST_F(ReferenceB2BValidation, WrongSkipBiasShapeRejected) {
   HostTensor skip({3});
   B2BCausalConv1dForwardArgs a = args();
   a.skip_bias = skip.view();
-  expect_invalid_argument([&] { causalconv::reference::b2b_causal_conv1d_forward(a); }, "skip_bias:");
+  expect_invalid_argument([&] { causalconv::reference::b2b_causal_conv1d_forward(a); }, "b2b_causal_conv1d",
+                          "skip_bias:");
 }
 
 TEST_F(ReferenceB2BValidation, WrongGradientShapeRejected) {
@@ -250,7 +218,8 @@ TEST_F(ReferenceB2BValidation, WrongGradientShapeRejected) {
   a.dweight_proj = dwp.view();
   a.dweight_mixer = dwm.view();  // Km is 4
   a.dskip_bias = dskip.view();
-  expect_invalid_argument([&] { causalconv::reference::b2b_causal_conv1d_backward(a); }, "dweight_mixer:");
+  expect_invalid_argument([&] { causalconv::reference::b2b_causal_conv1d_backward(a); }, "b2b_causal_conv1d",
+                          "dweight_mixer:");
 }
 
 }  // namespace

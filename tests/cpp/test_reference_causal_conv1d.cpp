@@ -11,6 +11,8 @@
 
 #include "causalconv/error.h"
 #include "causalconv/reference.h"
+#include "gradient_check.h"
+#include "expect_error.h"
 #include "host_tensor.h"
 
 namespace {
@@ -21,6 +23,9 @@ using causalconv::CausalConv1dForwardArgs;
 using causalconv::DType;
 using causalconv::Error;
 using causalconv::ErrorKind;
+using causalconv::test::expect_gradient_close;
+using causalconv::test::finite_difference;
+using causalconv::test::expect_invalid_argument;
 using causalconv::test::HostTensor;
 using causalconv::test::Layout;
 using causalconv::test::max_abs;
@@ -117,35 +122,8 @@ struct ConvProblem {
   }
 
   // sum(r * y): a random linear functional whose gradient wrt y is r.
-  double functional(const HostTensor& r) const {
-    const HostTensor y = reference_forward();
-    double s = 0.0;
-    for (int64_t n = 0; n < y.numel(); ++n) s += r.flat(n) * y.flat(n);
-    return s;
-  }
+  double functional(const HostTensor& r) const { return causalconv::test::dot(r, reference_forward()); }
 };
-
-// Central differences of `f` wrt every element of `param` (restored afterwards).
-HostTensor finite_difference(HostTensor& param, const std::function<double()>& f) {
-  constexpr double kStep = 1e-6;
-  HostTensor grad(param.sizes());
-  for (int64_t n = 0; n < param.numel(); ++n) {
-    const double saved = param.flat(n);
-    param.flat(n) = saved + kStep;
-    const double up = f();
-    param.flat(n) = saved - kStep;
-    const double down = f();
-    param.flat(n) = saved;
-    grad.flat(n) = (up - down) / (2 * kStep);
-  }
-  return grad;
-}
-
-// Finite differences in fp64 with step 1e-6 are good to ~1e-9 here; 1e-7 of the gradient's scale.
-void expect_gradient_close(const HostTensor& analytic, const HostTensor& numeric, const char* what) {
-  const double tol = 1e-7 * std::max(1.0, max_abs(numeric));
-  EXPECT_LE(max_abs_diff(analytic, numeric), tol) << what;
-}
 
 const std::vector<ConvCase>& conv_cases() {
   static const std::vector<ConvCase> cases = {
@@ -296,29 +274,13 @@ TEST(ReferenceConvSilu, SaturatedPreActivationsStayFinite) {
 
 // ---- validation of the reference target --------------------------------------
 
-// Runs f, expects an invalid_argument Error whose message names `arg` and says what
-// was expected and what was got.
-template <class F>
-void expect_invalid_argument(F&& f, const std::string& arg) {
-  try {
-    f();
-    ADD_FAILURE() << "no exception; expected one about " << arg;
-  } catch (const Error& e) {
-    const std::string message = e.what();
-    EXPECT_EQ(e.kind(), ErrorKind::invalid_argument) << message;
-    EXPECT_NE(message.find("causal_conv1d: " + arg), std::string::npos) << message;
-    EXPECT_NE(message.find("expected"), std::string::npos) << message;
-    EXPECT_NE(message.find("got"), std::string::npos) << message;
-  }
-}
-
 class ReferenceConvValidation : public ::testing::Test {
  protected:
   ConvProblem p{{"", 2, 4, 4, 8, 3, 1, 2, 3, true, false, Layout::contiguous}};  // grouped, groups 2
   HostTensor y = p.make_output();
 
   void expect_forward_rejected(const CausalConv1dForwardArgs& a, const std::string& arg) {
-    expect_invalid_argument([&] { causalconv::reference::causal_conv1d_forward(a); }, arg);
+    expect_invalid_argument([&] { causalconv::reference::causal_conv1d_forward(a); }, "causal_conv1d", arg);
     for (int64_t n = 0; n < y.numel(); ++n) ASSERT_TRUE(std::isnan(y.flat(n))) << "y written before the throw";
   }
 };
@@ -362,7 +324,7 @@ TEST_F(ReferenceConvValidation, WrongOutputShapeRejected) {
   HostTensor y_short({2, 4, 7});
   y_short.fill_nan();
   CausalConv1dForwardArgs a = p.forward_args(y_short);
-  expect_invalid_argument([&] { causalconv::reference::causal_conv1d_forward(a); }, "y:");
+  expect_invalid_argument([&] { causalconv::reference::causal_conv1d_forward(a); }, "causal_conv1d", "y:");
 }
 
 TEST_F(ReferenceConvValidation, ZeroDilationRejected) {
@@ -375,7 +337,7 @@ TEST_F(ReferenceConvValidation, WrongGradientShapeRejected) {
   HostTensor dy({2, 4, 8}), dweight({4, 2, 4});
   CausalConv1dBackwardArgs a = p.backward_args(dy);
   a.dweight = dweight.view();
-  expect_invalid_argument([&] { causalconv::reference::causal_conv1d_backward(a); }, "dweight:");
+  expect_invalid_argument([&] { causalconv::reference::causal_conv1d_backward(a); }, "causal_conv1d", "dweight:");
 }
 
 }  // namespace

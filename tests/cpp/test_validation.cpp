@@ -12,6 +12,7 @@
 #include "causalconv/error.h"
 #include "causalconv/ops.h"
 #include "causalconv/reference.h"
+#include "expect_error.h"
 #include "host_tensor.h"
 
 namespace {
@@ -22,6 +23,7 @@ using causalconv::DType;
 using causalconv::Error;
 using causalconv::ErrorKind;
 using causalconv::TensorView;
+using causalconv::test::expect_invalid_argument;
 
 // Never read or written: only the pointer value is looked at.
 alignas(64) unsigned char dummy_storage[64];
@@ -39,22 +41,6 @@ TensorView cuda_view(const std::vector<int64_t>& sizes, DType dtype = DType::f32
     stride *= sizes[d];
   }
   return t;
-}
-
-// Runs f, expects an invalid_argument Error whose message names `arg` and says what
-// was expected and what was got.
-template <class F>
-void expect_invalid_argument(F&& f, const std::string& op, const std::string& arg) {
-  try {
-    f();
-    ADD_FAILURE() << "no exception; expected one about " << arg;
-  } catch (const Error& e) {
-    const std::string message = e.what();
-    EXPECT_EQ(e.kind(), ErrorKind::invalid_argument) << message;
-    EXPECT_NE(message.find(op + ": " + arg), std::string::npos) << message;
-    EXPECT_NE(message.find("expected"), std::string::npos) << message;
-    EXPECT_NE(message.find("got"), std::string::npos) << message;
-  }
 }
 
 // Depthwise: x (2, 8, 16), weight (8, 4), bias (8), y (2, 8, 16); float32 unless asked.
