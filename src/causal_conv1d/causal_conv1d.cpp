@@ -24,18 +24,6 @@ void require_unit_time_stride(const char* arg, const TensorView& t) {
                           "stride " + std::to_string(t.stride(2)));
 }
 
-// The fields every depthwise kernel takes from the validated geometry.
-template <class Params>
-void set_geometry(Params& p, const detail::ConvGeometry& g, DType dtype) {
-  p.dtype = dtype;
-  p.batch = g.batch;
-  p.channels = g.c_in;
-  p.length = g.length;
-  p.width = g.width;
-  p.dilation = g.dilation;
-  p.silu = g.activation == Activation::silu;
-}
-
 // A (C, 1, K) weight reads like (C, K): its middle dim has size 1.
 int64_t tap_stride(const TensorView& weight) { return weight.stride(weight.rank - 1); }
 
@@ -45,7 +33,12 @@ detail::DepthwiseForwardParams forward_params(const CausalConv1dForwardArgs& a, 
   p.weight = a.weight.data;
   p.bias = a.bias ? a.bias->data : nullptr;
   p.y = a.y.data;
-  set_geometry(p, g, a.x.dtype);
+  p.dtype = a.x.dtype;
+  p.batch = g.batch;
+  p.channels = g.c_in;
+  p.length = g.length;
+  p.width = g.width;
+  p.dilation = g.dilation;
   for (int d = 0; d < 3; ++d) {
     p.x_stride[d] = a.x.stride(d);
     p.y_stride[d] = a.y.stride(d);
@@ -53,6 +46,7 @@ detail::DepthwiseForwardParams forward_params(const CausalConv1dForwardArgs& a, 
   p.w_stride[0] = a.weight.stride(0);
   p.w_stride[1] = tap_stride(a.weight);
   p.bias_stride = a.bias ? a.bias->stride(0) : 0;
+  p.silu = g.activation == Activation::silu;
   return p;
 }
 
@@ -69,7 +63,12 @@ detail::DepthwiseBackwardParams backward_params(const CausalConv1dBackwardArgs& 
   p.dx = a.dx ? a.dx->data : nullptr;
   p.dweight = a.dweight ? a.dweight->data : nullptr;
   p.dbias = a.dbias ? a.dbias->data : nullptr;
-  set_geometry(p, g, a.x.dtype);
+  p.dtype = a.x.dtype;
+  p.batch = g.batch;
+  p.channels = g.c_in;
+  p.length = g.length;
+  p.width = g.width;
+  p.dilation = g.dilation;
   for (int d = 0; d < 2; ++d) {
     p.x_stride[d] = a.x.stride(d);
     p.dy_stride[d] = a.dy.stride(d);
@@ -81,6 +80,7 @@ detail::DepthwiseBackwardParams backward_params(const CausalConv1dBackwardArgs& 
   p.dw_stride[1] = a.dweight ? tap_stride(*a.dweight) : 0;
   p.bias_stride = a.bias ? a.bias->stride(0) : 0;
   p.dbias_stride = a.dbias ? a.dbias->stride(0) : 0;
+  p.silu = g.activation == Activation::silu;
   return p;
 }
 
