@@ -1,0 +1,34 @@
+"""The custom ops' fake (meta) implementations, which torch.compile and torch.export
+trace with: output shapes, dtypes and memory formats, forward and backward. Runs
+without a GPU on meta tensors."""
+
+import pytest
+import torch
+
+import causalconv
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_forward_shape_and_format(dtype):
+    w = torch.empty(8, 4, device="meta", dtype=dtype)
+    x = torch.empty(2, 8, 16, device="meta", dtype=dtype)
+    y = causalconv.causal_conv1d(x, w)
+    assert (y.shape, y.dtype, y.is_contiguous()) == ((2, 8, 16), dtype, True)
+
+    x_channel_last = torch.empty(2, 16, 8, device="meta", dtype=dtype).transpose(1, 2)
+    y = causalconv.causal_conv1d(x_channel_last, w)
+    assert y.shape == (2, 8, 16) and y.stride(1) == 1, "channel-last in, channel-last out"
+
+
+def test_output_channels_follow_the_weight():
+    x = torch.empty(1, 6, 5, device="meta")
+    y = causalconv.causal_conv1d(x, torch.empty(4, 3, 2, device="meta"), groups=2)
+    assert y.shape == (1, 4, 5)
+
+
+def test_backward_gradient_shapes():
+    x = torch.empty(2, 8, 16, device="meta", requires_grad=True)
+    w = torch.empty(8, 1, 4, device="meta", requires_grad=True)
+    b = torch.empty(8, device="meta", requires_grad=True)
+    causalconv.causal_conv1d(x, w, b, activation="silu").sum().backward()
+    assert (x.grad.shape, w.grad.shape, b.grad.shape) == ((2, 8, 16), (8, 1, 4), (8,))
