@@ -32,3 +32,23 @@ def test_backward_gradient_shapes():
     b = torch.empty(8, device="meta", requires_grad=True)
     causalconv.causal_conv1d(x, w, b, activation="silu").sum().backward()
     assert (x.grad.shape, w.grad.shape, b.grad.shape) == ((2, 8, 16), (8, 1, 4), (8,))
+
+
+def test_torch_export_keeps_the_custom_op():
+    class Layer(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.weight = torch.nn.Parameter(torch.empty(8, 4, device="meta"))
+
+        def forward(self, x):
+            return causalconv.causal_conv1d(x, self.weight, activation="silu")
+
+    exported = torch.export.export(Layer(), (torch.empty(2, 8, 16, device="meta"),))
+    targets = [n.target for n in exported.graph.nodes if n.op == "call_function"]
+    assert targets == [torch.ops.causalconv.causal_conv1d_fwd.default]
+
+
+def test_torch_compile_fullgraph_traces_the_op():
+    compiled = torch.compile(lambda x, w: causalconv.causal_conv1d(x, w) * 2, fullgraph=True, backend="eager")
+    y = compiled(torch.empty(2, 8, 16, device="meta"), torch.empty(8, 4, device="meta"))
+    assert y.shape == (2, 8, 16)
