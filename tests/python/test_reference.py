@@ -6,8 +6,7 @@ import torch
 import causalconv
 from causalconv import _C
 from causalconv._views import optional_view, view
-
-ACTIVATION_CODES = {None: 0, "silu": 1}
+from causalconv.ops import _ACTIVATIONS as ACTIVATION_CODES
 
 
 def cpp_conv_forward(x, w, bias, dilation, groups, activation):
