@@ -1,22 +1,198 @@
-// Depthwise causal conv forward.
+// Depthwise causal conv forward. Four kernels, picked in launch_typed:
 //
-// Tiled kernel (rows with unit time stride): a block stages one time tile of one
-// sequence plus its causal halo in shared memory as fp32, then each thread makes
+// Window kernel (channel-first rows, 16-byte aligned, dilation 1, K <= 8): each
+// thread loads a run of consecutive outputs' inputs plus the halo with 16-byte
+// loads into registers, and slides the K taps over them (K is a template argument).
+// Channel-last kernel (stride(1) == 1, 16-byte aligned): each thread makes a block
+// of time steps x one 16-byte vector of channels; taps re-read x through L1.
+// Tiled kernel (other rows with unit time stride): a block stages one time tile of
+// one sequence plus its causal halo in shared memory as fp32, then each thread makes
 // Tile::kPerThread outputs, interleaved so that neighbouring threads touch
 // neighbouring addresses in global and shared memory.
-// Direct kernel (any other strides, e.g. channel-last): one output per thread,
-// threads walking the unit-stride dim.
+// Direct kernel (anything else): one output per thread, threads walking the
+// unit-stride dim.
 #include <algorithm>
 
 #include "causal_conv1d/depthwise_kernels.h"
 #include "causal_conv1d/depthwise_tiling.cuh"
 #include "common/cuda_math.cuh"
 #include "common/cuda_runtime.h"
+#include "common/vector_access.cuh"
 
 namespace causalconv::detail {
 namespace {
 
 using Tile = ForwardTile;
+
+constexpr int kVectorThreads = 128;
+
+// ---- window kernel ----
+constexpr int kWindowVectors = 4;  // 16-byte output vectors per thread
+constexpr int kMaxWindowWidth = 8;
+
+template <typename T, int kWidth>
+__global__ void __launch_bounds__(kVectorThreads)
+    depthwise_forward_window(DepthwiseForwardParams p, int64_t chunks_per_row, int64_t chunks) {
+  constexpr int kVec = Vec16<T>::kElems;
+  constexpr int kOut = kVec * kWindowVectors;                   // outputs per thread
+  constexpr int kHalo = (kWidth - 1 + kVec - 1) / kVec * kVec;  // whole vectors before the run
+  static_assert(kHalo <= kOut, "a run's halo lies inside the previous run");
+  const int64_t chunk = int64_t(blockIdx.x) * kVectorThreads + threadIdx.x;
+  if (chunk >= chunks) return;
+  const int64_t row = div_nonneg(chunk, chunks_per_row);
+  const int64_t t0 = (chunk - row * chunks_per_row) * kOut;
+  const int64_t b = div_nonneg(row, p.channels), c = row - b * p.channels;
+  const T* x = static_cast<const T*>(p.x) + b * p.x_stride[0] + c * p.x_stride[1] + t0;
+  T* y = static_cast<T*>(p.y) + b * p.y_stride[0] + c * p.y_stride[1] + t0;
+  const int64_t remaining = p.length - t0;  // > 0
+
+  float win[kHalo + kOut];  // x[t0 - kHalo + i]; zero before t = 0
+#pragma unroll
+  for (int h = 0; h < kHalo; h += kVec) {
+    if (t0 > 0) {
+      load_vec16(x - kHalo + h, win + h);
+    } else {
+#pragma unroll
+      for (int i = 0; i < kVec; ++i) win[h + i] = 0.0f;
+    }
+  }
+#pragma unroll
+  for (int e = 0; e < kWindowVectors; ++e) {
+    const int64_t valid = remaining - e * kVec;
+    if (valid >= kVec)
+      load_vec16(x + e * kVec, win + kHalo + e * kVec);
+    else
+      load_partial(x + e * kVec, int(valid > 0 ? valid : 0), win + kHalo + e * kVec);
+  }
+
+  const T* weight = static_cast<const T*>(p.weight) + c * p.w_stride[0];
+  float w[kWidth];
+#pragma unroll
+  for (int k = 0; k < kWidth; ++k) w[k] = to_float(weight[k * p.w_stride[1]]);
+  const float bias = p.bias ? to_float(static_cast<const T*>(p.bias)[c * p.bias_stride]) : 0.0f;
+
+#pragma unroll
+  for (int e = 0; e < kWindowVectors; ++e) {
+    float out[kVec];
+#pragma unroll
+    for (int i = 0; i < kVec; ++i) {
+      const int o = kHalo + e * kVec + i;
+      float acc = bias;
+#pragma unroll
+      for (int k = 0; k < kWidth; ++k) acc = fmaf(w[k], win[o - (kWidth - 1 - k)], acc);
+      out[i] = p.silu ? silu(acc) : acc;
+    }
+    const int64_t valid = remaining - e * kVec;
+    if (valid >= kVec)
+      store_vec16(y + e * kVec, out);
+    else if (valid > 0)
+      store_partial(y + e * kVec, int(valid), out);
+  }
+}
+
+template <typename T, int kWidth>
+void launch_window(const DepthwiseForwardParams& p, cudaStream_t stream) {
+  constexpr int64_t kOut = Vec16<T>::kElems * kWindowVectors;
+  const int64_t chunks_per_row = (p.length + kOut - 1) / kOut;
+  const int64_t chunks = p.batch * p.channels * chunks_per_row;
+  const unsigned blocks = unsigned((chunks + kVectorThreads - 1) / kVectorThreads);
+  depthwise_forward_window<T, kWidth><<<blocks, kVectorThreads, 0, stream>>>(p, chunks_per_row, chunks);
+}
+
+template <typename T>
+bool try_launch_window(const DepthwiseForwardParams& p, bool channel_last, cudaStream_t stream) {
+  constexpr int64_t kOut = Vec16<T>::kElems * kWindowVectors;
+  const int64_t chunks = p.batch * p.channels * ((p.length + kOut - 1) / kOut);
+  if (channel_last || p.dilation != 1 || p.width > kMaxWindowWidth || p.x_stride[2] != 1 || p.y_stride[2] != 1 ||
+      !vector_aligned<T>(p.x, p.x_stride, 2) || !vector_aligned<T>(p.y, p.y_stride, 2) ||
+      chunks / kVectorThreads >= kMaxGridX)
+    return false;
+  switch (p.width) {
+    case 2: launch_window<T, 2>(p, stream); break;
+    case 3: launch_window<T, 3>(p, stream); break;
+    case 4: launch_window<T, 4>(p, stream); break;
+    case 5: launch_window<T, 5>(p, stream); break;
+    case 6: launch_window<T, 6>(p, stream); break;
+    case 7: launch_window<T, 7>(p, stream); break;
+    case 8: launch_window<T, 8>(p, stream); break;
+    default: return false;
+  }
+  return true;
+}
+
+// ---- channel-last kernel ----
+template <typename T>
+constexpr int kChannelLastSteps = 64 / Vec16<T>::kElems;  // time steps per thread: 64 accumulators
+
+template <typename T>
+__global__ void __launch_bounds__(kVectorThreads)
+    depthwise_forward_channel_last(DepthwiseForwardParams p, int64_t channel_vectors, int64_t time_chunks,
+                                   int64_t work) {
+  constexpr int kVec = Vec16<T>::kElems;
+  constexpr int kSteps = kChannelLastSteps<T>;
+  const int64_t id = int64_t(blockIdx.x) * kVectorThreads + threadIdx.x;
+  if (id >= work) return;
+  const int64_t rest = div_nonneg(id, channel_vectors);  // neighbouring threads: neighbouring channels
+  const int64_t c0 = (id - rest * channel_vectors) * kVec;
+  const int64_t b = div_nonneg(rest, time_chunks);
+  const int64_t t0 = (rest - b * time_chunks) * kSteps;
+  const T* x = static_cast<const T*>(p.x) + b * p.x_stride[0] + c0;
+  const T* weight = static_cast<const T*>(p.weight) + c0 * p.w_stride[0];
+  const int steps = int(min(int64_t(kSteps), p.length - t0));
+
+  float acc[kSteps][kVec];
+#pragma unroll
+  for (int v = 0; v < kVec; ++v) {
+    const float bias = p.bias ? to_float(static_cast<const T*>(p.bias)[(c0 + v) * p.bias_stride]) : 0.0f;
+#pragma unroll
+    for (int s = 0; s < kSteps; ++s) acc[s][v] = bias;
+  }
+#pragma unroll 1
+  for (int64_t k = 0; k < p.width; ++k) {
+    float w[kVec];
+#pragma unroll
+    for (int v = 0; v < kVec; ++v) w[v] = to_float(weight[v * p.w_stride[0] + k * p.w_stride[1]]);
+    const int64_t first = t0 - (p.width - 1 - k) * p.dilation;  // input step of output t0
+#pragma unroll
+    for (int s = 0; s < kSteps; ++s) {
+      if (s < steps && first + s >= 0) {
+        float xv[kVec];
+        load_vec16(x + (first + s) * p.x_stride[2], xv);
+#pragma unroll
+        for (int v = 0; v < kVec; ++v) acc[s][v] = fmaf(w[v], xv[v], acc[s][v]);
+      }
+    }
+  }
+  T* y = static_cast<T*>(p.y) + b * p.y_stride[0] + c0;
+#pragma unroll
+  for (int s = 0; s < kSteps; ++s) {
+    if (s < steps) {
+      if (p.silu) {
+#pragma unroll
+        for (int v = 0; v < kVec; ++v) acc[s][v] = silu(acc[s][v]);
+      }
+      store_vec16(y + (t0 + s) * p.y_stride[2], acc[s]);
+    }
+  }
+}
+
+template <typename T>
+bool try_launch_channel_last(const DepthwiseForwardParams& p, bool channel_last, cudaStream_t stream) {
+  constexpr int64_t kVec = Vec16<T>::kElems;
+  const int64_t strides_x[2] = {p.x_stride[0], p.x_stride[2]}, strides_y[2] = {p.y_stride[0], p.y_stride[2]};
+  if (!channel_last || p.channels % kVec != 0 || !vector_aligned<T>(p.x, strides_x, 2) ||
+      !vector_aligned<T>(p.y, strides_y, 2))
+    return false;
+  const int64_t channel_vectors = p.channels / kVec;
+  const int64_t time_chunks = (p.length + kChannelLastSteps<T> - 1) / kChannelLastSteps<T>;
+  const int64_t work = p.batch * time_chunks * channel_vectors;
+  if (work / kVectorThreads >= kMaxGridX) return false;
+  const unsigned blocks = unsigned((work + kVectorThreads - 1) / kVectorThreads);
+  depthwise_forward_channel_last<T><<<blocks, kVectorThreads, 0, stream>>>(p, channel_vectors, time_chunks, work);
+  return true;
+}
+
+// ---- tiled kernel ----
 
 // kUnitStride: rows are not split by residue, so neighbours along time are adjacent.
 template <typename T, bool kUnitStride>
@@ -65,6 +241,7 @@ __global__ void __launch_bounds__(Tile::kThreads, 4)
   }
 }
 
+// ---- direct kernel ----
 constexpr int kDirectThreads = 256;
 
 // A grid row is one (b, c) sequence (threads walk time) or, for channel-last data,
@@ -103,6 +280,7 @@ template <typename T>
 void launch_typed(const DepthwiseForwardParams& p, cudaStream_t stream) {
   const bool channel_last = p.x_stride[1] == 1 && p.y_stride[1] == 1 && p.channels > 1;
   const bool unit_time_stride = p.x_stride[2] == 1 && p.y_stride[2] == 1;
+  if (try_launch_window<T>(p, channel_last, stream) || try_launch_channel_last<T>(p, channel_last, stream)) return;
   const DepthwiseTiling tiling =
       make_depthwise_tiling(p.batch, p.channels, p.length, p.width, p.dilation, kForwardTilesPerBlock);
   if (unit_time_stride && !channel_last && tiling.sequences <= kMaxGridX) {

@@ -63,6 +63,36 @@ def test_layouts_bias_activation(dtype, layout, with_bias, activation, seeded):
         assert y.is_contiguous()
 
 
+def forward_into_poisoned(x, w, bias=None, dilation=1, activation=None, channel_last=False):
+    """Runs the core into a NaN-filled output, so unwritten elements fail the check."""
+    y = torch.full_like(x.transpose(1, 2) if channel_last else x, float("nan"))
+    y = y.transpose(1, 2) if channel_last else y
+    code = {None: 0, "silu": 1}[activation]
+    _C.causal_conv1d_forward(view(x), view(w), None if bias is None else view(bias), view(y), dilation, 0, code,
+                             None, torch.cuda.current_stream().cuda_stream)
+    return y
+
+
+@requires_cuda
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("k", [2, 3, 4, 5, 6, 7, 8, 9])
+@pytest.mark.parametrize("layout", ["channel_first", "channel_last"])
+def test_vector_paths(dtype, k, layout, seeded):
+    # 16-byte aligned rows (channel-first: L a multiple of 8; channel-last: C a multiple of 8) take the
+    # vectorised kernels; the lengths put the row's end at every position of a thread's run of outputs.
+    channels = 24 if layout == "channel_last" else 5
+    for length in (8, 16, 24, 32, 40, 64, 1000, 4104):
+        x, w, bias = make_inputs(2, channels, length, k, dtype, layout, with_bias=True)
+        for activation in (None, "silu"):
+            y = forward_into_poisoned(x, w, bias, 1, activation, layout == "channel_last")
+            ref = causalconv.reference.causal_conv1d(x, w, bias, 1, None, activation)
+            assert_close_to_reference(y, ref, dtype, f"L={length} activation={activation}")
+    if layout == "channel_last":  # the channel-last kernel also takes any width and dilation
+        x, w, bias = make_inputs(2, channels, 300, 31, dtype, layout, with_bias=True)
+        y = forward_into_poisoned(x, w, bias, 3, "silu", True)
+        assert_close_to_reference(y, causalconv.reference.causal_conv1d(x, w, bias, 3, None, "silu"), dtype)
+
+
 @requires_cuda
 @pytest.mark.parametrize("c", [1, 2, 33])
 def test_channel_counts_and_batches(c, seeded):

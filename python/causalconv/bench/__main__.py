@@ -31,6 +31,9 @@ def parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
                         help="directory for results.json and results.png (default: bench-out)")
     parser.add_argument("--list", action="store_true", help="list the selected cases and exit")
     parser.add_argument("--seed", type=int, default=0, help="seed of the random inputs (default: 0)")
+    parser.add_argument("--cuda-graph", action="store_true",
+                        help="time the replay of a CUDA graph of each run: GPU time without the host's launch "
+                             "overhead (what a model captured in a graph sees)")
     return parser.parse_args(argv)
 
 
@@ -54,6 +57,8 @@ def main(argv: Optional[List[str]] = None) -> int:
 
     warmup_ms, rep_ms = (10, 50) if args.quick else (50, 500)
     timer_name, timer = harness.make_timer(warmup_ms, rep_ms)
+    if args.cuda_graph:
+        timer_name, timer = timer_name + " of CUDA graph replays", harness.graph_timer(timer)
     log(f"timing with {timer_name}, median after {warmup_ms} ms warm-up over ~{rep_ms} ms of runs")
     copy_gbps = harness.copy_bandwidth_gbps(timer)
     log(f"copy bandwidth: {copy_gbps:.0f} GB/s ({harness.COPY_BYTES >> 30} GiB device-to-device copy)")
