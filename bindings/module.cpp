@@ -87,6 +87,18 @@ CausalConv1dBackwardArgs conv_backward_args(const ViewTuple& x, const ViewTuple&
   return a;
 }
 
+B2BCausalConv1dForwardArgs b2b_forward_args(const ViewTuple& x, const ViewTuple& wp, const ViewTuple& wm,
+                                             const ViewTuple& skip, const ViewTuple& out) {
+  return B2BCausalConv1dForwardArgs{to_view(x), to_view(wp), to_view(wm), to_view(skip), to_view(out)};
+}
+
+B2BCausalConv1dBackwardArgs b2b_backward_args(const ViewTuple& x, const ViewTuple& wp, const ViewTuple& wm,
+                                              const ViewTuple& skip, const ViewTuple& dout, const ViewTuple& dx,
+                                              const ViewTuple& dwp, const ViewTuple& dwm, const ViewTuple& dskip) {
+  return B2BCausalConv1dBackwardArgs{to_view(x),  to_view(wp),  to_view(wm),  to_view(skip), to_view(dout),
+                                     to_view(dx), to_view(dwp), to_view(dwm), to_view(dskip)};
+}
+
 }  // namespace
 
 NB_MODULE(_C, m) {
@@ -133,6 +145,30 @@ NB_MODULE(_C, m) {
                                  to_workspace(workspace), to_stream(stream));
         });
 
+  m.def("b2b_causal_conv1d_forward_workspace_bytes",
+        [](const ViewTuple& x, const ViewTuple& wp, const ViewTuple& wm, const ViewTuple& skip, const ViewTuple& out) {
+          return b2b_causal_conv1d_forward_workspace_bytes(b2b_forward_args(x, wp, wm, skip, out));
+        });
+  m.def("b2b_causal_conv1d_forward",
+        [](const ViewTuple& x, const ViewTuple& wp, const ViewTuple& wm, const ViewTuple& skip, const ViewTuple& out,
+           const OptViewTuple& workspace, uintptr_t stream) {
+          b2b_causal_conv1d_forward(b2b_forward_args(x, wp, wm, skip, out), to_workspace(workspace),
+                                    to_stream(stream));
+        });
+  m.def("b2b_causal_conv1d_backward_workspace_bytes",
+        [](const ViewTuple& x, const ViewTuple& wp, const ViewTuple& wm, const ViewTuple& skip, const ViewTuple& dout,
+           const ViewTuple& dx, const ViewTuple& dwp, const ViewTuple& dwm, const ViewTuple& dskip) {
+          return b2b_causal_conv1d_backward_workspace_bytes(
+              b2b_backward_args(x, wp, wm, skip, dout, dx, dwp, dwm, dskip));
+        });
+  m.def("b2b_causal_conv1d_backward",
+        [](const ViewTuple& x, const ViewTuple& wp, const ViewTuple& wm, const ViewTuple& skip, const ViewTuple& dout,
+           const ViewTuple& dx, const ViewTuple& dwp, const ViewTuple& dwm, const ViewTuple& dskip,
+           const OptViewTuple& workspace, uintptr_t stream) {
+          b2b_causal_conv1d_backward(b2b_backward_args(x, wp, wm, skip, dout, dx, dwp, dwm, dskip),
+                                     to_workspace(workspace), to_stream(stream));
+        });
+
   // ---- CPU fp64 reference (releases the GIL: these loops can take a while) ----
   m.def("reference_causal_conv1d_forward",
         [](const ViewTuple& x, const ViewTuple& w, const OptViewTuple& bias, const ViewTuple& y, int64_t dilation,
@@ -151,15 +187,14 @@ NB_MODULE(_C, m) {
         });
   m.def("reference_b2b_causal_conv1d_forward",
         [](const ViewTuple& x, const ViewTuple& wp, const ViewTuple& wm, const ViewTuple& skip, const ViewTuple& out) {
-          B2BCausalConv1dForwardArgs a{to_view(x), to_view(wp), to_view(wm), to_view(skip), to_view(out)};
+          auto a = b2b_forward_args(x, wp, wm, skip, out);
           nb::gil_scoped_release release;
           reference::b2b_causal_conv1d_forward(a);
         });
   m.def("reference_b2b_causal_conv1d_backward",
         [](const ViewTuple& x, const ViewTuple& wp, const ViewTuple& wm, const ViewTuple& skip, const ViewTuple& dout,
            const ViewTuple& dx, const ViewTuple& dwp, const ViewTuple& dwm, const ViewTuple& dskip) {
-          B2BCausalConv1dBackwardArgs a{to_view(x),  to_view(wp),  to_view(wm),  to_view(skip), to_view(dout),
-                                        to_view(dx), to_view(dwp), to_view(dwm), to_view(dskip)};
+          auto a = b2b_backward_args(x, wp, wm, skip, dout, dx, dwp, dwm, dskip);
           nb::gil_scoped_release release;
           reference::b2b_causal_conv1d_backward(a);
         });

@@ -99,4 +99,13 @@ void causal_conv1d_forward(const CausalConv1dForwardArgs& args, Workspace worksp
 size_t causal_conv1d_backward_workspace_bytes(const CausalConv1dBackwardArgs& args);
 void causal_conv1d_backward(const CausalConv1dBackwardArgs& args, Workspace workspace, Stream stream);
 
+// Fused: one launch forward; backward recomputes the forward intermediates (one
+// kernel) and reduces per-block fp32 partials of the weight gradients in a fixed
+// order (a second kernel), so they are bitwise deterministic. x, out, dout and dx
+// need unit stride along L (any batch and channel strides); weights take any strides.
+size_t b2b_causal_conv1d_forward_workspace_bytes(const B2BCausalConv1dForwardArgs& args);
+void b2b_causal_conv1d_forward(const B2BCausalConv1dForwardArgs& args, Workspace workspace, Stream stream);
+size_t b2b_causal_conv1d_backward_workspace_bytes(const B2BCausalConv1dBackwardArgs& args);
+void b2b_causal_conv1d_backward(const B2BCausalConv1dBackwardArgs& args, Workspace workspace, Stream stream);
+
 }  // namespace causalconv

@@ -4,8 +4,10 @@ C++/CUDA core, PyTorch front end. See README.md and docs/ for the contracts.
 """
 
 from . import _C, reference
+from .b2b import b2b_causal_conv1d
 from .ops import causal_conv1d
+from . import nn
 
 __version__ = _C.version()
 
-__all__ = ["causal_conv1d", "reference", "__version__"]
+__all__ = ["causal_conv1d", "b2b_causal_conv1d", "nn", "reference", "__version__"]

@@ -120,3 +120,34 @@ def test_progress_lines_and_outputs(tmp_path):
     assert json.loads((tmp_path / "results.json").read_text()) == synthetic_report()
     if report.write_chart(synthetic_report(), tmp_path / "results.png"):
         assert (tmp_path / "results.png").stat().st_size > 0
+
+
+def test_b2b_cases_are_registered():
+    names = {c.name for c in cases.CASES if c.family == "b2b"}
+    for dtype in ("bf16", "fp32"):
+        for shape in ("B1 D4096 L8192 Kp3 Km7", "B4 D4096 L8192 Kp3 Km128", "B4 D4096 L8192 Kp4 Km256",
+                      "B1 D8192 L8192 Kp3 Km7", "B1 D4096 L131072 Kp3 Km128"):
+            assert f"b2b {dtype} {shape}" in names and f"b2b {dtype} {shape} fwd+bwd" in names
+    assert len(names) == 2 * 2 * 8
+    assert {c.name for c in cases.CASES if c.family == "b2b" and c.quick} == {
+        "b2b bf16 B1 D4096 L8192 Kp3 Km7", "b2b bf16 B1 D4096 L8192 Kp3 Km7 fwd+bwd"}
+
+
+def test_bytes_and_flops_of_b2b():
+    case = case_named("b2b bf16 B1 D4096 L8192 Kp3 Km128")
+    x_bytes, out_bytes = 2 * 3 * 4096 * 8192, 2 * 4096 * 8192
+    weight_bytes = 2 * (3 * 4096 * 3 + 4096 * 128 + 4096)
+    assert case.bytes_moved == x_bytes + out_bytes + weight_bytes  # x read once, out written once
+    assert case.flops == 4096 * 8192 * (6 * 3 + 2 * 128 + 4)
+    both = case_named("b2b bf16 B1 D4096 L8192 Kp3 Km128 fwd+bwd")
+    # + backward: x and dout read, dx written (and the weights read, their gradients written).
+    assert both.bytes_moved == 3 * x_bytes + 2 * out_bytes + 3 * weight_bytes
+    assert both.check_note == "forward only"
+
+
+@pytest.mark.parametrize("backward", [False, True])
+def test_b2b_torch_baseline_runs_and_passes_its_check_on_cpu(backward):
+    case = cases.b2b(2, 3, 40, 3, 7, torch.float32, backward=backward)
+    inputs = case.make_inputs(torch.device("cpu"), seed=1)
+    verdict = case.check(case.baselines["torch"]()(inputs), case.reference(inputs))
+    assert verdict["passed"] and verdict["rel_l2"] < 1e-6

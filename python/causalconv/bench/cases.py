@@ -188,3 +188,48 @@ for _dtype in (torch.bfloat16, torch.float32):
             register(depthwise(_b, _c, _l, _k, _dtype, backward=_backward,
                                quick=(_b, _c, _l, _k) == (8, 2048, 2048, 4) and _dtype == torch.bfloat16))
         register(depthwise(4, 4096, 8192, 4, _dtype, backward=_backward, channel_last=True))
+
+
+# ---- b2b_causal_conv1d (the fused Hyena operator) ------------------------------
+
+def torch_b2b(x, weight_proj, weight_mixer, skip_bias):
+    """The unfused PyTorch eager composite, in the input dtype: two padded grouped convs and the gating."""
+    p = torch_depthwise(x, weight_proj)
+    x2, x1, v = p[:, 0::3], p[:, 1::3], p[:, 2::3]
+    z = x1 * v
+    h = torch_depthwise(z, weight_mixer) + skip_bias[:, None] * z
+    return x2 * h
+
+
+def b2b_flops(batch: int, dim: int, length: int, kp: int, km: int, backward: bool = False) -> int:
+    """Forward: per output, three projection taps rows (2*Kp each), the mixer (2*Km), skip and gates (4).
+    Forward+backward: the backward recomputes the forward and costs about two more (dx and the weight
+    gradients each cost one forward's taps), so 3x the forward, as for depthwise."""
+    forward = batch * dim * length * (6 * kp + 2 * km + 4)
+    return 3 * forward if backward else forward
+
+
+def b2b(batch: int, dim: int, length: int, kp: int, km: int, dtype: torch.dtype, *, backward: bool = False,
+        quick: bool = False) -> Case:
+    return tensor_case(
+        family="b2b",
+        name=f"b2b {DTYPE_NAME[dtype]} B{batch} D{dim} L{length} Kp{kp} Km{km}",
+        dtype=dtype,
+        inputs={"x": (batch, 3 * dim, length), "weight_proj": (3 * dim, kp), "weight_mixer": (dim, km),
+                "skip_bias": (dim,)},
+        output=(batch, dim, length),
+        ours=causalconv.b2b_causal_conv1d,
+        reference=reference.b2b_causal_conv1d,
+        baselines={"torch": lambda: torch_b2b},
+        flops=b2b_flops(batch, dim, length, kp, km, backward),
+        backward=backward, quick=quick)
+
+
+# Issue shapes (B, D, L, Kp, Km), forward and forward+backward, bf16 and fp32.
+B2B_SHAPES = [(b, 4096, 8192, kp, km) for b in (1, 4) for kp, km in ((3, 7), (3, 128), (4, 256))] + [
+    (1, 8192, 8192, 3, 7), (1, 4096, 131072, 3, 128)]
+for _dtype in (torch.bfloat16, torch.float32):
+    for _backward in (False, True):
+        for _shape in B2B_SHAPES:
+            register(b2b(*_shape, _dtype, backward=_backward,
+                         quick=_shape == (1, 4096, 8192, 3, 7) and _dtype == torch.bfloat16))

@@ -1,0 +1,5 @@
+"""Layers (``torch.nn.Module``) over the causalconv ops."""
+
+from .b2b import B2BCausalConv1d
+
+__all__ = ["B2BCausalConv1d"]

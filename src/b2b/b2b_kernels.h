@@ -1,0 +1,52 @@
+// Launchers of the fused b2b_causal_conv1d kernels (implemented in .cu files).
+//
+// Every activation row (x, out, dout, dx) must have unit stride along time (the
+// entry points check it, the front end makes rows contiguous); batch and channel
+// strides are free. Weights take any strides.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "causalconv/ops.h"
+
+namespace causalconv::detail {
+
+struct B2BForwardParams {
+  const void* x;             // (B, 3D, L)
+  const void* weight_proj;   // (3D, Kp)
+  const void* weight_mixer;  // (D, Km)
+  const void* skip_bias;     // (D)
+  void* out;                 // (B, D, L)
+  DType dtype;
+  int64_t batch, dim, length, proj_width, mixer_width;
+  int64_t x_stride[2], out_stride[2];  // (b, c) in elements; time stride is 1
+  int64_t wp_stride[2], wm_stride[2];  // (channel, tap)
+  int64_t skip_stride;
+};
+
+void launch_b2b_forward(const B2BForwardParams& p, Stream stream);
+
+struct B2BBackwardParams {
+  const void* x;
+  const void* weight_proj;
+  const void* weight_mixer;
+  const void* skip_bias;
+  const void* dout;        // (B, D, L)
+  void* dx;                // (B, 3D, L)
+  void* dweight_proj;      // (3D, Kp)
+  void* dweight_mixer;     // (D, Km)
+  void* dskip_bias;        // (D)
+  DType dtype;
+  int64_t batch, dim, length, proj_width, mixer_width;
+  int64_t x_stride[2], dout_stride[2], dx_stride[2];  // (b, c); time stride is 1
+  int64_t wp_stride[2], wm_stride[2], dwp_stride[2], dwm_stride[2];
+  int64_t skip_stride, dskip_stride;
+};
+
+// Scratch for the per-block fp32 partials of the weight gradients (reduced in a
+// fixed order by a second kernel, so the weight gradients are deterministic).
+size_t b2b_backward_workspace_bytes(const B2BBackwardParams& p);
+void launch_b2b_backward(const B2BBackwardParams& p, void* workspace, Stream stream);
+
+}  // namespace causalconv::detail

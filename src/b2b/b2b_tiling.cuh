@@ -1,0 +1,140 @@
+// How the fused b2b kernels cut the work, and the row staging they share.
+//
+// A block owns one (batch b, channel c) pair and walks time tiles of kOutputs
+// steps, strided by gridDim.y. Rows are staged in shared memory as fp32 with a
+// causal halo before the tile and (backward) a look-ahead halo after it.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+
+namespace causalconv::detail {
+
+template <int kThreadsPerTile, int kOutputsPerThread>
+struct B2BTileShape {
+  static constexpr int kThreads = kThreadsPerTile;
+  static constexpr int kPerThread = kOutputsPerThread;  // outputs per thread, interleaved by kThreads
+  static constexpr int kOutputs = kThreadsPerTile * kOutputsPerThread;
+};
+
+// Forward: 2048-step tiles, 16 outputs per thread, up to 4 tiles per block (the
+// depthwise forward's shape: amortises the per-block prologue). Backward keeps
+// about five fp32 rows per tile in shared memory, so it takes 1024-step tiles,
+// which keeps the block under the 48 KiB default even at Kp = 32, Km = 256.
+using B2BForwardTile = B2BTileShape<128, 16>;
+constexpr int64_t kB2BForwardTilesPerBlock = 4;
+using B2BBackwardTile = B2BTileShape<128, 8>;
+constexpr int64_t kB2BBackwardTilesPerBlock = 2;
+constexpr int64_t kB2BMaxGridX = 2147483647;
+constexpr int64_t kB2BMaxGridY = 65535;
+
+struct B2BTiling {
+  int64_t tiles;        // tiles per row: ceil(L / kOutputs)
+  int64_t tile_blocks;  // grid.y: blocks along a row, each walking tiles strided by it
+};
+
+inline B2BTiling make_b2b_tiling(int64_t length, int64_t tile_outputs, int64_t tiles_per_block) {
+  B2BTiling t{};
+  t.tiles = (length + tile_outputs - 1) / tile_outputs;
+  t.tile_blocks = std::min((t.tiles + tiles_per_block - 1) / tiles_per_block, kB2BMaxGridY);
+  return t;
+}
+
+// Shared-memory floats of the kernels, for widths kp (projection) and km (mixer).
+inline int64_t b2b_forward_smem_floats(int64_t kp, int64_t km) {
+  const int64_t hp = kp - 1, hm = km - 1, t = B2BForwardTile::kOutputs;
+  return 3 * kp + km            // weights
+         + (hp + t)             // x row 3c
+         + 2 * (hm + hp + t)    // x rows 3c+1, 3c+2
+         + (hm + t);            // z
+}
+
+inline int64_t b2b_backward_slots(int64_t kp, int64_t km) { return 3 * kp + km + 1; }  // dwp, dwm, dskip
+
+inline int64_t b2b_backward_smem_floats(int64_t kp, int64_t km) {
+  const int64_t hp = kp - 1, hm = km - 1, t = B2BBackwardTile::kOutputs, slots = b2b_backward_slots(kp, km);
+  return 3 * kp + km                                  // weights
+         + 3 * (t + 2 * hp + hm)                      // x rows 3c, 3c+1, 3c+2
+         + 2 * (t + hp + hm)                          // dout (then dh), z
+         + 3 * (t + hp)                               // p1 (then dp1), p2 (then dp2), dp0
+         + (B2BBackwardTile::kThreads / 32) * slots   // per-warp partials
+         + slots;                                     // the block's running sums
+}
+
+}  // namespace causalconv::detail
+
+// The device part also compiles as host C++ under tests/cpp/cuda_emulation.h, which
+// runs the kernels on the CPU (one OS thread per CUDA thread) to check their indexing.
+#if defined(__CUDACC__) || defined(CAUSALCONV_CUDA_EMULATION)
+#include "common/cuda_math.cuh"
+
+namespace causalconv::detail {
+
+#ifndef CAUSALCONV_CUDA_EMULATION
+// The block's dynamic shared memory, as floats.
+__device__ __forceinline__ float* b2b_shared_floats() {
+  extern __shared__ float b2b_smem[];
+  return b2b_smem;
+}
+#endif
+
+// dst[i] = fp32(row[j0 - before + i]) for i in [0, before + kOutputs + after), zero
+// where the time index is outside [0, n). row points at time 0 and has unit stride;
+// j0 < n. The tile body is loaded with a fixed, unrolled count per thread so all of
+// a thread's loads are in flight at once; a full tile takes no bounds checks.
+template <typename Shape, typename T>
+__device__ __forceinline__ void b2b_stage_row(float* dst, const T* row, int64_t j0, int64_t n, int before,
+                                              int after) {
+  const T* r = row + j0;
+  const int64_t remaining = n - j0;  // > 0
+  float body[Shape::kPerThread];
+  if (remaining >= Shape::kOutputs) {
+#pragma unroll
+    for (int e = 0; e < Shape::kPerThread; ++e) body[e] = to_float(r[threadIdx.x + e * Shape::kThreads]);
+  } else {
+    const int valid = int(remaining);
+#pragma unroll
+    for (int e = 0; e < Shape::kPerThread; ++e) {
+      const int i = threadIdx.x + e * Shape::kThreads;
+      body[e] = i < valid ? to_float(r[i]) : 0.0f;
+    }
+  }
+  for (int i = threadIdx.x; i < before; i += Shape::kThreads) {  // causal halo: zero before t = 0
+    const int back = before - i;
+    dst[i] = back <= j0 ? to_float(r[-back]) : 0.0f;
+  }
+  for (int i = threadIdx.x; i < after; i += Shape::kThreads) {  // look-ahead halo: zero from t = n
+    const int ahead = Shape::kOutputs + i;
+    dst[before + ahead] = ahead < remaining ? to_float(r[ahead]) : 0.0f;
+  }
+#pragma unroll
+  for (int e = 0; e < Shape::kPerThread; ++e) dst[before + threadIdx.x + e * Shape::kThreads] = body[e];
+}
+
+// Writes a thread's interleaved outputs v[e] (tile positions threadIdx.x + e * kThreads)
+// to row[j0 + position], skipping positions at or beyond n.
+template <typename Shape, typename T>
+__device__ __forceinline__ void b2b_store_tile(T* row, int64_t j0, int64_t n, const float (&v)[Shape::kPerThread]) {
+  T* r = row + j0;
+  const int64_t remaining = n - j0;
+  if (remaining >= Shape::kOutputs) {
+#pragma unroll
+    for (int e = 0; e < Shape::kPerThread; ++e) r[threadIdx.x + e * Shape::kThreads] = from_float<T>(v[e]);
+  } else {
+    const int valid = int(remaining);
+#pragma unroll
+    for (int e = 0; e < Shape::kPerThread; ++e) {
+      const int i = threadIdx.x + e * Shape::kThreads;
+      if (i < valid) r[i] = from_float<T>(v[e]);
+    }
+  }
+}
+
+__device__ __forceinline__ float b2b_warp_sum(float v) {
+#pragma unroll
+  for (int offset = 16; offset > 0; offset >>= 1) v += __shfl_xor_sync(0xffffffffu, v, offset);
+  return v;
+}
+
+}  // namespace causalconv::detail
+#endif

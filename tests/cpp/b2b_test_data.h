@@ -1,0 +1,76 @@
+// Test data of b2b_causal_conv1d in a storage type T (float, __half, __nv_bfloat16),
+// laid out with padded strides, for the emulated and the CUDA kernel tests.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cstdint>
+#include <limits>
+#include <vector>
+
+#include "host_tensor.h"
+
+namespace causalconv::test {
+
+inline float round_to(float, double v) { return float(v); }
+inline __half round_to(__half, double v) { return __float2half_rn(float(v)); }
+inline __nv_bfloat16 round_to(__nv_bfloat16, double v) { return __float2bfloat16_rn(float(v)); }
+inline double widen(float v) { return v; }
+inline double widen(__half v) { return __half2float(v); }
+inline double widen(__nv_bfloat16 v) { return __bfloat162float(v); }
+
+// A (B, C, L) activation in storage type T with padded batch and channel strides
+// (unit stride along L, as the kernels need); padding slots hold NaN.
+template <typename T>
+struct Activation {
+  int64_t batch, channels, length;
+  int64_t stride_c, stride_b;
+  std::vector<T> data;
+
+  Activation(int64_t b, int64_t c, int64_t l)
+      : batch(b), channels(c), length(l), stride_c(l + 3), stride_b((c + 1) * (l + 3)),
+        data(size_t(b * stride_b), round_to(T{}, std::numeric_limits<double>::quiet_NaN())) {}
+  T& at(int64_t b, int64_t c, int64_t t) { return data[size_t(b * stride_b + c * stride_c + t)]; }
+  // Rounds host's values to T, stores them, and writes the rounded values back to host.
+  void load(HostTensor& host) {
+    for (int64_t b = 0; b < batch; ++b)
+      for (int64_t c = 0; c < channels; ++c)
+        for (int64_t t = 0; t < length; ++t) {
+          at(b, c, t) = round_to(T{}, host(b, c, t));
+          host(b, c, t) = widen(at(b, c, t));
+        }
+  }
+  HostTensor to_host() {
+    HostTensor h({batch, channels, length});
+    for (int64_t b = 0; b < batch; ++b)
+      for (int64_t c = 0; c < channels; ++c)
+        for (int64_t t = 0; t < length; ++t) h(b, c, t) = widen(at(b, c, t));
+    return h;
+  }
+};
+
+// A (rows, cols) weight stored transposed (column-major): stride (1, rows).
+template <typename T>
+struct Weight {
+  int64_t rows, cols;
+  std::vector<T> data;
+  Weight(int64_t r, int64_t c)
+      : rows(r), cols(c), data(size_t(r * c), round_to(T{}, std::numeric_limits<double>::quiet_NaN())) {}
+  T& at(int64_t r, int64_t c) { return data[size_t(r + c * rows)]; }
+  void load(HostTensor& host) {
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t c = 0; c < cols; ++c) {
+        at(r, c) = round_to(T{}, cols == 1 && host.rank() == 1 ? host(r) : host(r, c));
+        (host.rank() == 1 ? host(r) : host(r, c)) = widen(at(r, c));
+      }
+  }
+  HostTensor to_host(bool vector = false) {
+    HostTensor h(vector ? std::vector<int64_t>{rows} : std::vector<int64_t>{rows, cols});
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t c = 0; c < cols; ++c) (vector ? h(r) : h(r, c)) = widen(at(r, c));
+    return h;
+  }
+};
+
+}  // namespace causalconv::test

@@ -1,0 +1,128 @@
+// A small CPU emulation of the CUDA execution model, to run kernels written for the
+// GPU on a machine without one and check their index math, halos and reductions.
+//
+// Include this header before anything else in a host-compiled test, then the
+// kernel headers. Blocks run one after another; the threads of a block run as OS
+// threads, __syncthreads() is a barrier of the block and warp shuffles exchange
+// values through a barrier of the warp. Dynamic shared memory is a fresh heap
+// buffer of exactly the launch's size, filled with NaN: reading a slot nothing
+// wrote shows up as NaN in the results, and under AddressSanitizer an index past
+// the end is reported. Only what the b2b kernels use is emulated.
+#pragma once
+
+#define CAUSALCONV_CUDA_EMULATION 1
+// Plain host functions: defined before the CUDA headers so they keep these.
+#define __host__
+#define __device__
+#define __global__
+#define __shared__
+
+#include <math.h>  // fmaf, expf: the host versions
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#undef __launch_bounds__
+#define __launch_bounds__(...)
+
+#include <condition_variable>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <limits>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+namespace causalconv::emulation {
+
+struct Dim3 {
+  unsigned x = 1, y = 1, z = 1;
+};
+
+class Barrier {
+ public:
+  explicit Barrier(int count) : count_(count) {}
+  void wait() {
+    std::unique_lock<std::mutex> lock(mutex_);
+    const uint64_t generation = generation_;
+    if (++arrived_ == count_) {
+      arrived_ = 0;
+      ++generation_;
+      cv_.notify_all();
+      return;
+    }
+    cv_.wait(lock, [&] { return generation_ != generation; });
+  }
+
+ private:
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  int count_, arrived_ = 0;
+  uint64_t generation_ = 0;
+};
+
+struct BlockState {
+  std::unique_ptr<Barrier> block;
+  std::vector<std::unique_ptr<Barrier>> warps;
+  std::vector<float> exchange;  // one slot per thread, for shuffles
+  std::vector<float> shared;    // dynamic shared memory
+};
+
+inline Dim3 gridDim, blockIdx, blockDim;
+inline thread_local Dim3 threadIdx;
+inline BlockState* block_state = nullptr;
+
+// Runs kernel() for every thread of every block of grid, one block at a time.
+inline void launch(Dim3 grid, unsigned threads, size_t shared_bytes, const std::function<void()>& kernel) {
+  gridDim = grid;
+  blockDim = Dim3{threads, 1, 1};
+  for (unsigned by = 0; by < grid.y; ++by)
+    for (unsigned bx = 0; bx < grid.x; ++bx) {
+      BlockState state;
+      state.block = std::make_unique<Barrier>(int(threads));
+      for (unsigned w = 0; w < (threads + 31) / 32; ++w) state.warps.push_back(std::make_unique<Barrier>(32));
+      state.exchange.assign(threads, 0.0f);
+      state.shared.assign(shared_bytes / sizeof(float), std::numeric_limits<float>::quiet_NaN());
+      state.shared.shrink_to_fit();
+      block_state = &state;
+      blockIdx = Dim3{bx, by, 0};
+      std::vector<std::thread> pool;
+      for (unsigned t = 0; t < threads; ++t)
+        pool.emplace_back([t, &kernel] {
+          threadIdx = Dim3{t, 0, 0};
+          kernel();
+        });
+      for (auto& th : pool) th.join();
+      block_state = nullptr;
+    }
+}
+
+inline void syncthreads() { block_state->block->wait(); }
+
+inline float shfl_xor(float v, int offset) {
+  const unsigned t = threadIdx.x;
+  Barrier& warp = *block_state->warps[t / 32];
+  block_state->exchange[t] = v;
+  warp.wait();
+  const float other = block_state->exchange[t ^ unsigned(offset)];
+  warp.wait();
+  return other;
+}
+
+}  // namespace causalconv::emulation
+
+using causalconv::emulation::blockDim;
+using causalconv::emulation::blockIdx;
+using causalconv::emulation::gridDim;
+using causalconv::emulation::threadIdx;
+
+inline void __syncthreads() { causalconv::emulation::syncthreads(); }
+inline float __shfl_xor_sync(unsigned /*mask*/, float v, int offset) {
+  return causalconv::emulation::shfl_xor(v, offset);
+}
+
+namespace causalconv::detail {
+inline float* b2b_shared_floats() { return causalconv::emulation::block_state->shared.data(); }
+}  // namespace causalconv::detail

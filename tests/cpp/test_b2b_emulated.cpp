@@ -1,0 +1,165 @@
+// The fused b2b kernels run on the CPU under tests/cpp/cuda_emulation.h, against
+// the fp64 reference: their index math, halos, tile walks, in-place passes and
+// ordered reductions, checked on a machine without a GPU. (The GPU run of the same
+// kernels is test_b2b_cuda.cpp.) Outputs and stride padding start as NaN.
+#include "cuda_emulation.h"  // first: it sets up the emulated CUDA built-ins
+
+// The emulated kernels get their own names so they never meet the nvcc-built host stubs.
+#define b2b_forward_kernel b2b_forward_kernel_emulated
+#define b2b_backward_kernel b2b_backward_kernel_emulated
+#define b2b_weight_grad_reduce b2b_weight_grad_reduce_emulated
+#include "b2b/b2b_backward_kernel.cuh"
+#include "b2b/b2b_forward_kernel.cuh"
+#undef b2b_forward_kernel
+#undef b2b_backward_kernel
+#undef b2b_weight_grad_reduce
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <random>
+#include <vector>
+
+#include "causalconv/reference.h"
+#include "b2b_test_data.h"
+#include "host_tensor.h"
+
+namespace causalconv {
+namespace {
+
+using test::Activation;
+using test::HostTensor;
+using test::Weight;
+using test::widen;
+namespace emu = causalconv::emulation;
+
+struct Case {
+  int64_t batch, dim, length, kp, km;
+};
+
+template <typename T>
+void run_case(const Case& cs, double bound, double reduction_bound) {
+  SCOPED_TRACE(::testing::Message() << "B" << cs.batch << " D" << cs.dim << " L" << cs.length << " Kp" << cs.kp
+                                    << " Km" << cs.km);
+  const int64_t B = cs.batch, D = cs.dim, L = cs.length;
+  HostTensor x({B, 3 * D, L}), wp({3 * D, cs.kp}), wm({D, cs.km}), skip({D}), dout({B, D, L});
+  std::random_device seed;
+  x.fill_uniform(seed());
+  wp.fill_uniform(seed());
+  wm.fill_uniform(seed());
+  skip.fill_uniform(seed());
+  dout.fill_uniform(seed());
+
+  Activation<T> x_e(B, 3 * D, L), dout_e(B, D, L), out_e(B, D, L), dx_e(B, 3 * D, L);
+  Weight<T> wp_e(3 * D, cs.kp), wm_e(D, cs.km), skip_e(D, 1), dwp_e(3 * D, cs.kp), dwm_e(D, cs.km), dskip_e(D, 1);
+  x_e.load(x);
+  dout_e.load(dout);
+  wp_e.load(wp);
+  wm_e.load(wm);
+  skip_e.load(skip);
+
+  detail::B2BForwardParams f{};
+  f.x = x_e.data.data();
+  f.weight_proj = wp_e.data.data();
+  f.weight_mixer = wm_e.data.data();
+  f.skip_bias = skip_e.data.data();
+  f.out = out_e.data.data();
+  f.batch = B;
+  f.dim = D;
+  f.length = L;
+  f.proj_width = cs.kp;
+  f.mixer_width = cs.km;
+  f.x_stride[0] = x_e.stride_b;
+  f.x_stride[1] = x_e.stride_c;
+  f.out_stride[0] = out_e.stride_b;
+  f.out_stride[1] = out_e.stride_c;
+  f.wp_stride[0] = 1;
+  f.wp_stride[1] = 3 * D;
+  f.wm_stride[0] = 1;
+  f.wm_stride[1] = D;
+  f.skip_stride = 1;
+  const detail::B2BTiling ft = detail::make_b2b_tiling(L, detail::B2BForwardTile::kOutputs,
+                                                       detail::kB2BForwardTilesPerBlock);
+  emu::launch({unsigned(B * D), unsigned(ft.tile_blocks), 1}, detail::B2BForwardTile::kThreads,
+              sizeof(float) * size_t(detail::b2b_forward_smem_floats(cs.kp, cs.km)),
+              [&] { detail::b2b_forward_kernel_emulated<T>(f, ft); });
+
+  detail::B2BBackwardParams g{};
+  g.x = f.x;
+  g.weight_proj = f.weight_proj;
+  g.weight_mixer = f.weight_mixer;
+  g.skip_bias = f.skip_bias;
+  g.dout = dout_e.data.data();
+  g.dx = dx_e.data.data();
+  g.dweight_proj = dwp_e.data.data();
+  g.dweight_mixer = dwm_e.data.data();
+  g.dskip_bias = dskip_e.data.data();
+  g.batch = B;
+  g.dim = D;
+  g.length = L;
+  g.proj_width = cs.kp;
+  g.mixer_width = cs.km;
+  for (int d = 0; d < 2; ++d) {
+    g.x_stride[d] = f.x_stride[d];
+    g.wp_stride[d] = f.wp_stride[d];
+    g.wm_stride[d] = f.wm_stride[d];
+  }
+  g.dout_stride[0] = dout_e.stride_b;
+  g.dout_stride[1] = dout_e.stride_c;
+  g.dx_stride[0] = dx_e.stride_b;
+  g.dx_stride[1] = dx_e.stride_c;
+  g.dwp_stride[0] = 1;
+  g.dwp_stride[1] = 3 * D;
+  g.dwm_stride[0] = 1;
+  g.dwm_stride[1] = D;
+  g.skip_stride = 1;
+  g.dskip_stride = 1;
+  const detail::B2BTiling bt = detail::make_b2b_tiling(L, detail::B2BBackwardTile::kOutputs,
+                                                       detail::kB2BBackwardTilesPerBlock);
+  std::vector<float> partials(detail::b2b_backward_workspace_bytes(g) / sizeof(float),
+                              std::numeric_limits<float>::quiet_NaN());
+  ASSERT_EQ(partials.size(), size_t(D * B * bt.tile_blocks * (3 * cs.kp + cs.km + 1)));
+  emu::launch({unsigned(B * D), unsigned(bt.tile_blocks), 1}, detail::B2BBackwardTile::kThreads,
+              sizeof(float) * size_t(detail::b2b_backward_smem_floats(cs.kp, cs.km)),
+              [&] { detail::b2b_backward_kernel_emulated<T>(g, bt, partials.data()); });
+  const int64_t parts = B * bt.tile_blocks;
+  emu::launch({unsigned(D), 1, 1}, detail::B2BBackwardTile::kThreads, 0,
+              [&] { detail::b2b_weight_grad_reduce_emulated<T>(g, parts, partials.data()); });
+
+  HostTensor out_ref({B, D, L}), dx_ref({B, 3 * D, L}), dwp_ref({3 * D, cs.kp}), dwm_ref({D, cs.km}),
+      dskip_ref({D});
+  reference::b2b_causal_conv1d_forward({x.view(), wp.view(), wm.view(), skip.view(), out_ref.view()});
+  reference::b2b_causal_conv1d_backward({x.view(), wp.view(), wm.view(), skip.view(), dout.view(), dx_ref.view(),
+                                         dwp_ref.view(), dwm_ref.view(), dskip_ref.view()});
+  EXPECT_LE(test::rel_l2(out_e.to_host(), out_ref), bound) << "out";
+  EXPECT_LE(test::rel_l2(dx_e.to_host(), dx_ref), bound) << "dx";
+  EXPECT_LE(test::rel_l2(dwp_e.to_host(), dwp_ref), reduction_bound) << "dweight_proj";
+  EXPECT_LE(test::rel_l2(dwm_e.to_host(), dwm_ref), reduction_bound) << "dweight_mixer";
+  EXPECT_LE(test::rel_l2(dskip_e.to_host(true), dskip_ref), reduction_bound) << "dskip_bias";
+  // Padding between rows stays untouched (NaN).
+  EXPECT_TRUE(std::isnan(widen(out_e.data[size_t(L)]))) << "wrote past the end of a row of out";
+  EXPECT_TRUE(std::isnan(widen(dx_e.data[size_t(L)]))) << "wrote past the end of a row of dx";
+}
+
+// Tile walks (several tiles per block, a partial last tile), L < Km, L = 1, widths
+// at both envelope edges, batch > 1; each case small enough for the emulator.
+const Case kCases[] = {
+    {1, 2, 3000, 3, 7},   // forward: 2 tiles in one block; backward: 3 tiles over 2 blocks
+    {2, 1, 5, 4, 9},      // L < Km
+    {1, 1, 1, 2, 2},      // L = 1, narrowest widths
+    {1, 1, 1100, 32, 256}, // widest: halos larger than the tail tile
+    {3, 1, 4100, 2, 128}, // fwd: 3 tiles (1 block walks them); bwd: 5 tiles over 3 blocks
+};
+
+TEST(B2BKernelsEmulated, Float32MatchesReference) {
+  for (const Case& c : kCases) run_case<float>(c, 1e-6, 1e-5);
+}
+
+TEST(B2BKernelsEmulated, BFloat16MatchesReference) {
+  run_case<__nv_bfloat16>({2, 3, 1500, 3, 7}, 1e-2, 1e-2);
+}
+
+}  // namespace
+}  // namespace causalconv

@@ -1,0 +1,325 @@
+"""b2b_causal_conv1d: CUDA forward and all four gradients against the fp64 reference,
+determinism, every validation rule, the nn layer; fake implementations, torch.export
+and torch.compile on meta tensors (those run without a GPU)."""
+
+import pytest
+import torch
+
+import causalconv
+from causalconv import _C
+from causalconv._views import view
+from conftest import assert_close_to_reference, requires_cuda
+
+DTYPES = [torch.float32, torch.float16, torch.bfloat16]
+
+
+def make_inputs(b, d, length, kp, km, dtype, layout="contiguous", device="cuda"):
+    if layout == "strided":  # every other time step of a wider buffer, an odd channel stride
+        x = torch.randn(b, 6 * d + 1, 2 * length, device=device, dtype=dtype)[:, 1::2, ::2]
+    elif layout == "channel_last":
+        x = torch.randn(b, length, 3 * d, device=device, dtype=dtype).transpose(1, 2)
+    else:
+        x = torch.randn(b, 3 * d, length, device=device, dtype=dtype)
+    wp = torch.randn(3 * d, kp, device=device, dtype=dtype) / kp**0.5
+    wm = torch.randn(d, km, device=device, dtype=dtype) / km**0.5
+    skip = torch.randn(d, device=device, dtype=dtype)
+    if layout != "contiguous":  # weights with non-unit strides too
+        wp = wp.t().contiguous().t()
+        wm = torch.randn(km, 2 * d, device=device, dtype=dtype)[:, ::2].t() / km**0.5
+        skip = torch.randn(2 * d, device=device, dtype=dtype)[::2]
+    return x, wp, wm, skip
+
+
+def check(x, wp, wm, skip, dout_layout="contiguous"):
+    """Forward and all four gradients against causalconv.reference (fp64)."""
+    inputs = [t.detach().requires_grad_(True) for t in (x, wp, wm, skip)]
+    out = causalconv.b2b_causal_conv1d(*inputs)
+    assert out.shape == (x.shape[0], x.shape[1] // 3, x.shape[2]) and out.dtype == x.dtype
+    assert_close_to_reference(out, causalconv.reference.b2b_causal_conv1d(x, wp, wm, skip), x.dtype)
+    dout = torch.randn_like(out)
+    if dout_layout == "strided":
+        dout = torch.randn(out.shape[0], out.shape[1], 2 * out.shape[2], device=out.device, dtype=out.dtype)[..., ::2]
+    out.backward(dout)
+    ref = causalconv.reference.b2b_causal_conv1d_backward(x, wp, wm, skip, dout)
+    for t, want, name in zip(inputs, ref, ("dx", "dweight_proj", "dweight_mixer", "dskip_bias")):
+        assert t.grad.shape == t.shape and t.grad.dtype == t.dtype
+        assert_close_to_reference(t.grad, want, x.dtype, name, reduction=name != "dx")
+    return out, [t.grad for t in inputs]
+
+
+# ---- forward + gradients against the fp64 reference ----
+
+@requires_cuda
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("km", [2, 3, 7, 128, 255, 256])
+@pytest.mark.parametrize("kp", [2, 3, 32])
+def test_widths(dtype, kp, km, seeded):
+    # L = 2500: not a multiple of any tile (2048 forward, 1024 backward); odd D.
+    check(*make_inputs(2, 3, 2500, kp, km, dtype))
+
+
+@requires_cuda
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("kp,km", [(2, 2), (3, 7), (4, 128), (32, 256)])
+def test_awkward_lengths(dtype, kp, km, seeded):
+    # L = 1, L < Kp, L < Km, L = Km, one past each tile size, several tiles per block.
+    for length in sorted({1, 2, kp - 1, km - 1, km, 1025, 2049, 9000}):
+        check(*make_inputs(1, 2, length, kp, km, dtype))
+
+
+@requires_cuda
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("d", [1, 2, 5])
+@pytest.mark.parametrize("b", [1, 8])
+def test_batches_and_channels(dtype, b, d, seeded):
+    check(*make_inputs(b, d, 700, 3, 7, dtype))
+
+
+@requires_cuda
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("layout", ["strided", "channel_last"])
+def test_non_contiguous_inputs(dtype, layout, seeded):
+    x, wp, wm, skip = make_inputs(2, 3, 1100, 4, 9, dtype, layout)
+    assert not x.is_contiguous() and not wm.is_contiguous() and not skip.is_contiguous()
+    out, _ = check(x, wp, wm, skip, dout_layout="strided")
+    assert out.is_contiguous()
+
+
+@requires_cuda
+def test_b2b_racecheck_shapes(seeded):
+    # Small, tile-crossing shapes in every dtype: scripts/gpu-check runs this test
+    # under compute-sanitizer racecheck (the kernels' shared-memory passes).
+    for dtype in DTYPES:
+        check(*make_inputs(2, 2, 3000, 3, 7, dtype))
+        check(*make_inputs(1, 1, 1100, 32, 256, dtype))
+
+
+@requires_cuda
+def test_a_larger_shape(seeded):
+    # One realistic-width case (many blocks, 4 forward tiles per block).
+    check(*make_inputs(2, 64, 8192 + 77, 3, 128, torch.bfloat16))
+
+
+@requires_cuda
+def test_empty_batch_and_length():
+    for b, length in ((0, 10), (2, 0)):
+        x, wp, wm, skip = (t.requires_grad_(True) for t in make_inputs(b, 3, length, 3, 7, torch.float32))
+        out = causalconv.b2b_causal_conv1d(x, wp, wm, skip)
+        assert out.shape == (b, 3, length)
+        out.sum().backward()
+        for t in (wp, wm, skip):  # sums over nothing
+            assert torch.equal(t.grad, torch.zeros_like(t))
+
+
+@requires_cuda
+def test_runs_on_the_current_stream(seeded):
+    x, wp, wm, skip = make_inputs(2, 16, 4096, 3, 7, torch.float16)
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        out = causalconv.b2b_causal_conv1d(x, wp, wm, skip)
+    stream.synchronize()
+    assert_close_to_reference(out, causalconv.reference.b2b_causal_conv1d(x, wp, wm, skip), x.dtype)
+
+
+@requires_cuda
+def test_gradients_are_deterministic(seeded):
+    x, wp, wm, skip = make_inputs(4, 32, 20000, 3, 128, torch.bfloat16)
+    dout = torch.randn(4, 32, 20000, device="cuda", dtype=torch.bfloat16)
+    runs = []
+    for _ in range(3):
+        inputs = [t.detach().requires_grad_(True) for t in (x, wp, wm, skip)]
+        causalconv.b2b_causal_conv1d(*inputs).backward(dout)
+        runs.append([t.grad for t in inputs])
+    for later in runs[1:]:
+        for a, b, name in zip(runs[0], later, ("dx", "dweight_proj", "dweight_mixer", "dskip_bias")):
+            assert torch.equal(a, b), f"{name} differs bitwise between identical runs"
+
+
+@requires_cuda
+def test_forward_and_backward_under_torch_compile(seeded):
+    x, wp, wm, skip = (t.requires_grad_(True) for t in make_inputs(2, 4, 300, 3, 7, torch.float32))
+
+    def block(x, wp, wm, skip):
+        return causalconv.b2b_causal_conv1d(x * 2.0, wp, wm, skip).square().sum()
+
+    torch.compile(block, fullgraph=True)(x, wp, wm, skip).backward()
+    out = causalconv.reference.b2b_causal_conv1d(x * 2.0, wp, wm, skip)
+    ref = causalconv.reference.b2b_causal_conv1d_backward(x * 2.0, wp, wm, skip, 2 * out)
+    want = (2 * ref[0], ref[1], ref[2], ref[3])
+    for t, w, name in zip((x, wp, wm, skip), want, ("dx", "dweight_proj", "dweight_mixer", "dskip_bias")):
+        assert_close_to_reference(t.grad, w, torch.float32, name, reduction=name != "dx")
+
+
+# ---- the nn layer ----
+
+@requires_cuda
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_layer_trains(dtype, seeded):
+    layer = causalconv.nn.B2BCausalConv1d(8, 3, 16, device="cuda", dtype=dtype)
+    with torch.no_grad():
+        layer.skip_bias.normal_()
+    x = torch.randn(2, 24, 500, device="cuda", dtype=dtype)
+    out = layer(x)
+    assert_close_to_reference(
+        out, causalconv.reference.b2b_causal_conv1d(x, layer.weight_proj, layer.weight_mixer, layer.skip_bias), dtype)
+    out.float().square().mean().backward()
+    assert all(p.grad is not None and torch.isfinite(p.grad).all() for p in layer.parameters())
+    before = [p.detach().clone() for p in layer.parameters()]
+    torch.optim.SGD(layer.parameters(), lr=0.1).step()
+    assert any(not torch.equal(a, p) for a, p in zip(before, layer.parameters()))
+
+
+def test_layer_parameters_and_init():
+    layer = causalconv.nn.B2BCausalConv1d(16, 4, 128)
+    assert layer.weight_proj.shape == (48, 4) and layer.weight_mixer.shape == (16, 128)
+    assert layer.skip_bias.shape == (16,) and isinstance(layer.skip_bias, torch.nn.Parameter)
+    assert layer.weight_proj.abs().max() <= 0.5 and layer.weight_mixer.abs().max() <= 128**-0.5
+    assert layer.weight_mixer.std() > 0.3 * 128**-0.5  # not degenerate
+    assert torch.equal(layer.skip_bias, torch.zeros(16))
+    fixed = causalconv.nn.B2BCausalConv1d(16, 4, 128, skip_bias=False)
+    assert [n for n, _ in fixed.named_parameters()] == ["weight_proj", "weight_mixer"]
+    assert "skip_bias" not in fixed.state_dict() and torch.equal(fixed.skip_bias, torch.zeros(16))
+    assert "kernel_size_mixer=128" in repr(layer)
+
+
+def test_layer_on_meta_gives_shapes_and_gradients():
+    layer = causalconv.nn.B2BCausalConv1d(8, 3, 7, device="meta", dtype=torch.bfloat16)
+    x = torch.empty(2, 24, 100, device="meta", dtype=torch.bfloat16, requires_grad=True)
+    out = layer(x)
+    assert (out.shape, out.dtype) == ((2, 8, 100), torch.bfloat16)
+    out.sum().backward()
+    assert x.grad.shape == x.shape
+    assert [p.grad.shape for p in layer.parameters()] == [(24, 3), (8, 7), (8,)]
+
+
+# ---- fake implementations, torch.export, torch.compile (no GPU needed) ----
+
+def meta_inputs(b=2, d=4, length=16, kp=3, km=7, dtype=torch.float32, requires_grad=False):
+    shapes = ((b, 3 * d, length), (3 * d, kp), (d, km), (d,))
+    return [torch.empty(s, device="meta", dtype=dtype, requires_grad=requires_grad) for s in shapes]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_fake_forward_and_backward_shapes(dtype):
+    x, wp, wm, skip = meta_inputs(dtype=dtype, requires_grad=True)
+    out = causalconv.b2b_causal_conv1d(x, wp, wm, skip)
+    assert (out.shape, out.dtype) == ((2, 4, 16), dtype)
+    out.sum().backward()
+    assert [t.grad.shape for t in (x, wp, wm, skip)] == [t.shape for t in (x, wp, wm, skip)]
+    assert all(t.grad.dtype == dtype for t in (x, wp, wm, skip))
+
+
+def test_torch_export_keeps_the_custom_op():
+    exported = torch.export.export(causalconv.nn.B2BCausalConv1d(4, 3, 7, device="meta"),
+                                   (torch.empty(2, 12, 16, device="meta"),))
+    targets = [n.target for n in exported.graph.nodes if n.op == "call_function"]
+    assert targets == [torch.ops.causalconv.b2b_causal_conv1d_fwd.default]
+
+
+def test_torch_compile_fullgraph_traces_forward_and_backward():
+    compiled = torch.compile(lambda *t: causalconv.b2b_causal_conv1d(*t).sum() * 2, fullgraph=True, backend="eager")
+    inputs = meta_inputs(requires_grad=True)
+    compiled(*inputs).backward()
+    assert [t.grad.shape for t in inputs] == [t.shape for t in inputs]
+
+
+def test_opcheck_on_meta():
+    torch.library.opcheck(torch.ops.causalconv.b2b_causal_conv1d_fwd.default, tuple(meta_inputs()),
+                          test_utils=("test_schema", "test_faketensor"))
+
+
+# ---- bad inputs: ValueError naming the argument, what was expected and what was got ----
+
+def test_cpu_tensors_are_rejected():
+    x, wp, wm, skip = make_inputs(1, 2, 8, 3, 4, torch.float32, device="cpu")
+    with pytest.raises(ValueError, match=r"b2b_causal_conv1d: x: expected a CUDA tensor.*got a tensor on cpu"):
+        causalconv.b2b_causal_conv1d(x, wp, wm, skip)
+
+
+def _args(on_cpu=(), dtype=torch.float32, **changes):
+    """Valid arguments (D = 2, Kp = 3, Km = 4) on CUDA, with changes, and the named ones left on the CPU."""
+    args = dict(x=torch.randn(2, 6, 16, dtype=dtype), weight_proj=torch.randn(6, 3, dtype=dtype),
+                weight_mixer=torch.randn(2, 4, dtype=dtype), skip_bias=torch.randn(2, dtype=dtype))
+    args.update(changes)
+    return {name: t if name in on_cpu else t.cuda() for name, t in args.items()}
+
+
+BAD_INPUTS = [
+    # (rule, arguments, message pattern after "b2b_causal_conv1d: ")
+    ("x on cpu", lambda: _args(on_cpu=("x",)), r"x: expected a CUDA tensor .*got a tensor on cpu"),
+    ("weight on cpu", lambda: _args(on_cpu=("weight_mixer",)),
+     r"weight_mixer: expected a CUDA tensor .*got a tensor on cpu"),
+    ("float64", lambda: _args(dtype=torch.float64), r"x: expected float32, float16 or bfloat16 .*got float64"),
+    ("dtype mismatch", lambda: _args(weight_proj=torch.randn(6, 3, dtype=torch.bfloat16)),
+     r"weight_proj: expected float32 \(the dtype of x\), got bfloat16"),
+    ("x rank", lambda: _args(x=torch.randn(6, 16)), r"x: expected 3 dimensions, got 2 dimensions"),
+    ("x channels", lambda: _args(x=torch.randn(2, 7, 16)), r"x: expected shape \(B, 3\*D, L\) .*got \(2, 7, 16\)"),
+    ("weight_proj rank", lambda: _args(weight_proj=torch.randn(6, 1, 3)),
+     r"weight_proj: expected 2 dimensions, got 3 dimensions"),
+    ("weight_proj channels", lambda: _args(weight_proj=torch.randn(3, 3)),
+     r"weight_proj: expected shape \(3\*D, Kp\) = \(6, 3\), got \(3, 3\)"),
+    ("weight_mixer rank", lambda: _args(weight_mixer=torch.randn(2, 1, 4)),
+     r"weight_mixer: expected 2 dimensions, got 3 dimensions"),
+    ("weight_mixer channels", lambda: _args(weight_mixer=torch.randn(3, 4)),
+     r"weight_mixer: expected shape \(D, Km\) = \(2, 4\), got \(3, 4\)"),
+    ("skip_bias rank", lambda: _args(skip_bias=torch.randn(2, 1)),
+     r"skip_bias: expected 1 dimensions, got 2 dimensions"),
+    ("skip_bias shape", lambda: _args(skip_bias=torch.randn(3)),
+     r"skip_bias: expected shape \(D\) = \(2,\), got \(3,\)"),
+    ("Kp too small", lambda: _args(weight_proj=torch.randn(6, 1)),
+     r"weight_proj.shape\[1\] \(Kp\): expected a value in \[2, 32\], got 1"),
+    ("Kp too large", lambda: _args(weight_proj=torch.randn(6, 33)),
+     r"weight_proj.shape\[1\] \(Kp\): expected a value in \[2, 32\], got 33"),
+    ("Km too small", lambda: _args(weight_mixer=torch.randn(2, 1)),
+     r"weight_mixer.shape\[1\] \(Km\): expected a value in \[2, 256\], got 1"),
+    ("Km too large", lambda: _args(weight_mixer=torch.randn(2, 257)),
+     r"weight_mixer.shape\[1\] \(Km\): expected a value in \[2, 256\], got 257"),
+]
+
+
+@requires_cuda
+@pytest.mark.parametrize("case", BAD_INPUTS, ids=[c[0] for c in BAD_INPUTS])
+def test_bad_inputs_raise_value_error(case):
+    _, make, pattern = case
+    with pytest.raises(ValueError, match=r"b2b_causal_conv1d: " + pattern):
+        causalconv.b2b_causal_conv1d(**make())
+
+
+@requires_cuda
+def test_rejected_calls_write_nothing():
+    x, wp, wm, skip = make_inputs(1, 2, 8, 3, 4, torch.float32)
+    out = torch.full((1, 2, 8), float("nan"), device="cuda")
+    bad_wm = torch.randn(2, 300, device="cuda")  # Km outside the envelope
+    with pytest.raises(ValueError):
+        _C.b2b_causal_conv1d_forward(view(x), view(wp), view(bad_wm), view(skip), view(out), None, 0)
+    dx = torch.full_like(x, float("nan"))
+    grads = (dx, torch.full_like(wp, float("nan")), torch.full((2, 300), float("nan"), device="cuda"),
+             torch.full_like(skip, float("nan")))
+    with pytest.raises(ValueError):
+        _C.b2b_causal_conv1d_backward(view(x), view(wp), view(bad_wm), view(skip), view(out),
+                                      *map(view, grads), None, 0)
+    torch.cuda.synchronize()
+    assert torch.isnan(out).all() and all(torch.isnan(g).all() for g in grads)
+
+
+@requires_cuda
+def test_backward_rejects_a_short_workspace():
+    x, wp, wm, skip = make_inputs(1, 2, 64, 3, 4, torch.float32)
+    dout = torch.randn(1, 2, 64, device="cuda")
+    grads = (torch.full_like(x, float("nan")), torch.empty_like(wp), torch.empty_like(wm), torch.empty_like(skip))
+    args = (view(x), view(wp), view(wm), view(skip), view(dout), *map(view, grads))
+    assert _C.b2b_causal_conv1d_backward_workspace_bytes(*args) > 0
+    with pytest.raises(ValueError, match=r"b2b_causal_conv1d: workspace: expected at least \d+ bytes, got 0 bytes"):
+        _C.b2b_causal_conv1d_backward(*args, None, 0)
+    torch.cuda.synchronize()
+    assert torch.isnan(grads[0]).all(), "a rejected call wrote its output"
+
+
+@requires_cuda
+def test_core_rejects_rows_with_a_time_stride():
+    # The front end makes rows contiguous; the core says what it needs when called directly.
+    x, wp, wm, skip = make_inputs(1, 2, 8, 3, 4, torch.float32, layout="strided")
+    out = torch.empty(1, 2, 8, device="cuda")
+    with pytest.raises(ValueError, match=r"b2b_causal_conv1d: x: expected unit stride along L .*got stride 2"):
+        _C.b2b_causal_conv1d_forward(view(x), view(wp), view(wm), view(skip), view(out), None, 0)
