@@ -13,6 +13,7 @@
 #include "causal_conv1d/depthwise_tiling.cuh"
 #include "common/cuda_math.cuh"
 #include "common/cuda_runtime.h"
+#include "common/vector_access.cuh"
 
 namespace causalconv::detail {
 namespace {
@@ -120,6 +121,143 @@ __global__ void __launch_bounds__(Tile::kThreads)
   }
 }
 
+// ---- window kernel: dilation 1, K <= 8, 16-byte aligned rows ----
+// As the forward's window kernel: a warp owns a span of 32 * kWindowVectors
+// consecutive 16-byte vectors of one row, lane l taking vectors e * 32 + l, with the
+// halos on both sides read as neighbouring vectors (L1 hits). Each thread sums its
+// weight-gradient terms, a fixed shuffle tree sums the warp, and lane 0 writes the
+// span's partials; the ordered reduction below finishes them.
+constexpr int kVectorThreads = 128;
+constexpr int kWindowVectors = 2;
+constexpr int kMaxWindowWidth = 8;
+constexpr int kWarpsPerBlock = kVectorThreads / 32;
+
+template <typename T>
+constexpr int64_t window_span() {
+  return int64_t(32) * kWindowVectors * Vec16<T>::kElems;
+}
+
+// Vector of row[src, src + kVec), zero-filled outside [0, n); src is a multiple of kVec.
+template <typename T>
+__device__ __forceinline__ void load_vec_in_row(const T* row, int64_t src, int64_t n, float* out) {
+  constexpr int kVec = Vec16<T>::kElems;
+  if (src >= 0 && src + kVec <= n) {
+    load_vec16(row + src, out);
+  } else {
+    const int64_t valid = src >= 0 ? n - src : 0;
+    load_partial(row + (src >= 0 ? src : 0), int(valid > 0 ? valid : 0), out);
+  }
+}
+
+template <typename T, int kWidth>
+__global__ void __launch_bounds__(kVectorThreads)
+    depthwise_backward_window(DepthwiseBackwardParams p, int64_t spans_per_row, int64_t spans, float* partials) {
+  constexpr int kVec = Vec16<T>::kElems;
+  constexpr int kHalo = (kWidth - 1 + kVec - 1) / kVec * kVec;  // whole vectors on each side
+  const int lane = threadIdx.x % 32;
+  const int64_t span = int64_t(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32;
+  if (span >= spans) return;  // whole warps only: the shuffles below see full warps
+  const int64_t row = div_nonneg(span, spans_per_row);
+  const int64_t span_in_row = span - row * spans_per_row;
+  const int64_t span_start = span_in_row * window_span<T>();
+  const int64_t b = div_nonneg(row, p.channels), c = row - b * p.channels;
+  const int64_t n = p.length;
+  const T* x = static_cast<const T*>(p.x) + b * p.x_stride[0] + c * p.x_stride[1];
+  const T* dy = static_cast<const T*>(p.dy) + b * p.dy_stride[0] + c * p.dy_stride[1];
+
+  const T* weight = static_cast<const T*>(p.weight) + c * p.w_stride[0];
+  float w[kWidth];
+#pragma unroll
+  for (int k = 0; k < kWidth; ++k) w[k] = to_float(weight[k * p.w_stride[1]]);
+  const float bias = p.bias ? to_float(static_cast<const T*>(p.bias)[c * p.bias_stride]) : 0.0f;
+
+  float dw[kWidth + 1] = {};  // slot kWidth: the bias gradient
+#pragma unroll
+  for (int e = 0; e < kWindowVectors; ++e) {
+    const int64_t t = span_start + int64_t(e * 32 + lane) * kVec;
+    float xw[kHalo + kVec + kHalo];  // x[t - kHalo + i]; the part after t + kVec feeds the silu input of g's halo
+    float g[kVec + kHalo];           // g[t + i]: dy through the activation
+#pragma unroll
+    for (int h = 0; h < kHalo + kVec; h += kVec) load_vec_in_row(x, t - kHalo + h, n, xw + h);
+#pragma unroll
+    for (int h = 0; h < kVec + kHalo; h += kVec) load_vec_in_row(dy, t + h, n, g + h);
+    if (p.silu) {
+#pragma unroll
+      for (int h = 0; h < kHalo; h += kVec) load_vec_in_row(x, t + kVec + h, n, xw + kHalo + kVec + h);
+#pragma unroll
+      for (int i = 0; i < kVec + kHalo; ++i) {
+        float u = bias;
+#pragma unroll
+        for (int k = 0; k < kWidth; ++k) u = fmaf(w[k], xw[kHalo + i - (kWidth - 1 - k)], u);
+        g[i] *= silu_grad(u);
+      }
+    }
+    if (p.dx) {
+      float out[kVec];
+#pragma unroll
+      for (int i = 0; i < kVec; ++i) {
+        float acc = 0.0f;
+#pragma unroll
+        for (int k = 0; k < kWidth; ++k) acc = fmaf(w[k], g[i + (kWidth - 1 - k)], acc);
+        out[i] = acc;
+      }
+      T* dx = static_cast<T*>(p.dx) + b * p.dx_stride[0] + c * p.dx_stride[1];
+      if (t + kVec <= n)
+        store_vec16(dx + t, out);
+      else if (t < n)
+        store_partial(dx + t, int(n - t), out);
+    }
+#pragma unroll
+    for (int i = 0; i < kVec; ++i) {  // g is zero past the row's end
+#pragma unroll
+      for (int k = 0; k < kWidth; ++k) dw[k] = fmaf(g[i], xw[kHalo + i - (kWidth - 1 - k)], dw[k]);
+      dw[kWidth] += g[i];
+    }
+  }
+  if (partials) {
+    float* span_partials = partials + ((c * p.batch + b) * spans_per_row + span_in_row) * (kWidth + 1);
+#pragma unroll
+    for (int k = 0; k <= kWidth; ++k) {
+      const float s = warp_sum(dw[k]);
+      if (lane == 0) span_partials[k] = s;
+    }
+  }
+}
+
+template <typename T>
+int64_t window_spans_per_row(const DepthwiseBackwardParams& p) {
+  return (p.length + window_span<T>() - 1) / window_span<T>();
+}
+
+template <typename T>
+bool window_applies(const DepthwiseBackwardParams& p) {
+  const int64_t spans = p.batch * p.channels * window_spans_per_row<T>(p);
+  return p.dilation == 1 && p.width <= kMaxWindowWidth && vector_aligned<T>(p.x, p.x_stride, 2) &&
+         vector_aligned<T>(p.dy, p.dy_stride, 2) && (!p.dx || vector_aligned<T>(p.dx, p.dx_stride, 2)) &&
+         spans / kWarpsPerBlock < kMaxGridX;
+}
+
+template <typename T, int kWidth>
+void launch_window(const DepthwiseBackwardParams& p, float* partials, cudaStream_t stream) {
+  const int64_t spans = p.batch * p.channels * window_spans_per_row<T>(p);
+  const unsigned blocks = unsigned((spans + kWarpsPerBlock - 1) / kWarpsPerBlock);
+  depthwise_backward_window<T, kWidth>
+      <<<blocks, kVectorThreads, 0, stream>>>(p, window_spans_per_row<T>(p), spans, partials);
+}
+
+template <typename T>
+void launch_window(const DepthwiseBackwardParams& p, float* partials, cudaStream_t stream) {
+  switch (p.width) {
+    case 2: launch_window<T, 2>(p, partials, stream); break;
+    case 3: launch_window<T, 3>(p, partials, stream); break;
+    case 4: launch_window<T, 4>(p, partials, stream); break;
+    case 5: launch_window<T, 5>(p, partials, stream); break;
+    case 6: launch_window<T, 6>(p, partials, stream); break;
+    case 7: launch_window<T, 7>(p, partials, stream); break;
+    case 8: launch_window<T, 8>(p, partials, stream); break;
+  }
+}
+
 // dweight[c, k] and dbias[c]: sum of the per-tile partials of channel c, in order.
 template <typename T>
 __global__ void __launch_bounds__(Tile::kThreads)
@@ -137,10 +275,32 @@ __global__ void __launch_bounds__(Tile::kThreads)
   }
 }
 
-int64_t parts_per_channel(const DepthwiseTiling& t, int64_t batch) { return batch * t.residues * t.tiles; }
+template <typename T>
+int64_t parts_per_channel(const DepthwiseBackwardParams& p) {
+  if (window_applies<T>(p)) return p.batch * window_spans_per_row<T>(p);
+  const DepthwiseTiling t =
+      make_depthwise_tiling(p.batch, p.channels, p.length, p.width, p.dilation, kBackwardTilesPerBlock);
+  return p.batch * t.residues * t.tiles;
+}
+
+template <typename T>
+void launch_reduce(const DepthwiseBackwardParams& p, float* partials, cudaStream_t stream) {
+  if (!partials) return;
+  depthwise_weight_grad_reduce<T><<<unsigned(p.channels), Tile::kThreads, 0, stream>>>(
+      p, parts_per_channel<T>(p), partials);
+  check_launch("causal_conv1d backward (depthwise weight-gradient reduction)");
+}
 
 template <typename T>
 void launch_typed(const DepthwiseBackwardParams& p, float* partials, cudaStream_t stream) {
+  if (window_applies<T>(p)) {
+    if (p.batch * p.channels * p.length > 0) {
+      launch_window<T>(p, partials, stream);
+      check_launch("causal_conv1d backward (depthwise)");
+    }
+    launch_reduce<T>(p, partials, stream);
+    return;
+  }
   const DepthwiseTiling tiling =
       make_depthwise_tiling(p.batch, p.channels, p.length, p.width, p.dilation, kBackwardTilesPerBlock);
   const size_t smem = sizeof(float) * backward_smem_floats(p.width, tiling.halo);
@@ -154,20 +314,25 @@ void launch_typed(const DepthwiseBackwardParams& p, float* partials, cudaStream_
       depthwise_backward_tiled<T, false><<<grid, Tile::kThreads, smem, stream>>>(p, tiling, partials);
     check_launch("causal_conv1d backward (depthwise)");
   }
-  if (partials) {
-    depthwise_weight_grad_reduce<T><<<unsigned(p.channels), Tile::kThreads, 0, stream>>>(
-        p, parts_per_channel(tiling, p.batch), partials);
-    check_launch("causal_conv1d backward (depthwise weight-gradient reduction)");
-  }
+  launch_reduce<T>(p, partials, stream);
+}
+
+template <typename T>
+size_t workspace_bytes(const DepthwiseBackwardParams& p) {
+  return sizeof(float) * size_t(p.channels * parts_per_channel<T>(p) * (p.width + 1));
 }
 
 }  // namespace
 
 size_t depthwise_backward_workspace_bytes(const DepthwiseBackwardParams& p) {
   if (!p.dweight && !p.dbias) return 0;
-  const DepthwiseTiling tiling =
-      make_depthwise_tiling(p.batch, p.channels, p.length, p.width, p.dilation, kBackwardTilesPerBlock);
-  return sizeof(float) * size_t(p.channels * parts_per_channel(tiling, p.batch) * (p.width + 1));
+  switch (p.dtype) {
+    case DType::f32: return workspace_bytes<float>(p);
+    case DType::f16: return workspace_bytes<__half>(p);
+    case DType::bf16: return workspace_bytes<__nv_bfloat16>(p);
+    case DType::f64: break;  // rejected by validation
+  }
+  return 0;
 }
 
 void launch_depthwise_backward(const DepthwiseBackwardParams& p, void* workspace, Stream stream) {

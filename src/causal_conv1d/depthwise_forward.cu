@@ -1,8 +1,8 @@
 // Depthwise causal conv forward. Four kernels, picked in launch_typed:
 //
 // Window kernel (channel-first rows, 16-byte aligned, dilation 1, K <= 8): each
-// thread loads a run of consecutive outputs' inputs plus the halo with 16-byte
-// loads into registers, and slides the K taps over them (K is a template argument).
+// thread loads 16-byte vectors of inputs plus their halos into registers and slides
+// the K taps over them (K is a template argument).
 // Channel-last kernel (stride(1) == 1, 16-byte aligned): each thread makes a block
 // of time steps x one 16-byte vector of channels; taps re-read x through L1.
 // Tiled kernel (other rows with unit time stride): a block stages one time tile of
@@ -27,42 +27,56 @@ using Tile = ForwardTile;
 constexpr int kVectorThreads = 128;
 
 // ---- window kernel ----
+// A warp owns a span of 32 * kWindowVectors consecutive 16-byte vectors of one row;
+// lane l takes vectors e * 32 + l, so every load and store instruction of the warp
+// touches 512 contiguous bytes. The halo of a vector (the K-1 inputs before it) is the
+// tail of its neighbour's vector: a second, coalesced load that L1 serves.
 constexpr int kWindowVectors = 4;  // 16-byte output vectors per thread
 constexpr int kMaxWindowWidth = 8;
+constexpr int kWarpsPerBlock = kVectorThreads / 32;
+
+template <typename T>
+constexpr int64_t window_span() {
+  return int64_t(32) * kWindowVectors * Vec16<T>::kElems;
+}
 
 template <typename T, int kWidth>
 __global__ void __launch_bounds__(kVectorThreads)
-    depthwise_forward_window(DepthwiseForwardParams p, int64_t chunks_per_row, int64_t chunks) {
+    depthwise_forward_window(DepthwiseForwardParams p, int64_t spans_per_row, int64_t spans) {
   constexpr int kVec = Vec16<T>::kElems;
-  constexpr int kOut = kVec * kWindowVectors;                   // outputs per thread
-  constexpr int kHalo = (kWidth - 1 + kVec - 1) / kVec * kVec;  // whole vectors before the run
-  static_assert(kHalo <= kOut, "a run's halo lies inside the previous run");
-  const int64_t chunk = int64_t(blockIdx.x) * kVectorThreads + threadIdx.x;
-  if (chunk >= chunks) return;
-  const int64_t row = div_nonneg(chunk, chunks_per_row);
-  const int64_t t0 = (chunk - row * chunks_per_row) * kOut;
+  constexpr int kHalo = (kWidth - 1 + kVec - 1) / kVec * kVec;  // whole vectors before each vector
+  const int lane = threadIdx.x % 32;
+  const int64_t span = int64_t(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32;
+  if (span >= spans) return;
+  const int64_t row = div_nonneg(span, spans_per_row);
+  const int64_t span_start = (span - row * spans_per_row) * window_span<T>();
   const int64_t b = div_nonneg(row, p.channels), c = row - b * p.channels;
-  const T* x = static_cast<const T*>(p.x) + b * p.x_stride[0] + c * p.x_stride[1] + t0;
-  T* y = static_cast<T*>(p.y) + b * p.y_stride[0] + c * p.y_stride[1] + t0;
-  const int64_t remaining = p.length - t0;  // > 0
+  const T* x = static_cast<const T*>(p.x) + b * p.x_stride[0] + c * p.x_stride[1];
+  T* y = static_cast<T*>(p.y) + b * p.y_stride[0] + c * p.y_stride[1];
 
-  float win[kHalo + kOut];  // x[t0 - kHalo + i]; zero before t = 0
+  float win[kWindowVectors][kHalo + kVec];  // x[t - kHalo + i] for the vector starting at t
 #pragma unroll
-  for (int h = 0; h < kHalo; h += kVec) {
-    if (t0 > 0) {
-      load_vec16(x - kHalo + h, win + h);
-    } else {
-#pragma unroll
-      for (int i = 0; i < kVec; ++i) win[h + i] = 0.0f;
-    }
+  for (int e = 0; e < kWindowVectors; ++e) {
+    const int64_t t = span_start + int64_t(e * 32 + lane) * kVec;
+    const int64_t valid = p.length - t;
+    if (valid >= kVec)
+      load_vec16(x + t, win[e] + kHalo);
+    else
+      load_partial(x + t, int(valid > 0 ? valid : 0), win[e] + kHalo);
   }
 #pragma unroll
   for (int e = 0; e < kWindowVectors; ++e) {
-    const int64_t valid = remaining - e * kVec;
-    if (valid >= kVec)
-      load_vec16(x + e * kVec, win + kHalo + e * kVec);
-    else
-      load_partial(x + e * kVec, int(valid > 0 ? valid : 0), win + kHalo + e * kVec);
+    const int64_t t = span_start + int64_t(e * 32 + lane) * kVec;
+#pragma unroll
+    for (int h = 0; h < kHalo; h += kVec) {
+      const int64_t src = t - kHalo + h;  // a multiple of kVec: the vector is all before 0 or all inside
+      if (src >= 0 && src < p.length) {
+        load_vec16(x + src, win[e] + h);
+      } else {
+#pragma unroll
+        for (int i = 0; i < kVec; ++i) win[e][h + i] = 0.0f;
+      }
+    }
   }
 
   const T* weight = static_cast<const T*>(p.weight) + c * p.w_stride[0];
@@ -76,36 +90,34 @@ __global__ void __launch_bounds__(kVectorThreads)
     float out[kVec];
 #pragma unroll
     for (int i = 0; i < kVec; ++i) {
-      const int o = kHalo + e * kVec + i;
       float acc = bias;
 #pragma unroll
-      for (int k = 0; k < kWidth; ++k) acc = fmaf(w[k], win[o - (kWidth - 1 - k)], acc);
+      for (int k = 0; k < kWidth; ++k) acc = fmaf(w[k], win[e][kHalo + i - (kWidth - 1 - k)], acc);
       out[i] = p.silu ? silu(acc) : acc;
     }
-    const int64_t valid = remaining - e * kVec;
+    const int64_t t = span_start + int64_t(e * 32 + lane) * kVec;
+    const int64_t valid = p.length - t;
     if (valid >= kVec)
-      store_vec16(y + e * kVec, out);
+      store_vec16(y + t, out);
     else if (valid > 0)
-      store_partial(y + e * kVec, int(valid), out);
+      store_partial(y + t, int(valid), out);
   }
 }
 
 template <typename T, int kWidth>
 void launch_window(const DepthwiseForwardParams& p, cudaStream_t stream) {
-  constexpr int64_t kOut = Vec16<T>::kElems * kWindowVectors;
-  const int64_t chunks_per_row = (p.length + kOut - 1) / kOut;
-  const int64_t chunks = p.batch * p.channels * chunks_per_row;
-  const unsigned blocks = unsigned((chunks + kVectorThreads - 1) / kVectorThreads);
-  depthwise_forward_window<T, kWidth><<<blocks, kVectorThreads, 0, stream>>>(p, chunks_per_row, chunks);
+  const int64_t spans_per_row = (p.length + window_span<T>() - 1) / window_span<T>();
+  const int64_t spans = p.batch * p.channels * spans_per_row;
+  const unsigned blocks = unsigned((spans + kWarpsPerBlock - 1) / kWarpsPerBlock);
+  depthwise_forward_window<T, kWidth><<<blocks, kVectorThreads, 0, stream>>>(p, spans_per_row, spans);
 }
 
 template <typename T>
 bool try_launch_window(const DepthwiseForwardParams& p, bool channel_last, cudaStream_t stream) {
-  constexpr int64_t kOut = Vec16<T>::kElems * kWindowVectors;
-  const int64_t chunks = p.batch * p.channels * ((p.length + kOut - 1) / kOut);
+  const int64_t spans = p.batch * p.channels * ((p.length + window_span<T>() - 1) / window_span<T>());
   if (channel_last || p.dilation != 1 || p.width > kMaxWindowWidth || p.x_stride[2] != 1 || p.y_stride[2] != 1 ||
       !vector_aligned<T>(p.x, p.x_stride, 2) || !vector_aligned<T>(p.y, p.y_stride, 2) ||
-      chunks / kVectorThreads >= kMaxGridX)
+      spans / kWarpsPerBlock >= kMaxGridX)
     return false;
   switch (p.width) {
     case 2: launch_window<T, 2>(p, stream); break;
