@@ -3,7 +3,7 @@
 C++/CUDA core, PyTorch front end. See README.md and docs/ for the contracts.
 """
 
-from . import _C, reference
+from . import _C, nn, reference
 from .ops import causal_conv1d
 
 __version__ = _C.version()
