@@ -120,6 +120,16 @@ detail::DenseBackwardParams dense_backward_params(const CausalConv1dBackwardArgs
   return p;
 }
 
+// Kernel choice for dense/grouped forward: tensor cores when the groups are wide enough
+// (see dense_tc_forward_supported), else the generic CUDA-core kernel.
+bool use_tensor_cores(const detail::DenseGeometry& g) { return detail::dense_tc_forward_supported(g); }
+
+size_t forward_workspace_bytes(const CausalConv1dForwardArgs& a, const detail::ConvGeometry& g) {
+  if (g.depthwise || g.batch * g.c_out * g.length == 0) return 0;
+  const detail::DenseGeometry dg = dense_geometry(g, a.x.dtype);
+  return use_tensor_cores(dg) ? detail::dense_tc_forward_workspace_bytes(dg) : 0;
+}
+
 size_t backward_workspace_bytes(const CausalConv1dBackwardArgs& a, const detail::ConvGeometry& g) {
   if (g.depthwise) return detail::depthwise_backward_workspace_bytes(backward_params(a, g));
   return detail::dense_backward_workspace_bytes(dense_backward_params(a, g));
@@ -128,19 +138,29 @@ size_t backward_workspace_bytes(const CausalConv1dBackwardArgs& a, const detail:
 }  // namespace
 
 size_t causal_conv1d_forward_workspace_bytes(const CausalConv1dForwardArgs& args) {
-  detail::validate(args, detail::Target::cuda);
-  return 0;
+  const detail::ConvGeometry g = detail::validate(args, detail::Target::cuda);
+  return forward_workspace_bytes(args, g);
 }
 
-void causal_conv1d_forward(const CausalConv1dForwardArgs& args, Workspace /*workspace*/, Stream stream) {
+void causal_conv1d_forward(const CausalConv1dForwardArgs& args, Workspace workspace, Stream stream) {
   const detail::ConvGeometry g = detail::validate(args, detail::Target::cuda);
+  const size_t needed = forward_workspace_bytes(args, g);
+  if (workspace.bytes < needed || (needed > 0 && workspace.data == nullptr))
+    detail::fail_argument(kOp, "workspace", "at least " + std::to_string(needed) + " bytes",
+                          std::to_string(workspace.bytes) + " bytes");
   if (g.batch * g.c_out * g.length == 0) return;
   detail::DeviceGuard guard(args.x.device.index);
   if (g.depthwise) {
     detail::launch_depthwise_forward(forward_params(args, g), stream);
     return;
   }
-  detail::launch_dense_forward_generic(dense_forward_params(args, g), stream);
+  detail::DenseForwardParams p = dense_forward_params(args, g);
+  if (use_tensor_cores(p.g)) {
+    p.workspace = workspace.data;
+    detail::launch_dense_tc_forward(p, stream);
+  } else {
+    detail::launch_dense_forward_generic(p, stream);
+  }
 }
 
 size_t causal_conv1d_backward_workspace_bytes(const CausalConv1dBackwardArgs& args) {

@@ -25,6 +25,7 @@ struct DenseForwardParams {
   const void* weight;
   const void* bias;  // nullptr: no bias
   void* y;
+  void* workspace;  // dense_tc_forward_workspace_bytes(g) bytes when the tensor-core path runs
   int64_t x_stride[3], y_stride[3], w_stride[3];  // in elements: (b, c, t), (o, i, k)
   int64_t bias_stride;
 };
@@ -44,6 +45,14 @@ struct DenseBackwardParams {
 
 // The generic forward (dense_generic.cu): CUDA cores, every shape, dtype and stride.
 void launch_dense_forward_generic(const DenseForwardParams& p, Stream stream);
+
+// The tensor-core forward (dense_tc_forward.cu): an implicit GEMM with mma.sync; fp32
+// through a bf16 hi/lo split (3 products). Any strides. Serves shapes whose groups have
+// at least 16 input and 32 output channels; its workspace holds the weights prepared
+// for the kernel (bf16/f16 copies, zero-padded to the tiles).
+bool dense_tc_forward_supported(const DenseGeometry& g);
+size_t dense_tc_forward_workspace_bytes(const DenseGeometry& g);
+void launch_dense_tc_forward(const DenseForwardParams& p, Stream stream);
 
 // Backward scratch: the fp32 gradient through silu (B, C_out, L) when the activation is
 // silu, then per-part fp32 partials of dweight and dbias (reduced in a fixed order).
