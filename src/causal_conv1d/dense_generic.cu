@@ -17,6 +17,7 @@
 // fp32 partials to the caller's workspace; a second kernel adds the P partials of each
 // element in order. No atomics: bitwise reproducible.
 #include <algorithm>
+#include <type_traits>
 
 #include "causal_conv1d/dense_kernels.h"
 #include "causalconv/error.h"
@@ -401,8 +402,14 @@ size_t silu_grad_bytes(const DenseBackwardParams& p) {
 
 size_t partial_bytes(const DenseBackwardParams& p) {
   if (!p.dweight && !p.dbias) return 0;
-  return sizeof(float) * size_t(weight_grad_parts(p.g) * weight_grad_elements(p.g));
+  return align_up(sizeof(float) * size_t(weight_grad_parts(p.g) * weight_grad_elements(p.g)));
 }
+
+bool tc_dx(const DenseBackwardParams& p) {
+  return p.dx && p.g.batch * p.g.length > 0 && dense_tc_dx_supported(p.g);
+}
+
+size_t tc_dx_bytes(const DenseBackwardParams& p) { return tc_dx(p) ? dense_tc_dx_workspace_bytes(p.g) : 0; }
 
 template <typename T, typename G>
 void weight_grads_typed(const DenseBackwardParams& p, const G* g, const int64_t (&g_stride)[3], float* partials,
@@ -449,7 +456,12 @@ void weight_grads_typed(const DenseBackwardParams& p, const G* g, const int64_t 
 }
 
 template <typename T, typename G>
-void dx_typed(const DenseBackwardParams& p, const G* g, const int64_t (&g_stride)[3], cudaStream_t stream) {
+void dx_typed(const DenseBackwardParams& p, const G* g, const int64_t (&g_stride)[3], void* tc_workspace,
+              cudaStream_t stream) {
+  if (tc_dx(p)) {
+    launch_dense_tc_dx(p, g, std::is_same_v<G, float>, g_stride, tc_workspace, Stream{stream});
+    return;
+  }
   TileConvArgs a{};
   a.src = g;
   a.weight = p.weight;
@@ -472,16 +484,18 @@ void dx_typed(const DenseBackwardParams& p, const G* g, const int64_t (&g_stride
 
 template <typename T, typename G>
 void backward_from(const DenseBackwardParams& p, const G* g, const int64_t (&g_stride)[3], float* partials,
-                   cudaStream_t stream) {
-  if (p.dx) dx_typed<T, G>(p, g, g_stride, stream);
+                   void* tc_workspace, cudaStream_t stream) {
+  if (p.dx) dx_typed<T, G>(p, g, g_stride, tc_workspace, stream);
   if (p.dweight || p.dbias) weight_grads_typed<T, G>(p, g, g_stride, partials, stream);
 }
 
+// Workspace: [fp32 gradient through silu][weight-gradient partials][tensor-core dx weights].
 template <typename T>
 void backward_typed(const DenseBackwardParams& p, char* workspace, cudaStream_t stream) {
   float* partials = (p.dweight || p.dbias) ? reinterpret_cast<float*>(workspace + silu_grad_bytes(p)) : nullptr;
+  void* tc_workspace = tc_dx(p) ? workspace + silu_grad_bytes(p) + partial_bytes(p) : nullptr;
   if (!p.g.silu) {
-    backward_from<T, T>(p, static_cast<const T*>(p.dy), p.dy_stride, partials, stream);
+    backward_from<T, T>(p, static_cast<const T*>(p.dy), p.dy_stride, partials, tc_workspace, stream);
     return;
   }
   // g = dy * silu'(pre), pre recomputed by the forward tile kernel, fp32 (B, C_out, L).
@@ -509,7 +523,7 @@ void backward_typed(const DenseBackwardParams& p, char* workspace, cudaStream_t 
   a.dst_per_group = p.g.out_per_group();
   a.mode = TileMode::silu_grad;
   launch_tile_conv<T, T, float>(a, stream, "causal_conv1d backward (dense silu gradient)");
-  backward_from<T, float>(p, g, g_stride, partials, stream);
+  backward_from<T, float>(p, g, g_stride, partials, tc_workspace, stream);
 }
 
 }  // namespace
@@ -526,7 +540,7 @@ void launch_dense_forward_generic(const DenseForwardParams& p, Stream stream) {
 
 size_t dense_backward_workspace_bytes(const DenseBackwardParams& p) {
   if (!p.dx && !p.dweight && !p.dbias) return 0;
-  return silu_grad_bytes(p) + partial_bytes(p);
+  return silu_grad_bytes(p) + partial_bytes(p) + tc_dx_bytes(p);
 }
 
 void launch_dense_backward(const DenseBackwardParams& p, void* workspace, Stream stream) {

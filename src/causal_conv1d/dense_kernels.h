@@ -25,7 +25,7 @@ struct DenseForwardParams {
   const void* weight;
   const void* bias;  // nullptr: no bias
   void* y;
-  void* workspace;  // dense_tc_forward_workspace_bytes(g) bytes when the tensor-core path runs
+  void* workspace;  // dense_tc_forward_workspace_bytes(g) bytes when the tensor-core forward runs
   int64_t x_stride[3], y_stride[3], w_stride[3];  // in elements: (b, c, t), (o, i, k)
   int64_t bias_stride;
 };
@@ -46,16 +46,24 @@ struct DenseBackwardParams {
 // The generic forward (dense_generic.cu): CUDA cores, every shape, dtype and stride.
 void launch_dense_forward_generic(const DenseForwardParams& p, Stream stream);
 
-// The tensor-core forward (dense_tc_forward.cu): an implicit GEMM with mma.sync; fp32
-// through a bf16 hi/lo split (3 products). Any strides. Serves shapes whose groups have
-// at least 16 input and 32 output channels; its workspace holds the weights prepared
-// for the kernel (bf16/f16 copies, zero-padded to the tiles).
+// The tensor-core kernels (dense_tc.cu): an implicit GEMM with mma.sync; fp32 through a
+// bf16 hi/lo split (3 products). Any strides. They serve shapes whose groups have at least
+// 16 source and 32 destination channels; their workspace holds the weights prepared for
+// the kernel (bf16/f16 copies, zero-padded to the tiles), rebuilt on every call.
 bool dense_tc_forward_supported(const DenseGeometry& g);
 size_t dense_tc_forward_workspace_bytes(const DenseGeometry& g);
 void launch_dense_tc_forward(const DenseForwardParams& p, Stream stream);
 
+// dx as the transposed convolution of grad (dy, or the fp32 gradient through silu):
+// the same kernel with transposed, flipped weights and a look-ahead window.
+bool dense_tc_dx_supported(const DenseGeometry& g);
+size_t dense_tc_dx_workspace_bytes(const DenseGeometry& g);
+void launch_dense_tc_dx(const DenseBackwardParams& p, const void* grad, bool grad_fp32,
+                        const int64_t (&grad_stride)[3], void* workspace, Stream stream);
+
 // Backward scratch: the fp32 gradient through silu (B, C_out, L) when the activation is
-// silu, then per-part fp32 partials of dweight and dbias (reduced in a fixed order).
+// silu, then per-part fp32 partials of dweight and dbias (reduced in a fixed order), then
+// the prepared weights of the tensor-core dx when that path runs.
 size_t dense_backward_workspace_bytes(const DenseBackwardParams& p);
 void launch_dense_backward(const DenseBackwardParams& p, void* workspace, Stream stream);
 

@@ -51,42 +51,62 @@ constexpr int kWTapBytes = kBM * kRowBytes;   // 8 KiB per tap
 constexpr int64_t kMaxPreparedBytes = int64_t(256) << 20;
 static_assert(kRows % 32 == 0, "x staging walks the window in steps of 32 rows");
 
+// One convolution of the kernel, forward or transposed (dx):
+//   dst[b, grp*D + o, t] = act(bias + sum_{s < S, k < K} W'[o, s, k] src[b, grp*S + s, t + shift(k)])
+// forward:    src = x, S = C_in/g, D = C_out/g, W'[o,s,k] = w[o,s,k],     shift(k) = -(K-1-k) d
+// transposed: src = g, S = C_out/g, D = C_in/g, W'[o,s,k] = w[s,o,K-1-k], shift(k) = +k d
+struct TcJob {
+  const void* src;
+  const void* weight;
+  const void* bias;  // forward only; nullptr: none
+  void* dst;
+  void* workspace;  // tc_workspace_bytes(...) for the prepared weights
+  int64_t src_stride[3], dst_stride[3], w_stride[3], bias_stride;
+  int64_t batch, length, dilation, groups, src_g, dst_g, width;
+  DType dtype;  // of the weights and dst (the source may be fp32 for 16-bit dtypes)
+  bool silu, transposed;
+};
+
 struct TcParams {
-  const void* x;
+  const void* src;
   const void* bias;
-  void* y;
+  void* dst;
   const uint16_t* w_hi;  // prepared weights
   const uint16_t* w_lo;  // fp32 only
-  int64_t x_stride[3], y_stride[3], bias_stride;
-  int64_t batch, length, dilation, groups, cin_g, cout_g, width;
+  int64_t src_stride[3], dst_stride[3], bias_stride;
+  int64_t batch, length, dilation, groups, src_g, dst_g, width;
   int64_t o_pad, c_chunks, o_tiles, time_tiles;
   int taps_per_stage, tap_chunks;
-  bool silu;
+  bool silu, transposed;
 };
 
 struct Prepared {
-  int64_t o_pad, c_chunks;
+  int64_t o_pad, c_chunks, elements;  // elements per copy
   int taps_per_stage, tap_chunks;
   bool split;
 };
 
-Prepared prepared_layout(const DenseGeometry& g) {
+Prepared prepared_layout(int64_t src_g, int64_t dst_g, int64_t width, int64_t dilation, int64_t groups,
+                         DType dtype) {
   Prepared p{};
-  p.o_pad = (g.out_per_group() + kBM - 1) / kBM * kBM;
-  p.c_chunks = (g.in_per_group() + kBC - 1) / kBC;
-  p.taps_per_stage = int(std::min<int64_t>({g.width, int64_t(kMaxTaps), 1 + kMaxShift / g.dilation}));
-  p.tap_chunks = int((g.width + p.taps_per_stage - 1) / p.taps_per_stage);
-  p.split = g.dtype == DType::f32;
+  p.o_pad = (dst_g + kBM - 1) / kBM * kBM;
+  p.c_chunks = (src_g + kBC - 1) / kBC;
+  p.taps_per_stage = int(std::min<int64_t>({width, int64_t(kMaxTaps), 1 + kMaxShift / dilation}));
+  p.tap_chunks = int((width + p.taps_per_stage - 1) / p.taps_per_stage);
+  p.split = dtype == DType::f32;
+  p.elements = groups * p.c_chunks * width * p.o_pad * kBC;
   return p;
 }
 
-int64_t prepared_elements(const DenseGeometry& g, const Prepared& p) {
-  return g.groups * p.c_chunks * g.width * p.o_pad * kBC;
-}
+size_t prepared_bytes(const Prepared& p) { return size_t(p.elements) * 2 * (p.split ? 2 : 1); }
 
-size_t prepared_bytes(const DenseGeometry& g) {
-  const Prepared p = prepared_layout(g);
-  return size_t(prepared_elements(g, p)) * 2 * (p.split ? 2 : 1);
+bool tc_supported(int64_t src_g, int64_t dst_g, int64_t length, int64_t width, int64_t dilation, int64_t groups,
+                  DType dtype) {
+  if (src_g < 16 || dst_g < 32) return false;  // tiles mostly padding: the CUDA-core kernels do better
+  const Prepared lay = prepared_layout(src_g, dst_g, width, dilation, groups, dtype);
+  if (int64_t(prepared_bytes(lay)) > kMaxPreparedBytes) return false;
+  if (lay.c_chunks * lay.tap_chunks > 2147483647) return false;
+  return (lay.o_pad / kBM) * ((length + kBN - 1) / kBN) <= 2147483647;
 }
 
 // ---- small device helpers ------------------------------------------------------------
@@ -150,8 +170,9 @@ __device__ __forceinline__ uint32_t swizzled(int row, int chunk) {
 
 template <typename T>
 __global__ void __launch_bounds__(256)
-    prepare_weights(const T* w, int64_t ws0, int64_t ws1, int64_t ws2, int64_t groups, int64_t cin_g,
-                    int64_t cout_g, int64_t width, int64_t o_pad, int64_t c_chunks, uint16_t* hi, uint16_t* lo) {
+    prepare_weights(const T* w, int64_t ws0, int64_t ws1, int64_t ws2, int64_t groups, int64_t src_g,
+                    int64_t dst_g, int64_t width, int64_t o_pad, int64_t c_chunks, bool transposed, uint16_t* hi,
+                    uint16_t* lo) {
   const int64_t total = groups * c_chunks * width * o_pad * kBC;
   for (int64_t e = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; e < total; e += int64_t(gridDim.x) * blockDim.x) {
     int64_t r = e;
@@ -164,7 +185,9 @@ __global__ void __launch_bounds__(256)
     const int64_t cc = r % c_chunks;
     const int64_t grp = r / c_chunks;
     const int64_t i = cc * kBC + c;
-    const float v = (o < cout_g && i < cin_g) ? to_float(w[(grp * cout_g + o) * ws0 + i * ws1 + k * ws2]) : 0.0f;
+    const int64_t off = transposed ? (grp * src_g + i) * ws0 + o * ws1 + (width - 1 - k) * ws2
+                                   : (grp * dst_g + o) * ws0 + i * ws1 + k * ws2;
+    const float v = (o < dst_g && i < src_g) ? to_float(w[off]) : 0.0f;
     if constexpr (kIsHalf<T>) {
       const __half h = __float2half_rn(v);
       hi[e] = *reinterpret_cast<const uint16_t*>(&h);
@@ -181,8 +204,9 @@ __global__ void __launch_bounds__(256)
 
 // ---- the implicit-GEMM kernel ---------------------------------------------------------
 
-template <typename T>
-__global__ void __launch_bounds__(kThreads, 1) dense_tc_forward_kernel(TcParams p) {
+// T: weights and output (and MMA operands: bf16 for fp32 via the split); TSrc: the source rows.
+template <typename T, typename TSrc>
+__global__ void __launch_bounds__(kThreads, 1) dense_tc_kernel(TcParams p) {
   constexpr bool kSplit = std::is_same_v<T, float>;
   constexpr bool kHalf = kIsHalf<T>;
   constexpr int kCopies = kSplit ? 2 : 1;
@@ -207,7 +231,8 @@ __global__ void __launch_bounds__(kThreads, 1) dense_tc_forward_kernel(TcParams 
       const int64_t ot = int64_t(blockIdx.x) % p.o_tiles;  // o fastest: neighbours share the x window in L2
       const int64_t t0 = int64_t(blockIdx.x) / p.o_tiles * kBN;
       const int64_t o0 = ot * kBM;
-      const T* x_group = static_cast<const T*>(p.x) + bz * p.x_stride[0] + grp * p.cin_g * p.x_stride[1];
+      const TSrc* x_group =
+          static_cast<const TSrc*>(p.src) + bz * p.src_stride[0] + grp * p.src_g * p.src_stride[1];
 
       // Stage s: input channels [cc*32, cc*32+32), taps [k0, k0+nk).
       auto stage_geometry = [&](int s, int64_t& cc, int64_t& k0, int& nk) {
@@ -240,22 +265,22 @@ __global__ void __launch_bounds__(kThreads, 1) dense_tc_forward_kernel(TcParams 
         int64_t cc, k0;
         int nk;
         stage_geometry(s, cc, k0, nk);
-        const int64_t ts = t0 - (K - 1 - k0) * d;
+        const int64_t ts = p.transposed ? t0 + k0 * d : t0 - (K - 1 - k0) * d;
         const int rows = kBN + int((nk - 1) * d);  // nk == 1 whenever d > kMaxShift
 #pragma unroll
         for (int c = 0; c < 4; ++c) {
           const int64_t ci = cc * kBC + cg * 4 + c;
-          const bool channel_ok = ci < p.cin_g;
-          const T* row = x_group + (channel_ok ? ci : 0) * p.x_stride[1];
+          const bool channel_ok = ci < p.src_g;
+          const TSrc* row = x_group + (channel_ok ? ci : 0) * p.src_stride[1];
 #pragma unroll
           for (int j = 0; j < kRowsPerThread; ++j) {
             const int r = tl + 32 * j;
             const int64_t t = ts + r;
-            const float v = (channel_ok && r < rows && t >= 0 && t < n) ? to_float(row[t * p.x_stride[2]]) : 0.0f;
+            const float v = (channel_ok && r < rows && t >= 0 && t < n) ? to_float(row[t * p.src_stride[2]]) : 0.0f;
             if constexpr (kSplit) {
               xr[j][c] = v;
             } else if (c % 2 == 0) {
-              xp[j][c / 2] = pack2<kHalf>(v, 0.0f);  // exact: v is a 16-bit value
+              xp[j][c / 2] = pack2<kHalf>(v, 0.0f);  // exact for 16-bit sources; fp32 ones round
             } else {
               xp[j][c / 2] = (xp[j][c / 2] & 0xffffu) | (pack2<kHalf>(0.0f, v) & 0xffff0000u);
             }
@@ -371,10 +396,10 @@ __global__ void __launch_bounds__(kThreads, 1) dense_tc_forward_kernel(TcParams 
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
           const int64_t o = o0 + wm * 64 + i * 16 + lane / 4 + h * 8;
-          if (o >= p.cout_g) continue;
-          const int64_t c = grp * p.cout_g + o;
+          if (o >= p.dst_g) continue;
+          const int64_t c = grp * p.dst_g + o;
           const float bias = p.bias ? to_float(static_cast<const T*>(p.bias)[c * p.bias_stride]) : 0.0f;
-          T* y = static_cast<T*>(p.y) + bz * p.y_stride[0] + c * p.y_stride[1];
+          T* y = static_cast<T*>(p.dst) + bz * p.dst_stride[0] + c * p.dst_stride[1];
 #pragma unroll
           for (int j = 0; j < 4; ++j) {
 #pragma unroll
@@ -383,7 +408,7 @@ __global__ void __launch_bounds__(kThreads, 1) dense_tc_forward_kernel(TcParams 
               if (t >= n) continue;
               float v = acc[i][j][h * 2 + e] + bias;
               if (p.silu) v = silu(v);
-              y[t * p.y_stride[2]] = from_float<T>(v);
+              y[t * p.dst_stride[2]] = from_float<T>(v);
             }
           }
         }
@@ -397,74 +422,145 @@ size_t kernel_smem_bytes(const Prepared& p) {
   return 2 * copies * (size_t(p.taps_per_stage) * kWTapBytes + size_t(kRows) * kRowBytes);
 }
 
-template <typename T>
-void launch_typed(const DenseForwardParams& f, cudaStream_t stream) {
-  const DenseGeometry& g = f.g;
-  const Prepared lay = prepared_layout(g);
-  auto* hi = static_cast<uint16_t*>(f.workspace);
-  uint16_t* lo = lay.split ? hi + prepared_elements(g, lay) : nullptr;
+template <typename T, typename TSrc>
+void launch_tc(const TcJob& job, cudaStream_t stream, const char* what) {
+  const Prepared lay = prepared_layout(job.src_g, job.dst_g, job.width, job.dilation, job.groups, job.dtype);
+  auto* hi = static_cast<uint16_t*>(job.workspace);
+  uint16_t* lo = lay.split ? hi + lay.elements : nullptr;
 
-  const int64_t total = prepared_elements(g, lay);
-  const unsigned prep_blocks = unsigned(std::min<int64_t>((total + 255) / 256, 4096));
-  prepare_weights<T><<<prep_blocks, 256, 0, stream>>>(static_cast<const T*>(f.weight), f.w_stride[0], f.w_stride[1],
-                                                      f.w_stride[2], g.groups, g.in_per_group(), g.out_per_group(),
-                                                      g.width, lay.o_pad, lay.c_chunks, hi, lo);
-  check_launch("causal_conv1d forward (dense, weight preparation)");
+  const unsigned prep_blocks = unsigned(std::min<int64_t>((lay.elements + 255) / 256, 4096));
+  prepare_weights<T><<<prep_blocks, 256, 0, stream>>>(static_cast<const T*>(job.weight), job.w_stride[0],
+                                                      job.w_stride[1], job.w_stride[2], job.groups, job.src_g,
+                                                      job.dst_g, job.width, lay.o_pad, lay.c_chunks,
+                                                      job.transposed, hi, lo);
+  check_launch(what);
 
   TcParams p{};
-  p.x = f.x;
-  p.bias = f.bias;
-  p.y = f.y;
+  p.src = job.src;
+  p.bias = job.bias;
+  p.dst = job.dst;
   p.w_hi = hi;
   p.w_lo = lo;
   for (int d = 0; d < 3; ++d) {
-    p.x_stride[d] = f.x_stride[d];
-    p.y_stride[d] = f.y_stride[d];
+    p.src_stride[d] = job.src_stride[d];
+    p.dst_stride[d] = job.dst_stride[d];
   }
-  p.bias_stride = f.bias_stride;
-  p.batch = g.batch;
-  p.length = g.length;
-  p.dilation = g.dilation;
-  p.groups = g.groups;
-  p.cin_g = g.in_per_group();
-  p.cout_g = g.out_per_group();
-  p.width = g.width;
+  p.bias_stride = job.bias_stride;
+  p.batch = job.batch;
+  p.length = job.length;
+  p.dilation = job.dilation;
+  p.groups = job.groups;
+  p.src_g = job.src_g;
+  p.dst_g = job.dst_g;
+  p.width = job.width;
   p.o_pad = lay.o_pad;
   p.c_chunks = lay.c_chunks;
   p.o_tiles = lay.o_pad / kBM;
-  p.time_tiles = (g.length + kBN - 1) / kBN;
+  p.time_tiles = (job.length + kBN - 1) / kBN;
   p.taps_per_stage = lay.taps_per_stage;
   p.tap_chunks = lay.tap_chunks;
-  p.silu = g.silu;
+  p.silu = job.silu;
+  p.transposed = job.transposed;
 
   const size_t smem = kernel_smem_bytes(lay);
-  check_cuda(cudaFuncSetAttribute(dense_tc_forward_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)),
-             "causal_conv1d forward (dense, tensor cores)");
-  const dim3 grid(unsigned(p.o_tiles * p.time_tiles), unsigned(std::min<int64_t>(g.groups, 65535)),
-                  unsigned(std::min<int64_t>(g.batch, 65535)));
-  dense_tc_forward_kernel<T><<<grid, kThreads, smem, stream>>>(p);
-  check_launch("causal_conv1d forward (dense, tensor cores)");
+  check_cuda(cudaFuncSetAttribute(dense_tc_kernel<T, TSrc>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)),
+             what);
+  const dim3 grid(unsigned(p.o_tiles * p.time_tiles), unsigned(std::min<int64_t>(job.groups, 65535)),
+                  unsigned(std::min<int64_t>(job.batch, 65535)));
+  dense_tc_kernel<T, TSrc><<<grid, kThreads, smem, stream>>>(p);
+  check_launch(what);
 }
 
 }  // namespace
 
 bool dense_tc_forward_supported(const DenseGeometry& g) {
-  if (g.in_per_group() < 16 || g.out_per_group() < 32) return false;  // tiles mostly padding: CUDA cores
-  const Prepared lay = prepared_layout(g);
-  if (int64_t(prepared_bytes(g)) > kMaxPreparedBytes) return false;
-  if (lay.c_chunks * lay.tap_chunks > 2147483647) return false;
-  const int64_t blocks_x = (lay.o_pad / kBM) * ((g.length + kBN - 1) / kBN);
-  return blocks_x <= 2147483647;
+  return tc_supported(g.in_per_group(), g.out_per_group(), g.length, g.width, g.dilation, g.groups, g.dtype);
 }
 
-size_t dense_tc_forward_workspace_bytes(const DenseGeometry& g) { return prepared_bytes(g); }
+size_t dense_tc_forward_workspace_bytes(const DenseGeometry& g) {
+  return prepared_bytes(prepared_layout(g.in_per_group(), g.out_per_group(), g.width, g.dilation, g.groups, g.dtype));
+}
 
-void launch_dense_tc_forward(const DenseForwardParams& p, Stream stream) {
+void launch_dense_tc_forward(const DenseForwardParams& f, Stream stream) {
+  const DenseGeometry& g = f.g;
+  TcJob job{};
+  job.src = f.x;
+  job.weight = f.weight;
+  job.bias = f.bias;
+  job.dst = f.y;
+  job.workspace = f.workspace;
+  for (int d = 0; d < 3; ++d) {
+    job.src_stride[d] = f.x_stride[d];
+    job.dst_stride[d] = f.y_stride[d];
+    job.w_stride[d] = f.w_stride[d];
+  }
+  job.bias_stride = f.bias_stride;
+  job.batch = g.batch;
+  job.length = g.length;
+  job.dilation = g.dilation;
+  job.groups = g.groups;
+  job.src_g = g.in_per_group();
+  job.dst_g = g.out_per_group();
+  job.width = g.width;
+  job.dtype = g.dtype;
+  job.silu = g.silu;
+  job.transposed = false;
   auto s = static_cast<cudaStream_t>(stream.handle);
-  switch (p.g.dtype) {
-    case DType::f32: launch_typed<float>(p, s); break;
-    case DType::f16: launch_typed<__half>(p, s); break;
-    case DType::bf16: launch_typed<__nv_bfloat16>(p, s); break;
+  constexpr const char* what = "causal_conv1d forward (dense, tensor cores)";
+  switch (g.dtype) {
+    case DType::f32: launch_tc<float, float>(job, s, what); break;
+    case DType::f16: launch_tc<__half, __half>(job, s, what); break;
+    case DType::bf16: launch_tc<__nv_bfloat16, __nv_bfloat16>(job, s, what); break;
+    case DType::f64: break;  // rejected by validation
+  }
+}
+
+bool dense_tc_dx_supported(const DenseGeometry& g) {
+  return tc_supported(g.out_per_group(), g.in_per_group(), g.length, g.width, g.dilation, g.groups, g.dtype);
+}
+
+size_t dense_tc_dx_workspace_bytes(const DenseGeometry& g) {
+  return prepared_bytes(prepared_layout(g.out_per_group(), g.in_per_group(), g.width, g.dilation, g.groups, g.dtype));
+}
+
+void launch_dense_tc_dx(const DenseBackwardParams& b, const void* grad, bool grad_fp32,
+                        const int64_t (&grad_stride)[3], void* workspace, Stream stream) {
+  const DenseGeometry& g = b.g;
+  TcJob job{};
+  job.src = grad;
+  job.weight = b.weight;
+  job.dst = b.dx;
+  job.workspace = workspace;
+  for (int d = 0; d < 3; ++d) {
+    job.src_stride[d] = grad_stride[d];
+    job.dst_stride[d] = b.dx_stride[d];
+    job.w_stride[d] = b.w_stride[d];
+  }
+  job.batch = g.batch;
+  job.length = g.length;
+  job.dilation = g.dilation;
+  job.groups = g.groups;
+  job.src_g = g.out_per_group();
+  job.dst_g = g.in_per_group();
+  job.width = g.width;
+  job.dtype = g.dtype;
+  job.transposed = true;
+  auto s = static_cast<cudaStream_t>(stream.handle);
+  constexpr const char* what = "causal_conv1d backward (dense dx, tensor cores)";
+  switch (g.dtype) {
+    case DType::f32: launch_tc<float, float>(job, s, what); break;
+    case DType::f16:
+      if (grad_fp32)
+        launch_tc<__half, float>(job, s, what);
+      else
+        launch_tc<__half, __half>(job, s, what);
+      break;
+    case DType::bf16:
+      if (grad_fp32)
+        launch_tc<__nv_bfloat16, float>(job, s, what);
+      else
+        launch_tc<__nv_bfloat16, __nv_bfloat16>(job, s, what);
+      break;
     case DType::f64: break;  // rejected by validation
   }
 }
