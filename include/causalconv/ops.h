@@ -91,11 +91,16 @@ struct B2BCausalConv1dBackwardArgs {
 };
 
 // ---- CUDA ops ------------------------------------------------------------------
+// Depthwise (groups == C_in == C_out), dense (groups == 1) and grouped. Dense/grouped
+// fp32 is computed to fp32 accuracy (bf16 hi/lo split on the tensor cores, never TF32).
+// The forward's workspace is 0 bytes except on the dense tensor-core path (prepared
+// weights); a short workspace is rejected before anything is launched.
 size_t causal_conv1d_forward_workspace_bytes(const CausalConv1dForwardArgs& args);
 void causal_conv1d_forward(const CausalConv1dForwardArgs& args, Workspace workspace, Stream stream);
 
-// Depthwise only for now. x, dy and dx need unit stride along L (any batch and
-// channel strides); dweight and dbias are deterministic.
+// Depthwise: x, dy and dx need unit stride along L (any batch and channel strides).
+// Dense/grouped: any strides. dweight and dbias are deterministic (fixed-order sums of
+// per-part fp32 partials kept in the workspace).
 size_t causal_conv1d_backward_workspace_bytes(const CausalConv1dBackwardArgs& args);
 void causal_conv1d_backward(const CausalConv1dBackwardArgs& args, Workspace workspace, Stream stream);
 

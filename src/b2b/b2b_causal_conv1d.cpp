@@ -11,12 +11,6 @@ namespace {
 
 constexpr const char* kOp = "b2b_causal_conv1d";
 
-void require_unit_time_stride(const char* arg, const TensorView& t) {
-  if (t.stride(2) != 1 && t.size(2) > 1)
-    detail::fail_argument(kOp, arg, "unit stride along L (make it contiguous)",
-                          "stride " + std::to_string(t.stride(2)));
-}
-
 void require_grid(const detail::B2BGeometry& g) {
   if (g.batch * g.dim > 2147483647)
     throw Error(ErrorKind::not_implemented, "b2b_causal_conv1d: more than 2^31-1 (batch, channel) rows (B*D = " +
@@ -24,8 +18,8 @@ void require_grid(const detail::B2BGeometry& g) {
 }
 
 detail::B2BForwardParams forward_params(const B2BCausalConv1dForwardArgs& a, const detail::B2BGeometry& g) {
-  require_unit_time_stride("x", a.x);
-  require_unit_time_stride("out", a.out);
+  detail::check_unit_time_stride(kOp, "x", a.x);
+  detail::check_unit_time_stride(kOp, "out", a.out);
   require_grid(g);
   detail::B2BForwardParams p{};
   p.x = a.x.data;
@@ -50,9 +44,9 @@ detail::B2BForwardParams forward_params(const B2BCausalConv1dForwardArgs& a, con
 }
 
 detail::B2BBackwardParams backward_params(const B2BCausalConv1dBackwardArgs& a, const detail::B2BGeometry& g) {
-  require_unit_time_stride("x", a.x);
-  require_unit_time_stride("dout", a.dout);
-  require_unit_time_stride("dx", a.dx);
+  detail::check_unit_time_stride(kOp, "x", a.x);
+  detail::check_unit_time_stride(kOp, "dout", a.dout);
+  detail::check_unit_time_stride(kOp, "dx", a.dx);
   require_grid(g);
   detail::B2BBackwardParams p{};
   p.x = a.x.data;

@@ -1,6 +1,7 @@
 // causal_conv1d CUDA entry points: validate, then pick a kernel.
 #include <string>
 
+#include "causal_conv1d/dense_kernels.h"
 #include "causal_conv1d/depthwise_kernels.h"
 #include "causal_conv1d/validate.h"
 #include "causalconv/error.h"
@@ -10,19 +11,6 @@ namespace causalconv {
 namespace {
 
 constexpr const char* kOp = "causal_conv1d";
-
-void require_depthwise(const detail::ConvGeometry& g) {
-  if (!g.depthwise)
-    throw Error(ErrorKind::not_implemented,
-                "causal_conv1d: dense and grouped convolution (groups=" + std::to_string(g.groups) +
-                    ") has no CUDA kernel in this build yet; only depthwise (groups == C_in == C_out) does");
-}
-
-void require_unit_time_stride(const char* arg, const TensorView& t) {
-  if (t.stride(2) != 1 && t.size(2) > 1)
-    detail::fail_argument(kOp, arg, "unit stride along L for the backward kernels (make it contiguous)",
-                          "stride " + std::to_string(t.stride(2)));
-}
 
 // A (C, 1, K) weight reads like (C, K): its middle dim has size 1.
 int64_t tap_stride(const TensorView& weight) { return weight.stride(weight.rank - 1); }
@@ -51,10 +39,9 @@ detail::DepthwiseForwardParams forward_params(const CausalConv1dForwardArgs& a, 
 }
 
 detail::DepthwiseBackwardParams backward_params(const CausalConv1dBackwardArgs& a, const detail::ConvGeometry& g) {
-  require_depthwise(g);
-  require_unit_time_stride("x", a.x);
-  require_unit_time_stride("dy", a.dy);
-  if (a.dx) require_unit_time_stride("dx", *a.dx);
+  detail::check_unit_time_stride(kOp, "x", a.x);
+  detail::check_unit_time_stride(kOp, "dy", a.dy);
+  if (a.dx) detail::check_unit_time_stride(kOp, "dx", *a.dx);
   detail::DepthwiseBackwardParams p{};
   p.x = a.x.data;
   p.weight = a.weight.data;
@@ -84,36 +71,109 @@ detail::DepthwiseBackwardParams backward_params(const CausalConv1dBackwardArgs& 
   return p;
 }
 
+detail::DenseGeometry dense_geometry(const detail::ConvGeometry& g, DType dtype) {
+  return detail::DenseGeometry{g.batch, g.c_in,     g.c_out, g.length, g.width, g.dilation,
+                               g.groups, dtype, g.activation == Activation::silu};
+}
+
+void copy_strides(int64_t (&dst)[3], const TensorView& t) {
+  for (int d = 0; d < 3; ++d) dst[d] = t.stride(d);
+}
+
+detail::DenseForwardParams dense_forward_params(const CausalConv1dForwardArgs& a, const detail::ConvGeometry& g) {
+  detail::DenseForwardParams p{};
+  p.g = dense_geometry(g, a.x.dtype);
+  p.x = a.x.data;
+  p.weight = a.weight.data;
+  p.bias = a.bias ? a.bias->data : nullptr;
+  p.y = a.y.data;
+  copy_strides(p.x_stride, a.x);
+  copy_strides(p.y_stride, a.y);
+  copy_strides(p.w_stride, a.weight);  // rank 3: a rank-2 weight is always depthwise
+  p.bias_stride = a.bias ? a.bias->stride(0) : 0;
+  return p;
+}
+
+detail::DenseBackwardParams dense_backward_params(const CausalConv1dBackwardArgs& a, const detail::ConvGeometry& g) {
+  detail::DenseBackwardParams p{};
+  p.g = dense_geometry(g, a.x.dtype);
+  p.x = a.x.data;
+  p.weight = a.weight.data;
+  p.bias = a.bias ? a.bias->data : nullptr;
+  p.dy = a.dy.data;
+  p.dx = a.dx ? a.dx->data : nullptr;
+  p.dweight = a.dweight ? a.dweight->data : nullptr;
+  p.dbias = a.dbias ? a.dbias->data : nullptr;
+  copy_strides(p.x_stride, a.x);
+  copy_strides(p.dy_stride, a.dy);
+  if (a.dx) copy_strides(p.dx_stride, *a.dx);
+  copy_strides(p.w_stride, a.weight);
+  if (a.dweight) copy_strides(p.dw_stride, *a.dweight);
+  p.bias_stride = a.bias ? a.bias->stride(0) : 0;
+  p.dbias_stride = a.dbias ? a.dbias->stride(0) : 0;
+  return p;
+}
+
+// Kernel choice for dense/grouped forward: tensor cores when the groups are wide enough
+// (see dense_tc_forward_supported), else the generic CUDA-core kernel.
+bool use_tensor_cores(const detail::DenseGeometry& g) { return detail::dense_tc_forward_supported(g); }
+
+size_t forward_workspace_bytes(const CausalConv1dForwardArgs& a, const detail::ConvGeometry& g) {
+  if (g.depthwise || g.batch * g.c_out * g.length == 0) return 0;
+  const detail::DenseGeometry dg = dense_geometry(g, a.x.dtype);
+  return use_tensor_cores(dg) ? detail::dense_tc_forward_workspace_bytes(dg) : 0;
+}
+
+size_t backward_workspace_bytes(const CausalConv1dBackwardArgs& a, const detail::ConvGeometry& g) {
+  if (g.depthwise) return detail::depthwise_backward_workspace_bytes(backward_params(a, g));
+  return detail::dense_backward_workspace_bytes(dense_backward_params(a, g));
+}
+
 }  // namespace
 
 size_t causal_conv1d_forward_workspace_bytes(const CausalConv1dForwardArgs& args) {
-  detail::validate(args, detail::Target::cuda);
-  return 0;
+  const detail::ConvGeometry g = detail::validate(args, detail::Target::cuda);
+  return forward_workspace_bytes(args, g);
 }
 
-void causal_conv1d_forward(const CausalConv1dForwardArgs& args, Workspace /*workspace*/, Stream stream) {
+void causal_conv1d_forward(const CausalConv1dForwardArgs& args, Workspace workspace, Stream stream) {
   const detail::ConvGeometry g = detail::validate(args, detail::Target::cuda);
-  require_depthwise(g);
+  const size_t needed = forward_workspace_bytes(args, g);
+  if (workspace.bytes < needed || (needed > 0 && workspace.data == nullptr))
+    detail::fail_argument(kOp, "workspace", "at least " + std::to_string(needed) + " bytes",
+                          std::to_string(workspace.bytes) + " bytes");
   if (g.batch * g.c_out * g.length == 0) return;
   detail::DeviceGuard guard(args.x.device.index);
-  detail::launch_depthwise_forward(forward_params(args, g), stream);
+  if (g.depthwise) {
+    detail::launch_depthwise_forward(forward_params(args, g), stream);
+    return;
+  }
+  detail::DenseForwardParams p = dense_forward_params(args, g);
+  if (use_tensor_cores(p.g)) {
+    p.workspace = workspace.data;
+    detail::launch_dense_tc_forward(p, stream);
+  } else {
+    detail::launch_dense_forward_generic(p, stream);
+  }
 }
 
 size_t causal_conv1d_backward_workspace_bytes(const CausalConv1dBackwardArgs& args) {
   const detail::ConvGeometry g = detail::validate(args, detail::Target::cuda);
-  return detail::depthwise_backward_workspace_bytes(backward_params(args, g));
+  return backward_workspace_bytes(args, g);
 }
 
 void causal_conv1d_backward(const CausalConv1dBackwardArgs& args, Workspace workspace, Stream stream) {
   const detail::ConvGeometry g = detail::validate(args, detail::Target::cuda);
-  const detail::DepthwiseBackwardParams p = backward_params(args, g);
-  const size_t needed = detail::depthwise_backward_workspace_bytes(p);
+  const size_t needed = backward_workspace_bytes(args, g);
   if (workspace.bytes < needed || (needed > 0 && workspace.data == nullptr))
     detail::fail_argument(kOp, "workspace", "at least " + std::to_string(needed) + " bytes",
                           std::to_string(workspace.bytes) + " bytes");
-  if (g.c_out == 0) return;
+  if (g.depthwise && g.c_out == 0) return;
   detail::DeviceGuard guard(args.x.device.index);
-  detail::launch_depthwise_backward(p, workspace.data, stream);
+  if (g.depthwise)
+    detail::launch_depthwise_backward(backward_params(args, g), workspace.data, stream);
+  else  // every empty case is handled inside: e.g. C_out == 0 still zeroes dx, B*L == 0 zeroes dweight
+    detail::launch_dense_backward(dense_backward_params(args, g), workspace.data, stream);
 }
 
 }  // namespace causalconv

@@ -60,4 +60,9 @@ void check_range(const char* op, const char* arg, int64_t value, int64_t lo, int
                   std::to_string(value));
 }
 
+void check_unit_time_stride(const char* op, const char* arg, const TensorView& t) {
+  if (t.stride(2) != 1 && t.size(2) > 1 && t.numel() > 0)
+    fail_argument(op, arg, "unit stride along L (make it contiguous)", "stride " + std::to_string(t.stride(2)));
+}
+
 }  // namespace causalconv::detail

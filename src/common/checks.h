@@ -30,4 +30,8 @@ void check_sizes(const char* op, const char* arg, const TensorView& t, std::init
 
 void check_range(const char* op, const char* arg, int64_t value, int64_t lo, int64_t hi);
 
+// Unit stride along the last dim of a rank-3 (B, C, L) view, for kernels that read
+// rows; an empty view or one with L <= 1 has no stride to speak of and passes.
+void check_unit_time_stride(const char* op, const char* arg, const TensorView& t);
+
 }  // namespace causalconv::detail

@@ -37,7 +37,7 @@ def test_without_gpu_exits_2_with_one_line():
 
 
 def test_list_applies_quick_and_comma_separated_filters(capsys):
-    assert main(["--list", "--filter", "fp32 B4 D4096 L8192 K4 BLC,bf16 B8"]) == 0
+    assert main(["--list", "--filter", "fp32 B4 D4096 L8192 K4 BLC,depthwise bf16 B8"]) == 0
     listed = capsys.readouterr().out.splitlines()
     assert [line.split("  ")[0] for line in listed] == [
         "depthwise bf16 B8 D2048 L2048 K4", "depthwise bf16 B8 D2048 L2048 K4 fwd+bwd",
@@ -151,3 +151,49 @@ def test_b2b_torch_baseline_runs_and_passes_its_check_on_cpu(backward):
     inputs = case.make_inputs(torch.device("cpu"), seed=1)
     verdict = case.check(case.baselines["torch"]()(inputs), case.reference(inputs))
     assert verdict["passed"] and verdict["rel_l2"] < 1e-6
+
+
+# ---- dense cases: FLOPs, TF32 on/off baselines with allclose verdicts ----
+
+
+def test_dense_seed_case_counts():
+    case = case_named("dense fp32 B32 Cin256 Cout256 L8192 K4")
+    assert case.flops == 2 * 32 * 256 * 256 * 4 * 8192
+    activation_bytes = 4 * 32 * 256 * 8192
+    assert case.bytes_moved == 2 * activation_bytes + 4 * (256 * 256 * 4 + 256)  # x, y, weight, bias
+    assert set(case.baselines) == {"torch tf32", "torch fp32"} and case.allclose == (1e-4, 1e-4)
+    assert case_named("dense fp32 B32 Cin256 Cout256 L8192 K4 fwd+bwd").flops == 3 * case.flops
+    assert set(case_named("dense bf16 B32 Cin256 Cout256 L8192 K4").baselines) == {"torch"}
+    assert case_named("dense bf16 B16 Cin64 Cout64 L16000 K2 d8").flops == 2 * 16 * 64 * 64 * 2 * 16000
+
+
+@pytest.mark.parametrize("backward", [False, True])
+def test_dense_torch_baselines_run_on_cpu_with_allclose_verdicts(backward):
+    case = cases.dense(2, 8, 12, 40, 3, torch.float32, dilation=2, groups=2, backward=backward)
+    inputs = case.make_inputs(torch.device("cpu"), seed=3)
+    assert inputs["weight"].abs().max() < 1.0  # nn.Conv1d-scale weights
+    ref = case.reference(inputs)
+    for name in ("torch tf32", "torch fp32"):
+        verdict = case.check(case.baselines[name]()(inputs), ref)
+        assert verdict["passed"] and verdict["allclose"], (name, verdict)
+        assert "allclose(atol=0.0001, rtol=0.0001) ok" in verdict["note"]
+    saved = torch.backends.cudnn.allow_tf32
+    with cases.tf32(not saved):
+        assert torch.backends.cudnn.allow_tf32 == (not saved)
+    assert torch.backends.cudnn.allow_tf32 == saved
+
+
+def test_compare_with_allclose_fails_a_small_rel_l2_but_large_max_error():
+    ref = torch.ones(1000, dtype=torch.float64)
+    out = torch.ones(1000)
+    out[0] = 1.01  # rel L2 ~3e-4 but one element off by 1e-2
+    result = cases.compare(out, ref, 1e-3, allclose=(1e-4, 1e-4))
+    assert result["rel_l2"] < 1e-3 and not result["allclose"] and not result["passed"]
+    assert "fails" in result["note"]
+
+
+def test_table_marks_baselines_that_fail_their_check():
+    rep = synthetic_report()
+    rep["cases"][0]["results"]["torch"] = dict(rep["cases"][0]["results"]["torch"], passed=False)
+    row = [cell.strip() for cell in report.format_table(rep).splitlines()[4].strip("|").split("|")]
+    assert row[4] == "12.31x (1.724, fails check)"

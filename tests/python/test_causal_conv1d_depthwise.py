@@ -296,13 +296,6 @@ def test_rejected_call_writes_nothing():
 
 
 @requires_cuda
-def test_dense_is_not_built_yet():
-    x, w = torch.randn(1, 4, 8, device="cuda"), torch.randn(6, 4, 3, device="cuda")
-    with pytest.raises(NotImplementedError, match="dense and grouped"):
-        causalconv.causal_conv1d(x, w)
-
-
-@requires_cuda
 def test_backward_rejects_a_short_workspace():
     x = torch.randn(1, 4, 64, device="cuda")
     w = torch.randn(4, 3, device="cuda")

@@ -8,10 +8,11 @@ shape into a ``tensor_case`` call, and ``register`` adds it to ``CASES``.
 
 from __future__ import annotations
 
+import contextlib
 import math
 from dataclasses import dataclass
 from functools import partial
-from typing import Callable, Dict, List, Optional, Sequence
+from typing import Callable, ContextManager, Dict, List, Optional, Sequence, Tuple
 
 import torch
 import torch.nn.functional as F
@@ -48,13 +49,19 @@ class Case:
     reference: Callable[[Inputs], torch.Tensor]  # fp64 result of what run_* returns
     check_note: str = ""  # what the check does not cover, e.g. "forward only"
     quick: bool = False  # part of the --quick subset
+    allclose: Optional[Tuple[float, float]] = None  # (atol, rtol): also require torch.allclose
 
     def check(self, out: torch.Tensor, ref: torch.Tensor) -> dict:
-        return compare(out, ref, REL_L2_BOUND[self.dtype], self.check_note)
+        return compare(out, ref, REL_L2_BOUND[self.dtype], self.check_note, self.allclose)
 
 
-def compare(out: torch.Tensor, ref: torch.Tensor, bound: float, note: str = "") -> dict:
-    """Relative L2 and max abs error of ``out`` against the fp64 ``ref``; NaN/inf fails."""
+def compare(out: torch.Tensor, ref: torch.Tensor, bound: float, note: str = "",
+            allclose: Optional[Tuple[float, float]] = None) -> dict:
+    """Relative L2 and max abs error of ``out`` against the fp64 ``ref``; NaN/inf fails.
+
+    With ``allclose=(atol, rtol)`` the verdict also requires ``torch.allclose`` with those
+    tolerances (recorded as ``result["allclose"]``).
+    """
     if not bool(torch.isfinite(out).all()):  # errors would be NaN: record none, fail
         return {"rel_l2": None, "max_abs": None, "bound": bound, "passed": False,
                 "note": "; ".join(n for n in (note, "non-finite output") if n)}
@@ -62,7 +69,15 @@ def compare(out: torch.Tensor, ref: torch.Tensor, bound: float, note: str = "") 
     ref_norm = ref.norm().item()
     rel_l2 = diff.norm().item() / ref_norm if ref_norm > 0 else diff.norm().item()
     max_abs = diff.abs().max().item() if diff.numel() else 0.0
-    return {"rel_l2": rel_l2, "max_abs": max_abs, "bound": bound, "passed": rel_l2 <= bound, "note": note}
+    result = {"rel_l2": rel_l2, "max_abs": max_abs, "bound": bound, "passed": rel_l2 <= bound, "note": note}
+    if allclose is not None:
+        atol, rtol = allclose
+        close = bool(torch.allclose(out.detach().double(), ref, atol=atol, rtol=rtol))
+        result["allclose"] = close
+        result["passed"] = result["passed"] and close
+        result["note"] = "; ".join(n for n in (note, f"allclose(atol={atol:g}, rtol={rtol:g}) "
+                                              + ("ok" if close else "fails")) if n)
+    return result
 
 
 CASES: List[Case] = []
@@ -83,11 +98,16 @@ def tensor_case(*, family: str, name: str, dtype: torch.dtype, inputs: Dict[str,
                 output: Sequence[int], ours: Callable[..., torch.Tensor],
                 reference: Callable[..., torch.Tensor], baselines: Dict[str, BaselineFactory],
                 flops: int, backward: bool = False, quick: bool = False,
-                channel_last: Sequence[str] = ()) -> Case:
+                channel_last: Sequence[str] = (), scales: Optional[Dict[str, float]] = None,
+                baseline_contexts: Optional[Dict[str, Callable[[], ContextManager]]] = None,
+                allclose: Optional[Tuple[float, float]] = None) -> Case:
     """A case whose inputs are seeded randn tensors of ``dtype``, passed to the callables by name.
 
     Inputs named in ``channel_last`` (and the output gradient, when the case has
-    one) are (B, C, L) views of (B, L, C) storage.
+    one) are (B, C, L) views of (B, L, C) storage. ``scales`` multiplies named inputs
+    (e.g. weights at nn.Conv1d's initial scale). A baseline named in
+    ``baseline_contexts`` runs (forward and backward) inside that context manager,
+    e.g. with TF32 switched on or off.
 
     With ``backward`` every run does forward + backward with respect to all inputs
     (an extra ``dout`` input holds the output gradient), while the check stays
@@ -107,6 +127,8 @@ def tensor_case(*, family: str, name: str, dtype: torch.dtype, inputs: Dict[str,
         gen = torch.Generator(device=device).manual_seed(seed)
         shapes = dict(inputs, **({"dout": output} if backward else {}))
         tensors = {n: _randn(s, n in channel_last or (n == "dout" and bool(channel_last)), gen, device, dtype) for n, s in shapes.items()}
+        for n, scale in (scales or {}).items():
+            tensors[n] = tensors[n].mul_(scale)
         for n in inputs:
             tensors[n].requires_grad_(backward)
         return tensors
@@ -114,15 +136,25 @@ def tensor_case(*, family: str, name: str, dtype: torch.dtype, inputs: Dict[str,
     def runner(fn):
         return _forward_backward(fn, list(inputs)) if backward else (lambda t: fn(**t))
 
-    def lazy_runner(factory):
-        return lambda: runner(factory())
+    def lazy_runner(name, factory):
+        context = (baseline_contexts or {}).get(name)
+        if context is None:
+            return lambda: runner(factory())
+        return lambda: _in_context(context, runner(factory()))
 
     return Case(name=name + (" fwd+bwd" if backward else ""), family=family, dtype=dtype,
                 make_inputs=make_inputs, run_ours=runner(ours),
-                baselines={b: lazy_runner(f) for b, f in baselines.items()},
+                baselines={b: lazy_runner(b, f) for b, f in baselines.items()},
                 bytes_moved=bytes_moved, flops=flops,
                 reference=lambda t: reference(**{n: t[n].detach() for n in inputs}),
-                check_note="forward only" if backward else "", quick=quick)
+                check_note="forward only" if backward else "", quick=quick, allclose=allclose)
+
+
+def _in_context(context: Callable[[], ContextManager], run: Runner) -> Runner:
+    def run_in_context(t: Inputs) -> torch.Tensor:
+        with context():
+            return run(t)
+    return run_in_context
 
 
 def _randn(shape, channel_last: bool, gen, device, dtype) -> torch.Tensor:
@@ -233,3 +265,68 @@ for _dtype in (torch.bfloat16, torch.float32):
         for _shape in B2B_SHAPES:
             register(b2b(*_shape, _dtype, backward=_backward,
                          quick=_shape == (1, 4096, 8192, 3, 7) and _dtype == torch.bfloat16))
+
+# ---- dense and grouped causal_conv1d -------------------------------------------------
+
+def torch_dense(x, weight, bias=None, *, dilation=1, groups=1, activation=None):
+    """The PyTorch eager composite users replace: causal left pad + conv1d (+ silu)."""
+    y = F.conv1d(F.pad(x, ((weight.shape[-1] - 1) * dilation, 0)), weight, bias, dilation=dilation, groups=groups)
+    return F.silu(y) if activation == "silu" else y
+
+
+@contextlib.contextmanager
+def tf32(allowed: bool):
+    """PyTorch's TF32 switches (cuDNN convolutions and cuBLAS matmuls) set for the block."""
+    saved = torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = allowed
+    try:
+        yield
+    finally:
+        torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = saved
+
+
+def dense(batch: int, c_in: int, c_out: int, length: int, width: int, dtype: torch.dtype, *,
+          dilation: int = 1, groups: int = 1, bias: bool = True, activation: Optional[str] = None,
+          backward: bool = False, quick: bool = False) -> Case:
+    """Dense/grouped causal conv with nn.Conv1d-scale weights (so fp32 checks are meaningful).
+
+    fp32 cases are checked with allclose(atol=1e-4, rtol=1e-4) against fp64 on top of the
+    relative L2 bound, and carry two PyTorch baselines: TF32 allowed (PyTorch's default for
+    convolutions) and TF32 off; each reports its own verdict.
+    """
+    inputs = {"x": (batch, c_in, length), "weight": (c_out, c_in // groups, width)}
+    if bias:
+        inputs["bias"] = (c_out,)
+    fan_in = (c_in // groups) * width
+    scale = 1.0 / math.sqrt(3.0 * fan_in)  # std of nn.Conv1d's uniform(+-1/sqrt(fan_in)) init
+    options = dict(dilation=dilation, groups=groups, activation=activation)
+    suffix = ((f" d{dilation}" if dilation != 1 else "") + (f" g{groups}" if groups != 1 else "")
+              + ("" if bias else " nobias") + (f" {activation}" if activation else ""))
+    torch_runner = lambda: partial(torch_dense, **options)  # noqa: E731
+    if dtype == torch.float32:
+        baselines = {"torch tf32": torch_runner, "torch fp32": torch_runner}
+        contexts = {"torch tf32": lambda: tf32(True), "torch fp32": lambda: tf32(False)}
+    else:
+        baselines, contexts = {"torch": torch_runner}, {}
+    flops = 2 * batch * c_out * (c_in // groups) * width * length
+    return tensor_case(
+        family="dense",
+        name=f"dense {DTYPE_NAME[dtype]} B{batch} Cin{c_in} Cout{c_out} L{length} K{width}{suffix}",
+        dtype=dtype, inputs=inputs, output=(batch, c_out, length),
+        ours=lambda x, weight, bias=None: causalconv.causal_conv1d(x, weight, bias, **options),
+        reference=lambda x, weight, bias=None: reference.causal_conv1d(x, weight, bias, dilation, groups,
+                                                                       activation),
+        baselines=baselines, baseline_contexts=contexts,
+        flops=3 * flops if backward else flops,  # backward: dx and dweight cost one forward each
+        backward=backward, quick=quick, scales={"weight": scale, **({"bias": scale} if bias else {})},
+        allclose=(1e-4, 1e-4) if dtype == torch.float32 else None)
+
+
+# Issue 5's shapes (B, C_in, C_out, L, K, dilation): the seed case ("replace nn.Conv1d +
+# F.pad"), a wide one and a long dilated one; forward and forward+backward, fp32 and bf16.
+DENSE_SHAPES = [(32, 256, 256, 8192, 4, 1), (8, 512, 512, 4096, 3, 1), (16, 64, 64, 16000, 2, 8)]
+for _dtype in (torch.float32, torch.bfloat16):
+    for _backward in (False, True):
+        for _b, _ci, _co, _l, _k, _d in DENSE_SHAPES:
+            register(dense(_b, _ci, _co, _l, _k, _dtype, dilation=_d, backward=_backward))
+register(dense(4, 64, 64, 2048, 4, torch.bfloat16, quick=True))

@@ -72,7 +72,8 @@ def _speedup(ours_ms: Optional[float], baseline: Optional[dict]) -> str:
     if "ms" not in baseline:
         return "error"
     ratio = f"{baseline['ms'] / ours_ms:.2f}x" if ours_ms else "-"
-    return f"{ratio} ({baseline['ms']:.3f})"
+    failed = "" if baseline.get("passed", True) else ", fails check"
+    return f"{ratio} ({baseline['ms']:.3f}{failed})"
 
 
 def _num(value: Optional[float], spec: str) -> str:

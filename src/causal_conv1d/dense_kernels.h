@@ -1,0 +1,70 @@
+// Launchers of the dense and grouped causal_conv1d kernels (implemented in .cu files).
+//
+// "Dense" here means every form that is not depthwise: groups == 1 (dense) and any
+// other divisor of C_in (grouped). Weight is (C_out, C_in/groups, K), any strides.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "causalconv/ops.h"
+
+namespace causalconv::detail {
+
+struct DenseGeometry {
+  int64_t batch, c_in, c_out, length, width, dilation, groups;
+  DType dtype;
+  bool silu;
+  int64_t in_per_group() const { return c_in / groups; }
+  int64_t out_per_group() const { return c_out / groups; }
+};
+
+struct DenseForwardParams {
+  DenseGeometry g;
+  const void* x;
+  const void* weight;
+  const void* bias;  // nullptr: no bias
+  void* y;
+  void* workspace;  // dense_tc_forward_workspace_bytes(g) bytes when the tensor-core forward runs
+  int64_t x_stride[3], y_stride[3], w_stride[3];  // in elements: (b, c, t), (o, i, k)
+  int64_t bias_stride;
+};
+
+struct DenseBackwardParams {
+  DenseGeometry g;
+  const void* x;
+  const void* weight;
+  const void* bias;  // nullptr: no bias (only read to recompute the silu input)
+  const void* dy;
+  void* dx;       // nullptr: not wanted
+  void* dweight;  // nullptr: not wanted
+  void* dbias;    // nullptr: not wanted
+  int64_t x_stride[3], dy_stride[3], dx_stride[3], w_stride[3], dw_stride[3];
+  int64_t bias_stride, dbias_stride;
+};
+
+// The generic forward (dense_generic.cu): CUDA cores, every shape, dtype and stride.
+void launch_dense_forward_generic(const DenseForwardParams& p, Stream stream);
+
+// The tensor-core kernels (dense_tc.cu): an implicit GEMM with mma.sync; fp32 through a
+// bf16 hi/lo split (3 products). Any strides. They serve shapes whose groups have at least
+// 16 source and 32 destination channels; their workspace holds the weights prepared for
+// the kernel (bf16/f16 copies, zero-padded to the tiles), rebuilt on every call.
+bool dense_tc_forward_supported(const DenseGeometry& g);
+size_t dense_tc_forward_workspace_bytes(const DenseGeometry& g);
+void launch_dense_tc_forward(const DenseForwardParams& p, Stream stream);
+
+// dx as the transposed convolution of grad (dy, or the fp32 gradient through silu):
+// the same kernel with transposed, flipped weights and a look-ahead window.
+bool dense_tc_dx_supported(const DenseGeometry& g);
+size_t dense_tc_dx_workspace_bytes(const DenseGeometry& g);
+void launch_dense_tc_dx(const DenseBackwardParams& p, const void* grad, bool grad_fp32,
+                        const int64_t (&grad_stride)[3], void* workspace, Stream stream);
+
+// Backward scratch: the fp32 gradient through silu (B, C_out, L) when the activation is
+// silu, then per-part fp32 partials of dweight and dbias (reduced in a fixed order), then
+// the prepared weights of the tensor-core dx when that path runs.
+size_t dense_backward_workspace_bytes(const DenseBackwardParams& p);
+void launch_dense_backward(const DenseBackwardParams& p, void* workspace, Stream stream);
+
+}  // namespace causalconv::detail
