@@ -123,12 +123,12 @@ __global__ void __launch_bounds__(Tile::kThreads)
 
 // ---- window kernel: dilation 1, K <= 8, 16-byte aligned rows ----
 // As the forward's window kernel: a warp owns a span of 32 * kWindowVectors
-// consecutive 16-byte vectors of one row, lane l taking vectors e * 32 + l, with the
-// halos on both sides read as neighbouring vectors (L1 hits). Each thread sums its
-// weight-gradient terms, a fixed shuffle tree sums the warp, and lane 0 writes the
-// span's partials; the ordered reduction below finishes them.
+// consecutive 16-byte vectors of one row, lane l taking vectors e * 32 + l; the halos
+// on both sides come from neighbouring lanes (only the span's edge lanes load theirs).
+// Each thread sums its weight-gradient terms, a fixed shuffle tree sums the warp, and
+// lane 0 writes the span's partials; the ordered reduction below finishes them.
 constexpr int kVectorThreads = 128;
-constexpr int kWindowVectors = 2;
+constexpr int kWindowVectors = 4;
 constexpr int kMaxWindowWidth = 8;
 constexpr int kWarpsPerBlock = kVectorThreads / 32;
 
@@ -137,26 +137,15 @@ constexpr int64_t window_span() {
   return int64_t(32) * kWindowVectors * Vec16<T>::kElems;
 }
 
-// Vector of row[src, src + kVec), zero-filled outside [0, n); src is a multiple of kVec.
-template <typename T>
-__device__ __forceinline__ void load_vec_in_row(const T* row, int64_t src, int64_t n, float* out) {
-  constexpr int kVec = Vec16<T>::kElems;
-  if (src >= 0 && src + kVec <= n) {
-    load_vec16(row + src, out);
-  } else {
-    const int64_t valid = src >= 0 ? n - src : 0;
-    load_partial(row + (src >= 0 ? src : 0), int(valid > 0 ? valid : 0), out);
-  }
-}
-
 template <typename T, int kWidth>
 __global__ void __launch_bounds__(kVectorThreads)
     depthwise_backward_window(DepthwiseBackwardParams p, int64_t spans_per_row, int64_t spans, float* partials) {
   constexpr int kVec = Vec16<T>::kElems;
-  constexpr int kHalo = (kWidth - 1 + kVec - 1) / kVec * kVec;  // whole vectors on each side
+  constexpr int kHaloVectors = (kWidth - 1 + kVec - 1) / kVec;  // on each side
+  constexpr int kHalo = kHaloVectors * kVec;
   const int lane = threadIdx.x % 32;
   const int64_t span = int64_t(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32;
-  if (span >= spans) return;  // whole warps only: the shuffles below see full warps
+  if (span >= spans) return;  // whole warps: the shuffles below see full warps
   const int64_t row = div_nonneg(span, spans_per_row);
   const int64_t span_in_row = span - row * spans_per_row;
   const int64_t span_start = span_in_row * window_span<T>();
@@ -164,6 +153,26 @@ __global__ void __launch_bounds__(kVectorThreads)
   const int64_t n = p.length;
   const T* x = static_cast<const T*>(p.x) + b * p.x_stride[0] + c * p.x_stride[1];
   const T* dy = static_cast<const T*>(p.dy) + b * p.dy_stride[0] + c * p.dy_stride[1];
+
+  uint4 x_raw[kWindowVectors], dy_raw[kWindowVectors];
+#pragma unroll
+  for (int e = 0; e < kWindowVectors; ++e) {
+    const int64_t t = span_start + int64_t(e * 32 + lane) * kVec;
+    x_raw[e] = load_span_vector(x, t, n);
+    dy_raw[e] = load_span_vector(dy, t, n);
+  }
+  // Edge lanes: the vectors s positions before the span (x) and after it (x and dy).
+  uint4 x_before[kHaloVectors], x_after[kHaloVectors], dy_after[kHaloVectors];
+  const uint4 zero = make_uint4(0, 0, 0, 0);
+#pragma unroll
+  for (int s = 1; s <= kHaloVectors; ++s) {
+    const int64_t t_before = span_start + int64_t(lane - s) * kVec;
+    x_before[s - 1] = lane < s && t_before >= 0 ? load_raw16(x + t_before) : zero;
+    const int64_t t_after = span_start + int64_t(kWindowVectors * 32 + lane + s - 32) * kVec;
+    const bool edge = lane + s >= 32;
+    x_after[s - 1] = edge && p.silu ? load_span_vector(x, t_after, n) : zero;
+    dy_after[s - 1] = edge ? load_span_vector(dy, t_after, n) : zero;
+  }
 
   const T* weight = static_cast<const T*>(p.weight) + c * p.w_stride[0];
   float w[kWidth];
@@ -176,16 +185,20 @@ __global__ void __launch_bounds__(kVectorThreads)
   for (int e = 0; e < kWindowVectors; ++e) {
     const int64_t t = span_start + int64_t(e * 32 + lane) * kVec;
     float xw[kHalo + kVec + kHalo];  // x[t - kHalo + i]; the part after t + kVec feeds the silu input of g's halo
-    float g[kVec + kHalo];           // g[t + i]: dy through the activation
+    float g[kVec + kHalo];           // g[t + i]: dy through the activation, zero past the row's end
 #pragma unroll
-    for (int h = 0; h < kHalo + kVec; h += kVec) load_vec_in_row(x, t - kHalo + h, n, xw + h);
-#pragma unroll
-    for (int h = 0; h < kVec + kHalo; h += kVec) load_vec_in_row(dy, t + h, n, g + h);
+    for (int s = 1; s <= kHaloVectors; ++s) {
+      decode16<T>(span_vector_before(x_raw, e, s, x_before[s - 1], lane), xw + kHalo - s * kVec);
+      decode16<T>(span_vector_after(dy_raw, e, s, dy_after[s - 1], lane), g + s * kVec);
+    }
+    decode16<T>(x_raw[e], xw + kHalo);
+    decode16<T>(dy_raw[e], g);
     if (p.silu) {
 #pragma unroll
-      for (int h = 0; h < kHalo; h += kVec) load_vec_in_row(x, t + kVec + h, n, xw + kHalo + kVec + h);
+      for (int s = 1; s <= kHaloVectors; ++s)
+        decode16<T>(span_vector_after(x_raw, e, s, x_after[s - 1], lane), xw + kHalo + s * kVec);
 #pragma unroll
-      for (int i = 0; i < kVec + kHalo; ++i) {
+      for (int i = 0; i < kVec + kWidth - 1; ++i) {
         float u = bias;
 #pragma unroll
         for (int k = 0; k < kWidth; ++k) u = fmaf(w[k], xw[kHalo + i - (kWidth - 1 - k)], u);
@@ -208,7 +221,7 @@ __global__ void __launch_bounds__(kVectorThreads)
         store_partial(dx + t, int(n - t), out);
     }
 #pragma unroll
-    for (int i = 0; i < kVec; ++i) {  // g is zero past the row's end
+    for (int i = 0; i < kVec; ++i) {
 #pragma unroll
       for (int k = 0; k < kWidth; ++k) dw[k] = fmaf(g[i], xw[kHalo + i - (kWidth - 1 - k)], dw[k]);
       dw[kWidth] += g[i];

@@ -27,56 +27,49 @@ using Tile = ForwardTile;
 constexpr int kVectorThreads = 128;
 
 // ---- window kernel ----
-// A warp owns a span of 32 * kWindowVectors consecutive 16-byte vectors of one row;
-// lane l takes vectors e * 32 + l, so every load and store instruction of the warp
-// touches 512 contiguous bytes. The halo of a vector (the K-1 inputs before it) is the
-// tail of its neighbour's vector: a second, coalesced load that L1 serves.
-constexpr int kWindowVectors = 4;  // 16-byte output vectors per thread
+// A warp owns a span of 32 * window_vectors<T>() consecutive 16-byte vectors of one
+// row; lane l takes vectors e * 32 + l, so every load and store instruction of the warp
+// covers 512 contiguous bytes. All of a thread's loads are issued before any compute.
+// The halo of a vector (the K-1 inputs before it) comes from the lanes holding the
+// vectors before it; only lanes at the span's start load theirs from memory.
 constexpr int kMaxWindowWidth = 8;
 constexpr int kWarpsPerBlock = kVectorThreads / 32;
 
 template <typename T>
+constexpr int window_vectors() {
+  return sizeof(T) == 2 ? 8 : 4;  // 128 or 64 bytes in flight per thread
+}
+
+template <typename T>
 constexpr int64_t window_span() {
-  return int64_t(32) * kWindowVectors * Vec16<T>::kElems;
+  return int64_t(32) * window_vectors<T>() * Vec16<T>::kElems;
 }
 
 template <typename T, int kWidth>
 __global__ void __launch_bounds__(kVectorThreads)
     depthwise_forward_window(DepthwiseForwardParams p, int64_t spans_per_row, int64_t spans) {
   constexpr int kVec = Vec16<T>::kElems;
-  constexpr int kHalo = (kWidth - 1 + kVec - 1) / kVec * kVec;  // whole vectors before each vector
+  constexpr int kVectors = window_vectors<T>();
+  constexpr int kHaloVectors = (kWidth - 1 + kVec - 1) / kVec;
+  constexpr int kHalo = kHaloVectors * kVec;
   const int lane = threadIdx.x % 32;
   const int64_t span = int64_t(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32;
-  if (span >= spans) return;
+  if (span >= spans) return;  // whole warps: the shuffles below see full warps
   const int64_t row = div_nonneg(span, spans_per_row);
   const int64_t span_start = (span - row * spans_per_row) * window_span<T>();
   const int64_t b = div_nonneg(row, p.channels), c = row - b * p.channels;
+  const int64_t n = p.length;
   const T* x = static_cast<const T*>(p.x) + b * p.x_stride[0] + c * p.x_stride[1];
   T* y = static_cast<T*>(p.y) + b * p.y_stride[0] + c * p.y_stride[1];
 
-  float win[kWindowVectors][kHalo + kVec];  // x[t - kHalo + i] for the vector starting at t
+  uint4 raw[kVectors];
 #pragma unroll
-  for (int e = 0; e < kWindowVectors; ++e) {
-    const int64_t t = span_start + int64_t(e * 32 + lane) * kVec;
-    const int64_t valid = p.length - t;
-    if (valid >= kVec)
-      load_vec16(x + t, win[e] + kHalo);
-    else
-      load_partial(x + t, int(valid > 0 ? valid : 0), win[e] + kHalo);
-  }
+  for (int e = 0; e < kVectors; ++e) raw[e] = load_span_vector(x, span_start + int64_t(e * 32 + lane) * kVec, n);
+  uint4 before[kHaloVectors];  // lanes below s: the vector s positions before the span's first
 #pragma unroll
-  for (int e = 0; e < kWindowVectors; ++e) {
-    const int64_t t = span_start + int64_t(e * 32 + lane) * kVec;
-#pragma unroll
-    for (int h = 0; h < kHalo; h += kVec) {
-      const int64_t src = t - kHalo + h;  // a multiple of kVec: the vector is all before 0 or all inside
-      if (src >= 0 && src < p.length) {
-        load_vec16(x + src, win[e] + h);
-      } else {
-#pragma unroll
-        for (int i = 0; i < kVec; ++i) win[e][h + i] = 0.0f;
-      }
-    }
+  for (int s = 1; s <= kHaloVectors; ++s) {
+    const int64_t t = span_start + int64_t(lane - s) * kVec;
+    before[s - 1] = lane < s && t >= 0 ? load_raw16(x + t) : make_uint4(0, 0, 0, 0);
   }
 
   const T* weight = static_cast<const T*>(p.weight) + c * p.w_stride[0];
@@ -86,21 +79,25 @@ __global__ void __launch_bounds__(kVectorThreads)
   const float bias = p.bias ? to_float(static_cast<const T*>(p.bias)[c * p.bias_stride]) : 0.0f;
 
 #pragma unroll
-  for (int e = 0; e < kWindowVectors; ++e) {
+  for (int e = 0; e < kVectors; ++e) {
+    float win[kHalo + kVec];  // x[t - kHalo + i] for this vector's first step t
+#pragma unroll
+    for (int s = 1; s <= kHaloVectors; ++s)
+      decode16<T>(span_vector_before(raw, e, s, before[s - 1], lane), win + kHalo - s * kVec);
+    decode16<T>(raw[e], win + kHalo);
     float out[kVec];
 #pragma unroll
     for (int i = 0; i < kVec; ++i) {
       float acc = bias;
 #pragma unroll
-      for (int k = 0; k < kWidth; ++k) acc = fmaf(w[k], win[e][kHalo + i - (kWidth - 1 - k)], acc);
+      for (int k = 0; k < kWidth; ++k) acc = fmaf(w[k], win[kHalo + i - (kWidth - 1 - k)], acc);
       out[i] = p.silu ? silu(acc) : acc;
     }
     const int64_t t = span_start + int64_t(e * 32 + lane) * kVec;
-    const int64_t valid = p.length - t;
-    if (valid >= kVec)
+    if (t + kVec <= n)
       store_vec16(y + t, out);
-    else if (valid > 0)
-      store_partial(y + t, int(valid), out);
+    else if (t < n)
+      store_partial(y + t, int(n - t), out);
   }
 }
 

@@ -1,6 +1,7 @@
 // 16-byte global loads and stores of storage-type elements, converted to and from fp32.
 // One LDG.128/STG.128 moves 8 bf16/fp16 or 4 fp32 values: fewer memory instructions per
-// byte, which is what memory-bound kernels on Hopper run out of first.
+// byte, which is what memory-bound kernels on Hopper run out of first. Raw (undecoded)
+// vectors can be kept in registers and passed between lanes with shfl_vec16.
 #pragma once
 
 #include <cstdint>
@@ -24,12 +25,34 @@ inline bool vector_aligned(const void* base, const int64_t* strides, int count) 
   return true;
 }
 
+__device__ __forceinline__ uint4 load_raw16(const void* src) { return *reinterpret_cast<const uint4*>(src); }
+
+// Elements [0, valid) of the vector at src, zero beyond (a row's tail; valid <= 0: all zero).
 template <typename T>
-__device__ __forceinline__ void load_vec16(const T* src, float* out) {
-  const uint4 raw = *reinterpret_cast<const uint4*>(src);
+__device__ __forceinline__ uint4 load_raw_partial(const T* src, int valid) {
+  uint4 raw = make_uint4(0, 0, 0, 0);
+  T* e = reinterpret_cast<T*>(&raw);
+#pragma unroll
+  for (int i = 0; i < Vec16<T>::kElems; ++i)
+    if (i < valid) e[i] = src[i];
+  return raw;
+}
+
+template <typename T>
+__device__ __forceinline__ void decode16(const uint4& raw, float* out) {
   const T* e = reinterpret_cast<const T*>(&raw);
 #pragma unroll
   for (int i = 0; i < Vec16<T>::kElems; ++i) out[i] = to_float(e[i]);
+}
+
+__device__ __forceinline__ uint4 shfl_vec16(const uint4& v, int src_lane) {
+  return make_uint4(__shfl_sync(0xffffffffu, v.x, src_lane), __shfl_sync(0xffffffffu, v.y, src_lane),
+                    __shfl_sync(0xffffffffu, v.z, src_lane), __shfl_sync(0xffffffffu, v.w, src_lane));
+}
+
+template <typename T>
+__device__ __forceinline__ void load_vec16(const T* src, float* out) {
+  decode16<T>(load_raw16(src), out);
 }
 
 template <typename T>
@@ -41,11 +64,9 @@ __device__ __forceinline__ void store_vec16(T* dst, const float* in) {
   *reinterpret_cast<uint4*>(dst) = raw;
 }
 
-// Elements [0, valid) of a vector at src, zero beyond (valid < kElems: a row's tail).
 template <typename T>
 __device__ __forceinline__ void load_partial(const T* src, int valid, float* out) {
-#pragma unroll
-  for (int i = 0; i < Vec16<T>::kElems; ++i) out[i] = i < valid ? to_float(src[i]) : 0.0f;
+  decode16<T>(load_raw_partial(src, valid), out);
 }
 
 template <typename T>
@@ -53,6 +74,40 @@ __device__ __forceinline__ void store_partial(T* dst, int valid, const float* in
 #pragma unroll
   for (int i = 0; i < Vec16<T>::kElems; ++i)
     if (i < valid) dst[i] = from_float<T>(in[i]);
+}
+
+// ---- warp spans: a warp's 32 * kVectors consecutive vectors of one row, lane l holding
+// vectors e * 32 + l (so each load instruction of the warp covers 512 contiguous bytes).
+// Neighbouring vectors, which carry a convolution's halo, come from other lanes.
+
+// Raw vector at span position (e * 32 + lane) * kElems, zero-filled past the row end n.
+template <typename T>
+__device__ __forceinline__ uint4 load_span_vector(const T* row, int64_t t, int64_t n) {
+  constexpr int kVec = Vec16<T>::kElems;
+  if (t + kVec <= n) return load_raw16(row + t);
+  return load_raw_partial(row + t, int(t < n ? n - t : 0));
+}
+
+// The vector s positions before vector e of this lane: lane - s of the same e, or
+// lane 32 - s + lane of e - 1. Lanes below s at e == 0 take `outside` (loaded by them).
+template <int kVectors>
+__device__ __forceinline__ uint4 span_vector_before(const uint4 (&v)[kVectors], int e, int s, const uint4& outside,
+                                                    int lane) {
+  const int src = (lane - s) & 31;
+  const uint4 same = shfl_vec16(v[e], src);
+  const uint4 earlier = e > 0 ? shfl_vec16(v[e > 0 ? e - 1 : 0], src) : outside;
+  return lane >= s ? same : earlier;
+}
+
+// The vector s positions after vector e of this lane: lane + s of the same e, or
+// lane + s - 32 of e + 1. Lanes from 32 - s at the last e take `outside`.
+template <int kVectors>
+__device__ __forceinline__ uint4 span_vector_after(const uint4 (&v)[kVectors], int e, int s, const uint4& outside,
+                                                   int lane) {
+  const int src = (lane + s) & 31;
+  const uint4 same = shfl_vec16(v[e], src);
+  const uint4 later = e + 1 < kVectors ? shfl_vec16(v[e + 1 < kVectors ? e + 1 : e], src) : outside;
+  return lane + s < 32 ? same : later;
 }
 
 }  // namespace causalconv::detail

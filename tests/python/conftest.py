@@ -19,8 +19,10 @@ def rel_l2(out: torch.Tensor, ref: torch.Tensor) -> float:
 
 
 # Weight and bias gradients are fp32 sums over B*L terms, whose rounding error grows
-# like sqrt(B*L) * 2^-24; in fp32 they get a looser bound than the short per-element sums.
-REDUCTION_REL_L2_BOUND = {torch.float32: 1e-5, torch.float16: 2e-3, torch.bfloat16: 1e-2}
+# like sqrt(B*L) * 2^-24 times the terms' magnitude, while random-signed terms cancel to
+# a sum only ~sqrt(B*L) times one term: in fp32 they get a looser bound than the short
+# per-element sums (1e-5 was exceeded once, 1.3e-5 on dbias over 6000 terms, on the H200).
+REDUCTION_REL_L2_BOUND = {torch.float32: 5e-5, torch.float16: 2e-3, torch.bfloat16: 1e-2}
 
 
 def assert_close_to_reference(out: torch.Tensor, ref: torch.Tensor, dtype: torch.dtype, what: str = "output",
