@@ -117,6 +117,7 @@ NB_MODULE(_C, m) {
   });
 
   m.def("version", &version);
+  m.attr("MAX_CHANNEL_LAST_BACKWARD_REACH") = kMaxChannelLastBackwardReach;
 
   // ---- CUDA ops: (tensors..., options..., [workspace, stream]) ----
   m.def("causal_conv1d_forward_workspace_bytes",

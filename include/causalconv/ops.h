@@ -35,6 +35,9 @@ constexpr int64_t kMinProjWidth = 2;
 constexpr int64_t kMaxProjWidth = 32;
 constexpr int64_t kMinMixerWidth = 2;
 constexpr int64_t kMaxMixerWidth = 256;
+// Largest causal reach (K-1)*dilation the depthwise backward takes on channel-last data
+// (stride(1) == 1 for x, dy and dx); beyond it those need unit stride along L.
+constexpr int64_t kMaxChannelLastBackwardReach = 255;
 // Largest causal reach (K-1)*dilation we index; keeps every offset far from overflow.
 constexpr int64_t kMaxReach = int64_t(1) << 40;
 

@@ -57,8 +57,26 @@ def _(x, weight, bias, dilation, groups, activation):
 
 
 def _rows_contiguous(t: torch.Tensor) -> torch.Tensor:
-    """t with unit stride along the last dim (what the backward kernels read)."""
+    """t with unit stride along the last dim (what the row-reading backward kernels take)."""
     return t if t.shape[-1] <= 1 or t.stride(-1) == 1 else t.contiguous()
+
+
+def _channel_last(t: torch.Tensor) -> torch.Tensor:
+    """t as a (B, C, L) view of (B, L, C) storage."""
+    return t if t.stride(1) == 1 else t.transpose(1, 2).contiguous().transpose(1, 2)
+
+
+def _backward_layout(x: torch.Tensor, weight: torch.Tensor, dy: torch.Tensor, dilation: int, groups: int):
+    """x and dy as the backward reads them. The core's rule (ops.h): depthwise channel-last data
+    with (K-1)*dilation <= MAX_CHANNEL_LAST_BACKWARD_REACH stays channel-last (dy follows x);
+    anything else is read as rows with unit stride along L."""
+    channels = x.shape[1] if x.dim() == 3 else 0
+    depthwise = weight.dim() == 2 or (weight.dim() == 3 and weight.shape[1] == 1 and weight.shape[0] == channels
+                                      and groups in (0, channels))
+    if (channels > 1 and x.stride(1) == 1 and x.shape[2] > 1 and depthwise and dy.dim() == 3
+            and (weight.shape[-1] - 1) * dilation <= _C.MAX_CHANNEL_LAST_BACKWARD_REACH):
+        return x, _channel_last(dy)
+    return _rows_contiguous(x), _rows_contiguous(dy)
 
 
 @torch.library.custom_op("causalconv::causal_conv1d_bwd", mutates_args=())
@@ -71,7 +89,7 @@ def _causal_conv1d_bwd(
     groups: int,
     activation: int,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    x, dy = _rows_contiguous(x), _rows_contiguous(dy)
+    x, dy = _backward_layout(x, weight, dy, dilation, groups)
     dx, dweight, dbias = _new_grads(x, weight)
     args = (view(x), view(weight), optional_view(bias), view(dy), view(dx), view(dweight), view(dbias),
             dilation, groups, activation)
@@ -81,11 +99,13 @@ def _causal_conv1d_bwd(
 
 
 def _new_grads(x: torch.Tensor, weight: torch.Tensor):
-    return x.new_empty(x.shape), torch.empty_like(weight), weight.new_empty((weight.shape[0],))
+    """dx in the layout the kernels read x in (channel-last stays channel-last), dweight, dbias."""
+    return _new_output(x, x.shape[1]), torch.empty_like(weight), weight.new_empty((weight.shape[0],))
 
 
 @_causal_conv1d_bwd.register_fake
 def _(x, weight, bias, dy, dilation, groups, activation):
+    x, _ = _backward_layout(x, weight, dy, dilation, groups)
     return _new_grads(x, weight)
 
 

@@ -38,10 +38,11 @@ detail::DepthwiseForwardParams forward_params(const CausalConv1dForwardArgs& a, 
   return p;
 }
 
+void copy_strides(int64_t (&dst)[3], const TensorView& t) {
+  for (int d = 0; d < 3; ++d) dst[d] = t.stride(d);
+}
+
 detail::DepthwiseBackwardParams backward_params(const CausalConv1dBackwardArgs& a, const detail::ConvGeometry& g) {
-  detail::check_unit_time_stride(kOp, "x", a.x);
-  detail::check_unit_time_stride(kOp, "dy", a.dy);
-  if (a.dx) detail::check_unit_time_stride(kOp, "dx", *a.dx);
   detail::DepthwiseBackwardParams p{};
   p.x = a.x.data;
   p.weight = a.weight.data;
@@ -56,11 +57,9 @@ detail::DepthwiseBackwardParams backward_params(const CausalConv1dBackwardArgs& 
   p.length = g.length;
   p.width = g.width;
   p.dilation = g.dilation;
-  for (int d = 0; d < 2; ++d) {
-    p.x_stride[d] = a.x.stride(d);
-    p.dy_stride[d] = a.dy.stride(d);
-    p.dx_stride[d] = a.dx ? a.dx->stride(d) : 0;
-  }
+  copy_strides(p.x_stride, a.x);
+  copy_strides(p.dy_stride, a.dy);
+  if (a.dx) copy_strides(p.dx_stride, *a.dx);
   p.w_stride[0] = a.weight.stride(0);
   p.w_stride[1] = tap_stride(a.weight);
   p.dw_stride[0] = a.dweight ? a.dweight->stride(0) : 0;
@@ -68,16 +67,17 @@ detail::DepthwiseBackwardParams backward_params(const CausalConv1dBackwardArgs& 
   p.bias_stride = a.bias ? a.bias->stride(0) : 0;
   p.dbias_stride = a.dbias ? a.dbias->stride(0) : 0;
   p.silu = g.activation == Activation::silu;
+  if (!detail::depthwise_backward_takes_channel_last(p)) {  // the other kernels read rows
+    detail::check_unit_time_stride(kOp, "x", a.x);
+    detail::check_unit_time_stride(kOp, "dy", a.dy);
+    if (a.dx) detail::check_unit_time_stride(kOp, "dx", *a.dx);
+  }
   return p;
 }
 
 detail::DenseGeometry dense_geometry(const detail::ConvGeometry& g, DType dtype) {
   return detail::DenseGeometry{g.batch, g.c_in,     g.c_out, g.length, g.width, g.dilation,
                                g.groups, dtype, g.activation == Activation::silu};
-}
-
-void copy_strides(int64_t (&dst)[3], const TensorView& t) {
-  for (int d = 0; d < 3; ++d) dst[d] = t.stride(d);
 }
 
 detail::DenseForwardParams dense_forward_params(const CausalConv1dForwardArgs& a, const detail::ConvGeometry& g) {

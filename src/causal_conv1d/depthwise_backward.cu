@@ -237,6 +237,134 @@ __global__ void __launch_bounds__(kVectorThreads)
   }
 }
 
+// ---- channel-last kernel: x, dy, dx with unit channel stride ----
+// A block owns 32 channels (one per lane: each row of a tile is one coalesced access)
+// and kChannelLastSteps time steps of one sequence; its 8 warps interleave over time.
+// It stages x (with the causal halo before and, for silu, after) and g = dy * silu'
+// (with the look-ahead halo) in shared memory, writes dx, and writes the tile's
+// weight-gradient partials in the layout the ordered reduction reads.
+constexpr int kChannelLastThreads = 256;
+constexpr int kChannelLastChannels = 32;
+constexpr int kChannelLastSteps = 128;
+constexpr int kChannelLastWarps = kChannelLastThreads / 32;
+
+struct ChannelLastTiling {
+  int64_t halo;        // (K-1) * d
+  int64_t time_tiles;  // per sequence
+  int64_t channel_tiles;
+};
+
+inline ChannelLastTiling make_channel_last_tiling(const DepthwiseBackwardParams& p) {
+  return {(p.width - 1) * p.dilation, (p.length + kChannelLastSteps - 1) / kChannelLastSteps,
+          (p.channels + kChannelLastChannels - 1) / kChannelLastChannels};
+}
+
+// w[32][K] | x[H + T + H][32] | g[T + H][32] | per-warp sums[8][32], in floats.
+inline size_t channel_last_smem_bytes(const DepthwiseBackwardParams& p, int64_t halo) {
+  const int64_t rows = (2 * halo + kChannelLastSteps) + (kChannelLastSteps + halo);
+  return sizeof(float) * size_t(kChannelLastChannels * (p.width + rows + kChannelLastWarps));
+}
+
+template <typename T>
+__global__ void __launch_bounds__(kChannelLastThreads)
+    depthwise_backward_channel_last(DepthwiseBackwardParams p, ChannelLastTiling tiling, float* partials) {
+  extern __shared__ float smem[];
+  constexpr int kC = kChannelLastChannels, kT = kChannelLastSteps;
+  const int width = int(p.width), halo = int(tiling.halo), dil = int(p.dilation);
+  const int x_rows = 2 * halo + kT, g_rows = kT + halo;
+  float* w_s = smem;                   // [kC][K]
+  float* x_s = w_s + kC * width;       // [x_rows][kC]: x[t0 - H + r]
+  float* g_s = x_s + x_rows * kC;      // [g_rows][kC]: g[t0 + r]
+  float* red_s = g_s + g_rows * kC;    // [warps][kC]
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const int64_t c0 = int64_t(blockIdx.x) * kC;
+  const int64_t c = c0 + lane;
+  const bool live = c < p.channels;
+  const int64_t n = p.length;
+
+  for (int i = threadIdx.x; i < kC * width; i += kChannelLastThreads) {
+    const int64_t cc = c0 + i / width;
+    w_s[i] = cc < p.channels
+                 ? to_float(static_cast<const T*>(p.weight)[cc * p.w_stride[0] + (i % width) * p.w_stride[1]])
+                 : 0.0f;
+  }
+  const float bias = p.bias && live ? to_float(static_cast<const T*>(p.bias)[c * p.bias_stride]) : 0.0f;
+  const float* w_c = w_s + lane * width;
+  const int x_needed = p.silu ? x_rows : halo + kT;  // silu needs x after the tile for g's halo
+  const int64_t parts_per_channel = p.batch * tiling.time_tiles;
+
+  // One (sequence, time tile) pair after another: grid.y is capped at 65535.
+  for (int64_t part = blockIdx.y; part < parts_per_channel; part += gridDim.y) {
+    const int64_t b = div_nonneg(part, tiling.time_tiles);
+    const int64_t t0 = (part - b * tiling.time_tiles) * kT;
+    const T* x = static_cast<const T*>(p.x) + b * p.x_stride[0] + c;
+    const T* dy = static_cast<const T*>(p.dy) + b * p.dy_stride[0] + c;
+    __syncthreads();  // the previous tile is done with the shared buffers (and w_s is written)
+    for (int r = warp; r < x_needed; r += kChannelLastWarps) {
+      const int64_t t = t0 - halo + r;
+      x_s[r * kC + lane] = live && t >= 0 && t < n ? to_float(x[t * p.x_stride[2]]) : 0.0f;
+    }
+    for (int r = warp; r < g_rows; r += kChannelLastWarps) {
+      const int64_t t = t0 + r;
+      g_s[r * kC + lane] = live && t < n ? to_float(dy[t * p.dy_stride[2]]) : 0.0f;
+    }
+    __syncthreads();
+    if (p.silu) {
+      for (int r = warp; r < g_rows; r += kChannelLastWarps) {
+        float u = bias;
+        for (int k = 0; k < width; ++k) u = fmaf(w_c[k], x_s[(r + halo - (width - 1 - k) * dil) * kC + lane], u);
+        g_s[r * kC + lane] *= silu_grad(u);
+      }
+      __syncthreads();
+    }
+    if (p.dx && live) {
+      T* dx = static_cast<T*>(p.dx) + b * p.dx_stride[0] + c;
+      for (int r = warp; r < kT && t0 + r < n; r += kChannelLastWarps) {
+        float acc = 0.0f;
+        for (int k = 0; k < width; ++k) acc = fmaf(w_c[k], g_s[(r + (width - 1 - k) * dil) * kC + lane], acc);
+        dx[(t0 + r) * p.dx_stride[2]] = from_float<T>(acc);
+      }
+    }
+    if (partials) {
+      // Tap k of channel c: sum over the tile of g[t] * x[t - (K-1-k)d]; slot K is the bias.
+      // Each warp sums its interleaved steps, then warp 0 adds the warps in order.
+      for (int k = 0; k <= width; ++k) {
+        const int shift = k < width ? halo - (width - 1 - k) * dil : 0;
+        float sum = 0.0f;
+        for (int r = warp; r < kT; r += kChannelLastWarps)
+          sum = fmaf(g_s[r * kC + lane], k < width ? x_s[(r + shift) * kC + lane] : 1.0f, sum);
+        red_s[warp * kC + lane] = sum;
+        __syncthreads();
+        if (warp == 0 && live) {
+          float total = 0.0f;
+          for (int v = 0; v < kChannelLastWarps; ++v) total += red_s[v * kC + lane];
+          partials[(c * parts_per_channel + part) * (width + 1) + k] = total;
+        }
+        __syncthreads();
+      }
+    }
+  }
+}
+
+template <typename T>
+bool channel_last_applies(const DepthwiseBackwardParams& p) {
+  const ChannelLastTiling t = make_channel_last_tiling(p);
+  return p.x_stride[1] == 1 && p.dy_stride[1] == 1 && (!p.dx || p.dx_stride[1] == 1) && p.channels > 1 &&
+         t.halo <= kMaxChannelLastBackwardReach && t.channel_tiles <= kMaxGridX;
+}
+
+template <typename T>
+void launch_channel_last(const DepthwiseBackwardParams& p, float* partials, cudaStream_t stream) {
+  const ChannelLastTiling t = make_channel_last_tiling(p);
+  const size_t smem = channel_last_smem_bytes(p, t.halo);
+  if (smem > 48 * 1024)
+    check_cuda(cudaFuncSetAttribute(depthwise_backward_channel_last<T>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                    int(smem)),
+               "causal_conv1d backward (depthwise, channel-last)");
+  const dim3 grid(unsigned(t.channel_tiles), unsigned(std::min(p.batch * t.time_tiles, kMaxGridY)));
+  depthwise_backward_channel_last<T><<<grid, kChannelLastThreads, smem, stream>>>(p, t, partials);
+}
+
 template <typename T>
 int64_t window_spans_per_row(const DepthwiseBackwardParams& p) {
   return (p.length + window_span<T>() - 1) / window_span<T>();
@@ -245,7 +373,8 @@ int64_t window_spans_per_row(const DepthwiseBackwardParams& p) {
 template <typename T>
 bool window_applies(const DepthwiseBackwardParams& p) {
   const int64_t spans = p.batch * p.channels * window_spans_per_row<T>(p);
-  return p.dilation == 1 && p.width <= kMaxWindowWidth && vector_aligned<T>(p.x, p.x_stride, 2) &&
+  return p.dilation == 1 && p.width <= kMaxWindowWidth && p.x_stride[2] == 1 && p.dy_stride[2] == 1 &&
+         (!p.dx || p.dx_stride[2] == 1) && vector_aligned<T>(p.x, p.x_stride, 2) &&
          vector_aligned<T>(p.dy, p.dy_stride, 2) && (!p.dx || vector_aligned<T>(p.dx, p.dx_stride, 2)) &&
          spans / kWarpsPerBlock < kMaxGridX;
 }
@@ -290,6 +419,7 @@ __global__ void __launch_bounds__(Tile::kThreads)
 
 template <typename T>
 int64_t parts_per_channel(const DepthwiseBackwardParams& p) {
+  if (channel_last_applies<T>(p)) return p.batch * make_channel_last_tiling(p).time_tiles;
   if (window_applies<T>(p)) return p.batch * window_spans_per_row<T>(p);
   const DepthwiseTiling t =
       make_depthwise_tiling(p.batch, p.channels, p.length, p.width, p.dilation, kBackwardTilesPerBlock);
@@ -306,6 +436,14 @@ void launch_reduce(const DepthwiseBackwardParams& p, float* partials, cudaStream
 
 template <typename T>
 void launch_typed(const DepthwiseBackwardParams& p, float* partials, cudaStream_t stream) {
+  if (channel_last_applies<T>(p)) {
+    if (p.batch * p.length > 0) {
+      launch_channel_last<T>(p, partials, stream);
+      check_launch("causal_conv1d backward (depthwise, channel-last)");
+    }
+    launch_reduce<T>(p, partials, stream);
+    return;
+  }
   if (window_applies<T>(p)) {
     if (p.batch * p.channels * p.length > 0) {
       launch_window<T>(p, partials, stream);
@@ -346,6 +484,16 @@ size_t depthwise_backward_workspace_bytes(const DepthwiseBackwardParams& p) {
     case DType::f64: break;  // rejected by validation
   }
   return 0;
+}
+
+bool depthwise_backward_takes_channel_last(const DepthwiseBackwardParams& p) {
+  switch (p.dtype) {
+    case DType::f32: return channel_last_applies<float>(p);
+    case DType::f16: return channel_last_applies<__half>(p);
+    case DType::bf16: return channel_last_applies<__nv_bfloat16>(p);
+    case DType::f64: break;  // rejected by validation
+  }
+  return false;
 }
 
 void launch_depthwise_backward(const DepthwiseBackwardParams& p, void* workspace, Stream stream) {

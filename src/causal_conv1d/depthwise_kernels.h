@@ -23,8 +23,9 @@ struct DepthwiseForwardParams {
 
 void launch_depthwise_forward(const DepthwiseForwardParams& p, Stream stream);
 
-// Backward needs unit stride along time for x, dy and dx (the front end makes them
-// so); batch and channel strides are free.
+// Backward reads rows (unit stride along time for x, dy and dx) or channel-last data
+// (unit channel stride for all three, reach up to kMaxChannelLastBackwardReach); batch
+// strides are free.
 struct DepthwiseBackwardParams {
   const void* x;
   const void* weight;
@@ -35,7 +36,7 @@ struct DepthwiseBackwardParams {
   void* dbias;    // nullptr: not wanted
   DType dtype;
   int64_t batch, channels, length, width, dilation;
-  int64_t x_stride[2], dy_stride[2], dx_stride[2];  // (b, c); time stride is 1
+  int64_t x_stride[3], dy_stride[3], dx_stride[3];  // (b, c, t), in elements
   int64_t w_stride[2], dw_stride[2];                // (c, k)
   int64_t bias_stride, dbias_stride;
   bool silu;
@@ -44,5 +45,8 @@ struct DepthwiseBackwardParams {
 // Scratch for the per-tile weight-gradient partials (reduced in a fixed order).
 size_t depthwise_backward_workspace_bytes(const DepthwiseBackwardParams& p);
 void launch_depthwise_backward(const DepthwiseBackwardParams& p, void* workspace, Stream stream);
+
+// True when the backward takes p's channel-last layout as it is (else it needs rows).
+bool depthwise_backward_takes_channel_last(const DepthwiseBackwardParams& p);
 
 }  // namespace causalconv::detail

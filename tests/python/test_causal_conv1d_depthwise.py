@@ -199,6 +199,51 @@ def test_grads_layouts(layout, seeded):
 
 
 @requires_cuda
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("k,dilation", [(2, 1), (4, 1), (4, 3), (7, 1), (31, 2), (128, 1), (256, 1), (128, 3)])
+def test_grads_channel_last(dtype, k, dilation, seeded):
+    # Channel-last x and dy go straight to the channel-last backward kernel while (K-1)*d <= 255
+    # (its dx is channel-last too); beyond that reach (K=128, d=3) the rows path takes them.
+    for channels, length in ((33, 129), (64, 1000), (2, 2)):
+        x, w, bias = make_inputs(2, channels, length, k, dtype, "channel_last", with_bias=True)
+        dx, _ = check_grads(x, w, bias, dilation, "silu")
+        if (k - 1) * dilation <= _C.MAX_CHANNEL_LAST_BACKWARD_REACH:
+            assert dx.stride(1) == 1, "channel-last input gives a channel-last dx"
+
+
+@requires_cuda
+@pytest.mark.parametrize("activation", [None, "silu"])
+def test_channel_last_backward_writes_every_element(activation, seeded):
+    x, w, bias = make_inputs(3, 40, 300, 5, torch.float32, "channel_last", with_bias=True)
+    dy = torch.randn(3, 300, 40, device="cuda").transpose(1, 2)
+    dx = torch.full((3, 300, 40), float("nan"), device="cuda").transpose(1, 2)
+    dw, db = torch.full_like(w, float("nan")), torch.full_like(bias, float("nan"))
+    code = {None: 0, "silu": 1}[activation]
+    args = (view(x), view(w), view(bias), view(dy), view(dx), view(dw), view(db), 2, 0, code)
+    nbytes = _C.causal_conv1d_backward_workspace_bytes(*args)
+    ws = torch.full((nbytes // 4 + 1,), float("nan"), device="cuda")
+    _C.causal_conv1d_backward(*args, view(ws), torch.cuda.current_stream().cuda_stream)
+    ref = causalconv.reference.causal_conv1d_backward(x, w, bias, dy, 2, None, activation)
+    assert_close_to_reference(dx, ref[0], torch.float32, "dx")
+    assert_close_to_reference(dw, ref[1], torch.float32, "dweight", reduction=True)
+    assert_close_to_reference(db, ref[2], torch.float32, "dbias", reduction=True)
+
+
+@requires_cuda
+def test_channel_last_weight_grads_are_deterministic(seeded):
+    x, w, bias = make_inputs(4, 96, 3000, 4, torch.bfloat16, "channel_last", with_bias=True)
+    dy = torch.randn(4, 3000, 96, device="cuda", dtype=torch.bfloat16).transpose(1, 2)
+    grads = []
+    for _ in range(3):
+        xr, wr, br = (t.detach().requires_grad_(True) for t in (x, w, bias))
+        causalconv.causal_conv1d(xr, wr, br, activation="silu").backward(dy)
+        grads.append((xr.grad, wr.grad, br.grad))
+    for later in grads[1:]:
+        for a, b in zip(grads[0], later):
+            assert torch.equal(a, b), "gradients differ bitwise between identical runs"
+
+
+@requires_cuda
 def test_grads_of_a_3d_weight(seeded):
     x, w, _ = make_inputs(2, 6, 100, 3, torch.float32)
     w3 = w.unsqueeze(1).detach().requires_grad_(True)
