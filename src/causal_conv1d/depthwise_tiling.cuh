@@ -30,8 +30,8 @@ constexpr int64_t kMaxGridX = 2147483647;
 constexpr int64_t kMaxGridY = 65535;
 
 struct DepthwiseTiling {
-  int64_t residues;      // R: 1, or d when split
-  int64_t step;          // time step between neighbours of a sub-sequence: R
+  int64_t residues;      // R: 1, or min(d, L) when split
+  int64_t step;          // time step between neighbours of a sub-sequence: 1, or d when split
   int64_t dilation;      // dilation within a sub-sequence: d / R
   int64_t halo;          // (K-1) * dilation
   int64_t max_length;    // longest sub-sequence
@@ -44,8 +44,8 @@ inline DepthwiseTiling make_depthwise_tiling(int64_t batch, int64_t channels, in
                                              int64_t dilation, int64_t tiles_per_block) {
   DepthwiseTiling t{};
   const bool split = (width - 1) * dilation > kMaxTiledReach;
-  t.residues = split ? dilation : 1;
-  t.step = t.residues;
+  t.residues = split ? std::min(dilation, length) : 1;  // classes r >= L would be empty
+  t.step = split ? dilation : 1;
   t.dilation = split ? 1 : dilation;
   t.halo = (width - 1) * t.dilation;
   t.max_length = (length + t.step - 1) / t.step;
