@@ -26,9 +26,14 @@ def _activation_code(op: str, activation: Optional[str]) -> int:
 
 
 def _new_output(x: torch.Tensor, channels: int) -> torch.Tensor:
-    """A (B, channels, L) tensor in x's memory format: channel-last stays channel-last."""
+    """A (B, channels, L) tensor in x's memory format: channel-last stays channel-last.
+
+    For an x that is not 3-D (which the core rejects, naming the problem) it is empty, so
+    that the core, and the fake implementation under torch.compile, still get a tensor."""
+    if x.dim() != 3:
+        return x.new_empty((0, 0, 0))
     batch, _, length = x.shape
-    if x.dim() == 3 and x.stride(1) == 1 and not x.is_contiguous():
+    if x.stride(1) == 1 and not x.is_contiguous():
         return x.new_empty((batch, length, channels)).transpose(1, 2)
     return x.new_empty((batch, channels, length))
 
@@ -41,10 +46,7 @@ def _output_channels(weight: torch.Tensor) -> int:
 def _causal_conv1d_fwd(
     x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor], dilation: int, groups: int, activation: int
 ) -> torch.Tensor:
-    if x.dim() != 3:  # the core names the problem; give it a well-formed output to describe
-        y = x.new_empty((0, 0, 0))
-    else:
-        y = _new_output(x, _output_channels(weight))
+    y = _new_output(x, _output_channels(weight))
     args = (view(x), view(weight), optional_view(bias), view(y), dilation, groups, activation)
     ws = workspace(_C.causal_conv1d_forward_workspace_bytes(*args), x)
     _C.causal_conv1d_forward(*args, ws, stream_of(x))

@@ -34,6 +34,20 @@ def test_backward_gradient_shapes():
     assert (x.grad.shape, w.grad.shape, b.grad.shape) == ((2, 8, 16), (8, 1, 4), (8,))
 
 
+def test_channel_last_gradients_keep_the_layout_the_kernels_write():
+    # torch.autograd.grad returns dx as the backward op made it (.grad would be restrided to x's layout).
+    x = torch.empty(2, 16, 8, device="meta").transpose(1, 2).requires_grad_(True)
+    (dx,) = torch.autograd.grad(causalconv.causal_conv1d(x, torch.empty(8, 4, device="meta"), dilation=2).sum(), x)
+    assert dx.shape == (2, 8, 16) and dx.stride(1) == 1, "depthwise channel-last: dx channel-last"
+    (dx,) = torch.autograd.grad(causalconv.causal_conv1d(x, torch.empty(8, 200, device="meta"), dilation=2).sum(), x)
+    assert dx.is_contiguous(), "reach beyond the channel-last kernel: read as rows, dx channel-first"
+
+
+def test_a_non_3d_input_reaches_the_core_not_a_python_unpacking_error():
+    x, w = torch.empty(8, 16, device="meta"), torch.empty(8, 4, device="meta")
+    assert causalconv.causal_conv1d(x, w).shape == (0, 0, 0)  # fake: the core would raise ValueError
+
+
 def test_torch_export_keeps_the_custom_op():
     class Layer(torch.nn.Module):
         def __init__(self):
