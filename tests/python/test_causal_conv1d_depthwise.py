@@ -126,6 +126,23 @@ def test_runs_on_the_current_stream(seeded):
 
 
 @requires_cuda
+@pytest.mark.parametrize("layout", ["channel_first", "channel_last"])
+def test_eager_route_and_custom_op_agree_bitwise(layout, seeded):
+    # Eager CUDA calls skip the custom op's dispatch (an autograd.Function over the same kernel
+    # calls); torch.compile/export trace the custom op. Both must give the same bits.
+    x, w, bias = make_inputs(2, 16, 300, 4, torch.bfloat16, layout, with_bias=True)
+    dy = torch.randn_like(x)
+    results = []
+    for op in (lambda *a: causalconv.causal_conv1d(*a, activation="silu"),
+               lambda *a: torch.ops.causalconv.causal_conv1d_fwd(*a, 1, 0, 1)):
+        xr, wr, br = (t.detach().requires_grad_(True) for t in (x, w, bias))
+        y = op(xr, wr, br)
+        results.append((y, *torch.autograd.grad(y, (xr, wr, br), dy)))
+    for a, b in zip(*results):
+        assert torch.equal(a, b) and a.stride() == b.stride()
+
+
+@requires_cuda
 def test_torch_compile_fullgraph(seeded):
     x, w, bias = make_inputs(2, 8, 64, 4, torch.float32, with_bias=True)
 
