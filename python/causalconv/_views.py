@@ -34,3 +34,10 @@ def workspace(nbytes: int, like: torch.Tensor) -> Optional[tuple]:
     if nbytes == 0:
         return None
     return view(torch.empty(nbytes // 4 + 1, dtype=torch.float32, device=like.device))
+
+
+def eager_cuda(t: torch.Tensor) -> bool:
+    """Plain eager CUDA data: the ops then call their kernels through an autograd.Function
+    rather than the custom op, whose Python dispatch costs about half the host time of a
+    small forward+backward. torch.compile, torch.export and fake tensors keep the custom op."""
+    return type(t) is torch.Tensor and t.is_cuda and not torch.compiler.is_compiling()

@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch
 
 from . import _C
-from ._views import stream_of, view, workspace
+from ._views import eager_cuda, stream_of, view, workspace
 
 __all__ = ["b2b_causal_conv1d"]
 
@@ -28,9 +28,8 @@ def _out_shape(x: torch.Tensor):
     return (x.shape[0], x.shape[1] // 3, x.shape[2])
 
 
-@torch.library.custom_op("causalconv::b2b_causal_conv1d_fwd", mutates_args=())
-def _b2b_fwd(x: torch.Tensor, weight_proj: torch.Tensor, weight_mixer: torch.Tensor,
-             skip_bias: torch.Tensor) -> torch.Tensor:
+def _forward(x, weight_proj, weight_mixer, skip_bias) -> torch.Tensor:
+    """The forward kernel, called by the custom op and by the eager route."""
     x = _rows_contiguous(x)
     out = x.new_empty(_out_shape(x))
     args = (view(x), view(weight_proj), view(weight_mixer), view(skip_bias), view(out))
@@ -39,14 +38,19 @@ def _b2b_fwd(x: torch.Tensor, weight_proj: torch.Tensor, weight_mixer: torch.Ten
     return out
 
 
+@torch.library.custom_op("causalconv::b2b_causal_conv1d_fwd", mutates_args=())
+def _b2b_fwd(x: torch.Tensor, weight_proj: torch.Tensor, weight_mixer: torch.Tensor,
+             skip_bias: torch.Tensor) -> torch.Tensor:
+    return _forward(x, weight_proj, weight_mixer, skip_bias)
+
+
 @_b2b_fwd.register_fake
 def _(x, weight_proj, weight_mixer, skip_bias):
     return x.new_empty(_out_shape(x))
 
 
-@torch.library.custom_op("causalconv::b2b_causal_conv1d_bwd", mutates_args=())
-def _b2b_bwd(x: torch.Tensor, weight_proj: torch.Tensor, weight_mixer: torch.Tensor, skip_bias: torch.Tensor,
-             dout: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+def _backward_kernels(x, weight_proj, weight_mixer, skip_bias, dout):
+    """The backward kernels (all four gradients), called by the custom op and by the eager route."""
     x, dout = _rows_contiguous(x), _rows_contiguous(dout)
     dx, dwp, dwm, dskip = _new_grads(x, weight_proj, weight_mixer, skip_bias)
     args = (view(x), view(weight_proj), view(weight_mixer), view(skip_bias), view(dout),
@@ -54,6 +58,12 @@ def _b2b_bwd(x: torch.Tensor, weight_proj: torch.Tensor, weight_mixer: torch.Ten
     ws = workspace(_C.b2b_causal_conv1d_backward_workspace_bytes(*args), x)
     _C.b2b_causal_conv1d_backward(*args, ws, stream_of(x))
     return dx, dwp, dwm, dskip
+
+
+@torch.library.custom_op("causalconv::b2b_causal_conv1d_bwd", mutates_args=())
+def _b2b_bwd(x: torch.Tensor, weight_proj: torch.Tensor, weight_mixer: torch.Tensor, skip_bias: torch.Tensor,
+             dout: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    return _backward_kernels(x, weight_proj, weight_mixer, skip_bias, dout)
 
 
 def _new_grads(x, weight_proj, weight_mixer, skip_bias):
@@ -75,6 +85,19 @@ def _backward(ctx, dout):
 
 
 _b2b_fwd.register_autograd(_backward, setup_context=_setup_context)
+
+
+class _EagerB2B(torch.autograd.Function):
+    """The same kernel calls for eager CUDA data, without the custom op's dispatch (see _views.eager_cuda)."""
+
+    @staticmethod
+    def forward(ctx, x, weight_proj, weight_mixer, skip_bias):
+        ctx.save_for_backward(x, weight_proj, weight_mixer, skip_bias)
+        return _forward(x, weight_proj, weight_mixer, skip_bias)
+
+    @staticmethod
+    def backward(ctx, dout):
+        return _backward_kernels(*ctx.saved_tensors, dout)
 
 
 def b2b_causal_conv1d(x: torch.Tensor, weight_proj: torch.Tensor, weight_mixer: torch.Tensor,
@@ -104,4 +127,6 @@ def b2b_causal_conv1d(x: torch.Tensor, weight_proj: torch.Tensor, weight_mixer: 
     dim by the caller. The kernels read rows with unit stride along L, so x (and
     the output gradient) are copied to contiguous when their time stride is not 1.
     """
+    if eager_cuda(x):
+        return _EagerB2B.apply(x, weight_proj, weight_mixer, skip_bias)
     return _b2b_fwd(x, weight_proj, weight_mixer, skip_bias)

@@ -323,3 +323,17 @@ def test_core_rejects_rows_with_a_time_stride():
     out = torch.empty(1, 2, 8, device="cuda")
     with pytest.raises(ValueError, match=r"b2b_causal_conv1d: x: expected unit stride along L .*got stride 2"):
         _C.b2b_causal_conv1d_forward(view(x), view(wp), view(wm), view(skip), view(out), None, 0)
+
+
+@requires_cuda
+def test_eager_route_and_custom_op_agree_bitwise(seeded):
+    # Eager CUDA calls skip the custom op's dispatch (an autograd.Function over the same kernel
+    # calls); torch.compile/export trace the custom op. Both must give the same bits.
+    inputs = make_inputs(2, 5, 300, 3, 7, torch.bfloat16)
+    results = []
+    for op in (causalconv.b2b_causal_conv1d, torch.ops.causalconv.b2b_causal_conv1d_fwd):
+        leaves = [t.detach().requires_grad_(True) for t in inputs]
+        out = op(*leaves)
+        results.append((out, *torch.autograd.grad(out, leaves, torch.ones_like(out))))
+    for a, b in zip(*results):
+        assert torch.equal(a, b)
