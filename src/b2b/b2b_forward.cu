@@ -1,5 +1,5 @@
 // Launcher of the fused b2b_causal_conv1d forward (the kernels: b2b_forward_kernel.cuh on
-// the CUDA cores, b2b_forward_tc_kernel.cuh with the mixer on the tensor cores).
+// the CUDA cores, b2b_forward_tc_kernel.cuh on the tensor cores).
 #include <type_traits>
 
 #include "b2b/b2b_forward_kernel.cuh"
@@ -15,7 +15,7 @@ using Tile = B2BForwardTile;
 
 template <typename T, int kMaxBlocks>
 void launch_tc(const B2BForwardParams& p, const B2BTiling& tiling, cudaStream_t stream) {
-  const size_t smem = size_t(b2b_forward_tc_smem_bytes(p.proj_width, kMaxBlocks));
+  const size_t smem = size_t(B2BTcLayout<kMaxBlocks>::kBytes);
   if (smem > 48 * 1024)
     check_cuda(cudaFuncSetAttribute(b2b_forward_tc_kernel<T, kMaxBlocks>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                     int(smem)),
@@ -24,13 +24,15 @@ void launch_tc(const B2BForwardParams& p, const B2BTiling& tiling, cudaStream_t 
   b2b_forward_tc_kernel<T, kMaxBlocks><<<grid, ToeplitzTile::kThreads, smem, stream>>>(p, tiling);
 }
 
-// fp16/bf16 with Km >= kB2BTcMinMixerWidth: the mixer on the tensor cores.
+// fp16/bf16 with Km >= kB2BTcMinMixerWidth: projections and mixer on the tensor cores.
 template <typename T>
 bool try_launch_tc(const B2BForwardParams& p, const B2BTiling& tiling, cudaStream_t stream) {
   if constexpr (std::is_same<T, float>::value) {
     return false;
   } else {
-    if (p.mixer_width < kB2BTcMinMixerWidth || p.mixer_width > 256) return false;
+    if (p.mixer_width < kB2BTcMinMixerWidth || p.mixer_width > 256 ||
+        toeplitz_blocks(int(p.proj_width)) > kB2BTcMaxProjBlocks)
+      return false;
     const int blocks = toeplitz_blocks(int(p.mixer_width));
     if (blocks <= 3)
       launch_tc<T, 3>(p, tiling, stream);  // Km <= 32

@@ -142,16 +142,10 @@ __device__ __forceinline__ float b2b_warp_sum(float v) {
 namespace causalconv::detail {
 
 // The tensor-core forward (b2b_forward_tc_kernel.cuh) takes fp16/bf16 with Km >= this:
-// narrower mixers stay on the CUDA-core kernel (Km = 7 is Evo 2's short mixer).
+// narrower mixers stay on the CUDA-core kernel (Km = 7 is Evo 2's short mixer). Kp <= 32.
 constexpr int64_t kB2BTcMinMixerWidth = 9;
 
-// Shared bytes of the tensor-core forward: z tile (16-bit, swizzled), output tile,
-// lag-ordered mixer filter (kMaxBlocks Toeplitz blocks), then fp32 projection weights and
-// x rows 3c, 3c+1, 3c+2 with their halos.
-inline int64_t b2b_forward_tc_smem_bytes(int64_t kp, int max_blocks) {
-  const int64_t t = B2BForwardTile::kOutputs, hp = kp - 1, hz = 16 * int64_t(max_blocks - 1);
-  return 32 * (t / 16 + max_blocks - 1) + 2 * t + 32 * (max_blocks + 1) +
-         4 * (3 * kp + (hp + t) + 2 * (hz + hp + t));
-}
+// Projection widths Kp <= 32 need at most 3 Toeplitz blocks (b2b_forward_tc_kernel.cuh).
+constexpr int kB2BTcMaxProjBlocks = 3;
 
 }  // namespace causalconv::detail

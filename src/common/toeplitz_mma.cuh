@@ -182,26 +182,26 @@ __device__ __forceinline__ void mma_m16n8k16(float (&d)[4], const uint32_t (&a)[
 }
 #endif  // otherwise tests/cpp/mma_emulation.h provides these three
 
-// One warp's share of a tile: acc[p] is the m16n8 tile of output chunks
-// J + 8p .. J + 8p + 7 with J = warp * kWarpChunks (tile-local), where output chunk j
-// reads input chunks j + halo_chunks - i (local, i < blocks) of the staged tile in_s.
-// acc[p][e] is y at chunk J + 8p + 2q + (e & 1), step g + 8 (e >> 1) (g, q: of the lane).
-template <bool kHalf, int kMaxBlocks>
-__device__ __forceinline__ void toeplitz_warp_tile(float (&acc)[ToeplitzTile::kWarpTiles][4],
-                                                   const uint32_t (&a)[kMaxBlocks][4], const unsigned char* in_s,
-                                                   int blocks, int halo_chunks, int warp, int lane) {
+// kTiles (even) m16n8 accumulator tiles of consecutive output chunks: acc[p] covers
+// output chunks 8p .. 8p + 7 (counted from this call's first), and output chunk j reads
+// input chunks in_chunk0 + j - i (local, i < blocks) of the staged tile in_s.
+// acc[p][e] is y at output chunk 8p + 2q + (e & 1), step g + 8 (e >> 1) (g, q: of the lane).
+template <bool kHalf, int kMaxBlocks, int kTiles>
+__device__ __forceinline__ void toeplitz_mma_tiles(float (&acc)[kTiles][4], const uint32_t (&a)[kMaxBlocks][4],
+                                                   const unsigned char* in_s, int blocks, int in_chunk0, int lane) {
+  static_assert(kTiles % 2 == 0, "ldmatrix.x4 feeds two tiles");
 #pragma unroll
-  for (int p = 0; p < ToeplitzTile::kWarpTiles; ++p)
+  for (int p = 0; p < kTiles; ++p)
 #pragma unroll
     for (int e = 0; e < 4; ++e) acc[p][e] = 0.0f;
   // ldmatrix rows: matrix lane/8 = (tile pair member (lane/8)/2, half (lane/8)%2), row lane%8.
   const int mat = lane >> 3, h = mat & 1;
-  const int first = warp * ToeplitzTile::kWarpChunks + (mat >> 1) * 8 + (lane & 7) + halo_chunks;
+  const int first = in_chunk0 + (mat >> 1) * 8 + (lane & 7);
 #pragma unroll
   for (int i = 0; i < kMaxBlocks; ++i) {
     if (i >= blocks) break;  // uniform over the block
 #pragma unroll
-    for (int pair = 0; pair < ToeplitzTile::kWarpTiles / 2; ++pair) {
+    for (int pair = 0; pair < kTiles / 2; ++pair) {
       const int m = first + 16 * pair - i;
       uint32_t r[4];
       ldmatrix_x4(r, in_s + toeplitz_unit_offset(m, h));
@@ -209,6 +209,21 @@ __device__ __forceinline__ void toeplitz_warp_tile(float (&acc)[ToeplitzTile::kW
       mma_m16n8k16<kHalf>(acc[2 * pair + 1], a[i], r[2], r[3]);
     }
   }
+}
+
+// One warp's share of a tile: output chunks warp * kWarpChunks + [0, 32), reading input
+// chunks j + halo_chunks - i of in_s (whose chunk 0 is halo_chunks before the tile).
+template <bool kHalf, int kMaxBlocks>
+__device__ __forceinline__ void toeplitz_warp_tile(float (&acc)[ToeplitzTile::kWarpTiles][4],
+                                                   const uint32_t (&a)[kMaxBlocks][4], const unsigned char* in_s,
+                                                   int blocks, int halo_chunks, int warp, int lane) {
+  toeplitz_mma_tiles<kHalf, kMaxBlocks, ToeplitzTile::kWarpTiles>(
+      acc, a, in_s, blocks, warp * ToeplitzTile::kWarpChunks + halo_chunks, lane);
+}
+
+// Byte offset of step `step` of local chunk m in a swizzled tile (for element access).
+__device__ __forceinline__ int toeplitz_element_offset(int m, int step) {
+  return toeplitz_unit_offset(m, step >> 3) + 2 * (step & 7);
 }
 
 }  // namespace causalconv::detail

@@ -39,7 +39,7 @@ void launch_emulated(const detail::B2BForwardParams& f) {
   const detail::B2BTiling tiling =
       detail::make_b2b_tiling(f.length, detail::B2BForwardTile::kOutputs, detail::kB2BForwardTilesPerBlock);
   emu::launch({unsigned(f.batch * f.dim), unsigned(tiling.tile_blocks), 1}, detail::ToeplitzTile::kThreads,
-              size_t(detail::b2b_forward_tc_smem_bytes(f.proj_width, kMaxBlocks)),
+              size_t(detail::B2BTcLayout<kMaxBlocks>::kBytes),
               [&] { detail::b2b_forward_tc_kernel_emulated<T, kMaxBlocks>(f, tiling); });
 }
 
@@ -138,10 +138,12 @@ TEST(B2BTensorCoreEmulated, BFloat16) {
   run_case<__nv_bfloat16>({2, 2, 2100, 3, 9});     // narrowest TC mixer, 2 tiles (partial second)
   run_case<__nv_bfloat16>({1, 1, 1100, 32, 256});  // widest: halos longer than the tile's tail
   run_case<__nv_bfloat16>({1, 1, 4093, 4, 128});   // 16-byte aligned rows (stride 4096), 2 tiles
+  run_case<__nv_bfloat16>({1, 1, 2500, 17, 16});    // Kp 17: 2 projection blocks, Km 16: z pairs 9
 }
 
 TEST(B2BTensorCoreEmulated, Float16) {
   run_case<__half>({1, 2, 300, 3, 255});
+  run_case<__half>({1, 1, 700, 18, 40});  // Kp 18: 3 projection blocks
   run_case<__half>({1, 1, 9000, 3, 64});  // 5 tiles: blocks along the row walking several tiles
 }
 

@@ -329,11 +329,11 @@ def test_core_rejects_rows_with_a_time_stride():
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 @pytest.mark.parametrize("km", [8, 9, 16, 33, 128, 129, 255, 256])
 def test_tensor_core_mixer(dtype, km, seeded):
-    # fp16/bf16 with Km >= 9 run the mixer on the tensor cores (Km = 8 is the CUDA-core side of the
+    # fp16/bf16 with Km >= 9 run projections and mixer on the tensor cores (Km = 8 is the CUDA-core side of the
     # dispatch); each Toeplitz-block count's template is hit. Outputs start as NaN so unwritten
     # elements fail; lengths: L = 1, inside one 16-step chunk, one past it, 16-byte aligned rows
     # (1000, 4096 + 8) and unaligned ones (2500, 4097), several tiles.
-    for kp in (2, 3, 32):
+    for kp in (2, 3, 17, 18, 32):  # 2 or 3 projection blocks
         for length in (1, 15, 17, 1000, 2500, 4097, 4104):
             x, wp, wm, skip = make_inputs(2, 3, length, kp, km, dtype)
             out = torch.full((2, 3, length), float("nan"), device="cuda", dtype=dtype)
