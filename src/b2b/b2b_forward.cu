@@ -1,5 +1,9 @@
-// Launcher of the fused b2b_causal_conv1d forward (the kernel: b2b_forward_kernel.cuh).
+// Launcher of the fused b2b_causal_conv1d forward (the kernels: b2b_forward_kernel.cuh on
+// the CUDA cores, b2b_forward_tc_kernel.cuh on the tensor cores).
+#include <type_traits>
+
 #include "b2b/b2b_forward_kernel.cuh"
+#include "b2b/b2b_forward_tc_kernel.cuh"
 #include "b2b/b2b_kernels.h"
 #include "b2b/b2b_tiling.cuh"
 #include "common/cuda_runtime.h"
@@ -9,10 +13,44 @@ namespace {
 
 using Tile = B2BForwardTile;
 
+template <typename T, int kMaxBlocks>
+void launch_tc(const B2BForwardParams& p, const B2BTiling& tiling, cudaStream_t stream) {
+  const size_t smem = size_t(B2BTcLayout<kMaxBlocks>::kBytes);
+  if (smem > 48 * 1024)
+    check_cuda(cudaFuncSetAttribute(b2b_forward_tc_kernel<T, kMaxBlocks>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                    int(smem)),
+               "b2b_causal_conv1d forward (shared-memory opt-in)");
+  const dim3 grid(unsigned(p.batch * p.dim), unsigned(tiling.tile_blocks));
+  b2b_forward_tc_kernel<T, kMaxBlocks><<<grid, ToeplitzTile::kThreads, smem, stream>>>(p, tiling);
+}
+
+// fp16/bf16 with Km >= kB2BTcMinMixerWidth: projections and mixer on the tensor cores.
+template <typename T>
+bool try_launch_tc(const B2BForwardParams& p, const B2BTiling& tiling, cudaStream_t stream) {
+  if constexpr (std::is_same<T, float>::value) {
+    return false;
+  } else {
+    if (p.mixer_width < kB2BTcMinMixerWidth || p.mixer_width > 256 ||
+        toeplitz_blocks(int(p.proj_width)) > kB2BTcMaxProjBlocks)
+      return false;
+    const int blocks = toeplitz_blocks(int(p.mixer_width));
+    if (blocks <= 3)
+      launch_tc<T, 3>(p, tiling, stream);  // Km <= 32
+    else if (blocks <= 5)
+      launch_tc<T, 5>(p, tiling, stream);  // Km <= 64
+    else if (blocks <= 9)
+      launch_tc<T, 9>(p, tiling, stream);  // Km <= 128
+    else
+      launch_tc<T, 17>(p, tiling, stream);  // Km <= 256
+    return true;
+  }
+}
+
 template <typename T>
 void launch_typed(const B2BForwardParams& p, cudaStream_t stream) {
   const B2BTiling tiling = make_b2b_tiling(p.length, Tile::kOutputs, kB2BForwardTilesPerBlock);
   const size_t smem = sizeof(float) * size_t(b2b_forward_smem_floats(p.proj_width, p.mixer_width));
+  if (try_launch_tc<T>(p, tiling, stream)) return;
   if (smem > 48 * 1024)
     check_cuda(cudaFuncSetAttribute(b2b_forward_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)),
                "b2b_causal_conv1d forward (shared-memory opt-in)");

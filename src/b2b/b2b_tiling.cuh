@@ -138,3 +138,14 @@ __device__ __forceinline__ float b2b_warp_sum(float v) {
 
 }  // namespace causalconv::detail
 #endif
+
+namespace causalconv::detail {
+
+// The tensor-core forward (b2b_forward_tc_kernel.cuh) takes fp16/bf16 with Km >= this:
+// narrower mixers stay on the CUDA-core kernel (Km = 7 is Evo 2's short mixer). Kp <= 32.
+constexpr int64_t kB2BTcMinMixerWidth = 9;
+
+// Projection widths Kp <= 32 need at most 3 Toeplitz blocks (b2b_forward_tc_kernel.cuh).
+constexpr int kB2BTcMaxProjBlocks = 3;
+
+}  // namespace causalconv::detail

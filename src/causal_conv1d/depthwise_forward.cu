@@ -328,6 +328,7 @@ __global__ void __launch_bounds__(kDirectThreads) depthwise_forward_direct(Depth
 
 template <typename T>
 void launch_typed(const DepthwiseForwardParams& p, cudaStream_t stream) {
+  if (try_launch_depthwise_forward_tc(p, stream)) return;  // 16-bit, dilation 1, K >= 9: tensor cores
   const bool channel_last = p.x_stride[1] == 1 && p.y_stride[1] == 1 && p.channels > 1;
   const bool unit_time_stride = p.x_stride[2] == 1 && p.y_stride[2] == 1;
   if (try_launch_window<T>(p, channel_last, stream) || try_launch_channel_last<T>(p, channel_last, stream)) return;

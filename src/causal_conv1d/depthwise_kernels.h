@@ -50,3 +50,13 @@ void launch_depthwise_backward(const DepthwiseBackwardParams& p, void* workspace
 bool depthwise_backward_takes_channel_last(const DepthwiseBackwardParams& p);
 
 }  // namespace causalconv::detail
+
+// Tensor-core forward (depthwise_forward_tc.cu): fp16/bf16, dilation 1, kDepthwiseTcMinWidth
+// <= K <= kDepthwiseTcMaxWidth, unit time stride of x and y. Launches and returns true when
+// it takes the call, else returns false and launches nothing.
+struct CUstream_st;  // cudaStream_t is CUstream_st*
+namespace causalconv::detail {
+constexpr int64_t kDepthwiseTcMinWidth = 9;  // K <= 8 with dilation 1 has the window kernel
+constexpr int64_t kDepthwiseTcMaxWidth = 256;
+bool try_launch_depthwise_forward_tc(const DepthwiseForwardParams& p, CUstream_st* stream);
+}  // namespace causalconv::detail

@@ -337,3 +337,30 @@ def test_eager_route_and_custom_op_agree_bitwise(seeded):
         results.append((out, *torch.autograd.grad(out, leaves, torch.ones_like(out))))
     for a, b in zip(*results):
         assert torch.equal(a, b)
+
+
+@requires_cuda
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("km", [8, 9, 16, 33, 128, 129, 255, 256])
+def test_tensor_core_mixer(dtype, km, seeded):
+    # fp16/bf16 with Km >= 9 run projections and mixer on the tensor cores (Km = 8 is the CUDA-core side of the
+    # dispatch); each Toeplitz-block count's template is hit. Outputs start as NaN so unwritten
+    # elements fail; lengths: L = 1, inside one 16-step chunk, one past it, 16-byte aligned rows
+    # (1000, 4096 + 8) and unaligned ones (2500, 4097), several tiles.
+    for kp in (2, 3, 17, 18, 32):  # 2 or 3 projection blocks
+        for length in (1, 15, 17, 1000, 2500, 4097, 4104):
+            x, wp, wm, skip = make_inputs(2, 3, length, kp, km, dtype)
+            out = torch.full((2, 3, length), float("nan"), device="cuda", dtype=dtype)
+            _C.b2b_causal_conv1d_forward(view(x), view(wp), view(wm), view(skip), view(out), None,
+                                         torch.cuda.current_stream().cuda_stream)
+            ref = causalconv.reference.b2b_causal_conv1d(x, wp, wm, skip)
+            assert_close_to_reference(out, ref, dtype, f"Kp={kp} L={length}")
+
+
+@requires_cuda
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_tensor_core_mixer_long_rows_and_strided_weights(dtype, seeded):
+    # Rows of 5 tiles (blocks walking several tiles), odd D, weights with non-unit strides, and the
+    # gradients of the whole op (its backward is unchanged) through the front end.
+    check(*make_inputs(2, 5, 2048 * 4 + 300, 4, 128, dtype))
+    check(*make_inputs(1, 3, 3000, 3, 200, dtype, layout="strided"))

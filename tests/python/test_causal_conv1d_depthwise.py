@@ -371,3 +371,38 @@ def test_backward_rejects_a_short_workspace():
         _C.causal_conv1d_backward(*args, None, 0)
     torch.cuda.synchronize()
     assert torch.isnan(dx).all(), "a rejected call wrote its output"
+
+
+@requires_cuda
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("k", [8, 9, 16, 17, 31, 33, 64, 65, 128, 129, 255, 256])
+def test_tensor_core_path(dtype, k, seeded):
+    # fp16/bf16, dilation 1, 9 <= K <= 256 with unit time stride take the tensor-core (Toeplitz) kernel;
+    # K = 8 is the window kernel's side of the dispatch. Each Toeplitz-block count's template is hit
+    # (K = 9/31: 2-3 blocks, 33/64: 4-5, 65/128: 6-9, 129/255/256: 10-17). Lengths: shorter than a
+    # chunk of 16, one chunk, one step past it, 16-byte aligned rows (1000) and unaligned ones (4097).
+    for length in (1, 15, 16, 17, 1000, 4097):
+        for with_bias, activation in ((False, None), (True, "silu"), (True, None)):
+            x, w, bias = make_inputs(2, 3, length, k, dtype, with_bias=with_bias)
+            y = forward_into_poisoned(x, w, bias, 1, activation)
+            ref = causalconv.reference.causal_conv1d(x, w, bias, 1, None, activation)
+            assert_close_to_reference(y, ref, dtype, f"L={length} bias={with_bias} activation={activation}")
+
+
+@requires_cuda
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_tensor_core_path_tile_walks_and_fallbacks(dtype, seeded):
+    # Rows longer than 8 tiles of 2048 (several blocks along a row, each walking tiles), odd channels,
+    # batch > 1; then the shapes that must stay on the CUDA-core kernels: dilation > 1, a strided time
+    # axis, channel-last, and fp32.
+    x, w, bias = make_inputs(2, 5, 2048 * 9 + 5, 128, dtype, with_bias=True)
+    y = forward_into_poisoned(x, w, bias, 1, "silu")
+    assert_close_to_reference(y, causalconv.reference.causal_conv1d(x, w, bias, 1, None, "silu"), dtype)
+    for layout, dilation in (("channel_first", 2), ("strided", 1), ("channel_last", 1)):
+        x, w, bias = make_inputs(2, 9, 700, 64, dtype, layout, with_bias=True)
+        y = forward_into_poisoned(x, w, bias, dilation, None, layout == "channel_last")
+        ref = causalconv.reference.causal_conv1d(x, w, bias, dilation, None, None)
+        assert_close_to_reference(y, ref, dtype, f"{layout} dilation={dilation}")
+    x, w, bias = make_inputs(1, 3, 1000, 128, torch.float32, with_bias=True)
+    y = forward_into_poisoned(x, w, bias, 1, None)
+    assert_close_to_reference(y, causalconv.reference.causal_conv1d(x, w, bias, 1, None, None), torch.float32)

@@ -1,0 +1,150 @@
+// Fused b2b_causal_conv1d forward on the tensor cores (fp16/bf16, Km >= kB2BTcMinMixerWidth):
+// the three projections and the mixer in the blocked Toeplitz form of common/toeplitz_mma.cuh.
+//
+// A block owns channel c of batch b and walks 2048-step tiles (128 chunks of 16), as
+// b2b_forward_kernel does. With H = mixer blocks - 1 and Hp = projection blocks - 1 halo
+// chunks, per tile starting at chunk J0:
+//   1. rows 3c, 3c+1, 3c+2 of x over chunks [J0-H-Hp, J0-H+Z) are staged as raw 16-bit
+//      values in swizzled tiles (local chunk m = global chunk J0-H-Hp+m), zero outside
+//      [0, L), where Z = 128 + H rounded up to whole tile pairs (16 chunks) of z;
+//   2. z over chunks [J0-H, J0-H+Z): the warps share its m16n8 tile pairs; per pair
+//      x1 = Tp1 * x[3c+1] and v = Tp2 * x[3c+2] (fp32 accumulators, same fragment layout)
+//      and z = x1 * v, rounded to the storage type into the swizzled z tile;
+//   3. each warp's 32 output chunks: h = Tm * z (mixer), gate = Tp0 * x[3c], and in fp32
+//      out = gate * (h + skip * z) (z as rounded for the MMA) into an output tile that the
+//      block writes back in 16-byte units.
+// Times before 0 read zero x, so p and z are zero there, as the causal padding asks.
+// z is rounded once to the 16-bit type: a relative error of 2^-9 (bf16) / 2^-11 (fp16)
+// per z value, below the output's own rounding in the relative L2 sense.
+#pragma once
+
+#include <type_traits>
+
+#include "b2b/b2b_kernels.h"
+#include "b2b/b2b_tiling.cuh"
+#include "common/toeplitz_mma.cuh"
+
+namespace causalconv::detail {
+
+// Layout of the kernel's shared memory for kMaxBlocks mixer blocks (all offsets in bytes,
+// multiples of 16).
+template <int kMaxBlocks>
+struct B2BTcLayout {
+  static constexpr int kProjBlocks = kB2BTcMaxProjBlocks;
+  static constexpr int kZChunks = (ToeplitzTile::kChunks + kMaxBlocks - 1 + 15) / 16 * 16;  // z chunks, max
+  static constexpr int kXUnits = 2 * (kZChunks + kProjBlocks - 1);                          // per x row, max
+  static constexpr int kXBytes = 16 * kXUnits;
+  static constexpr int kX0 = 0, kX1 = kXBytes, kX2 = 2 * kXBytes;
+  static constexpr int kZ = 3 * kXBytes;
+  static constexpr int kOut = kZ + 32 * kZChunks;
+  static constexpr int kWm = kOut + 2 * ToeplitzTile::kOutputs;   // lag-ordered mixer filter
+  static constexpr int kWp = kWm + 32 * (kMaxBlocks + 1);          // [3] lag-ordered projection filters
+  static constexpr int kBytes = kWp + 3 * 32 * (kProjBlocks + 1);
+  static constexpr int kUnitsPerThread = (kXUnits + ToeplitzTile::kThreads - 1) / ToeplitzTile::kThreads;
+};
+
+// dst[16 + s] = w[(K-1-s) * stride] for lag s in [0, K), zero for the other s in [-16, 16 * blocks).
+template <typename T>
+__device__ __forceinline__ void stage_lag_ordered(T* dst, const T* w, int64_t stride, int width, int blocks) {
+  for (int i = int(threadIdx.x); i < 16 * (blocks + 1); i += ToeplitzTile::kThreads) {
+    const int s = i - 16;
+    dst[i] = (s >= 0 && s < width) ? w[int64_t(width - 1 - s) * stride] : from_float<T>(0.0f);
+  }
+}
+
+template <typename T, int kMaxBlocks>
+__global__ void __launch_bounds__(ToeplitzTile::kThreads)
+    b2b_forward_tc_kernel(B2BForwardParams p, B2BTiling tiling) {
+  using Tile = ToeplitzTile;
+  using Layout = B2BTcLayout<kMaxBlocks>;
+  constexpr int kP = Layout::kProjBlocks;
+  constexpr bool kHalf = std::is_same<T, __half>::value;
+  const int kp = int(p.proj_width), km = int(p.mixer_width);
+  const int blocks = toeplitz_blocks(km), halo = blocks - 1;
+  const int pblocks = toeplitz_blocks(kp), phalo = pblocks - 1;
+  const int z_chunks = (Tile::kChunks + halo + 15) / 16 * 16;  // whole tile pairs of z
+  const int x_units = 2 * (z_chunks + phalo);
+
+  unsigned char* smem = toeplitz_shared();
+  unsigned char* xs[3] = {smem + Layout::kX0, smem + Layout::kX1, smem + Layout::kX2};
+  unsigned char* z_s = smem + Layout::kZ;
+  T* out_s = reinterpret_cast<T*>(smem + Layout::kOut);
+  T* wm_s = reinterpret_cast<T*>(smem + Layout::kWm);
+  T* wp_s = reinterpret_cast<T*>(smem + Layout::kWp);  // row j at wp_s + 16 * (kP + 1) * j
+
+  const int lane = int(threadIdx.x) & 31, warp = int(threadIdx.x) >> 5;
+  const int64_t b = div_nonneg(int64_t(blockIdx.x), p.dim);
+  const int64_t c = int64_t(blockIdx.x) - b * p.dim;
+  const int64_t n = p.length;
+  const T* x0 = static_cast<const T*>(p.x) + b * p.x_stride[0] + 3 * c * p.x_stride[1];
+  T* out = static_cast<T*>(p.out) + b * p.out_stride[0] + c * p.out_stride[1];
+
+  stage_lag_ordered(wm_s, static_cast<const T*>(p.weight_mixer) + c * p.wm_stride[0], p.wm_stride[1], km,
+                    kMaxBlocks);
+  for (int j = 0; j < 3; ++j)
+    stage_lag_ordered(wp_s + 16 * (kP + 1) * j, static_cast<const T*>(p.weight_proj) + (3 * c + j) * p.wp_stride[0],
+                      p.wp_stride[1], kp, kP);
+  const float skip = to_float(static_cast<const T*>(p.skip_bias)[c * p.skip_stride]);
+  __syncthreads();
+  uint32_t am[kMaxBlocks][4];
+  toeplitz_a_fragments<kMaxBlocks>(am, wm_s, blocks, lane);
+
+#pragma unroll 1
+  for (int64_t tile = blockIdx.y; tile < tiling.tiles; tile += gridDim.y) {
+    const int64_t j0 = tile * Tile::kOutputs;                          // < n
+    const int64_t x_first = j0 - 16 * int64_t(halo + phalo);           // step of local x chunk 0
+    __syncthreads();  // the previous tile is done with every buffer
+#pragma unroll
+    for (int j = 0; j < 3; ++j) {
+      uint4 v[Layout::kUnitsPerThread];
+      toeplitz_load_units(v, x0 + j * p.x_stride[1], x_first, x_units, n);
+      toeplitz_store_units(xs[j], v, x_units);
+    }
+    __syncthreads();
+
+    // 2. z over local z chunks [0, z_chunks) (global J0 - H + m): x chunk = z chunk + Hp - i.
+    const int g = lane >> 2, q = lane & 3;
+    {
+      uint32_t a1[kP][4], a2[kP][4];
+      toeplitz_a_fragments<kP>(a1, wp_s + 16 * (kP + 1), pblocks, lane);
+      toeplitz_a_fragments<kP>(a2, wp_s + 32 * (kP + 1), pblocks, lane);
+#pragma unroll 1
+      for (int pair = warp; pair < z_chunks / 16; pair += Tile::kWarps) {
+        float u[2][4], v[2][4];
+        toeplitz_mma_tiles<kHalf, kP, 2>(u, a1, xs[1], pblocks, 16 * pair + phalo, lane);
+        toeplitz_mma_tiles<kHalf, kP, 2>(v, a2, xs[2], pblocks, 16 * pair + phalo, lane);
+#pragma unroll
+        for (int t = 0; t < 2; ++t)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const int chunk = 16 * pair + 8 * t + 2 * q + (e & 1), step = g + 8 * (e >> 1);
+            *reinterpret_cast<T*>(z_s + toeplitz_element_offset(chunk, step)) = from_float<T>(u[t][e] * v[t][e]);
+          }
+      }
+    }
+    __syncthreads();
+
+    // 3. The warp's output chunks: z chunk = output chunk + H - i; x chunk = output chunk + H + Hp - i.
+    float h[Tile::kWarpTiles][4], gate[Tile::kWarpTiles][4];
+    toeplitz_warp_tile<kHalf, kMaxBlocks>(h, am, z_s, blocks, halo, warp, lane);
+    {
+      uint32_t a0[kP][4];
+      toeplitz_a_fragments<kP>(a0, wp_s, pblocks, lane);
+      toeplitz_mma_tiles<kHalf, kP, Tile::kWarpTiles>(gate, a0, xs[0], pblocks,
+                                                       warp * Tile::kWarpChunks + halo + phalo, lane);
+    }
+#pragma unroll
+    for (int t = 0; t < Tile::kWarpTiles; ++t) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int chunk = warp * Tile::kWarpChunks + 8 * t + 2 * q + (e & 1), step = g + 8 * (e >> 1);
+        const float z = to_float(*reinterpret_cast<const T*>(z_s + toeplitz_element_offset(chunk + halo, step)));
+        out_s[chunk * Tile::kChunk + step] = from_float<T>(gate[t][e] * fmaf(skip, z, h[t][e]));
+      }
+    }
+    __syncthreads();
+    toeplitz_store_outputs(out, out_s, j0, n);
+  }
+}
+
+}  // namespace causalconv::detail

@@ -1,0 +1,86 @@
+// Depthwise causal conv forward on the tensor cores (16-bit dtypes, dilation 1, rows
+// with unit time stride): the blocked Toeplitz form of common/toeplitz_mma.cuh.
+//
+// A block owns one (b, c) row and walks 2048-step tiles strided by gridDim.y. Once per
+// block it builds the Toeplitz A fragments of the channel's filter in registers. Per
+// tile it stages the input chunks [j0/16 - halo, j0/16 + 128) (halo = blocks - 1) as
+// raw 16-bit values in a swizzled shared tile, each warp makes 32 output chunks with
+// blocks x 4 mma.sync, adds bias (and silu) in fp32, and the block writes the tile back
+// through shared memory in 16-byte units. The next tile's input is loaded into
+// registers while the tensor cores work on the current one.
+#pragma once
+
+#include <type_traits>
+
+#include "causal_conv1d/depthwise_kernels.h"
+#include "common/toeplitz_mma.cuh"
+
+namespace causalconv::detail {
+
+// Shared bytes of the kernel: input tile, output tile, lag-ordered filter.
+template <int kMaxBlocks>
+constexpr int depthwise_tc_smem_bytes() {
+  return ToeplitzStage<kMaxBlocks>::kInBytes + 2 * ToeplitzTile::kOutputs + 2 * 16 * (kMaxBlocks + 1);
+}
+
+template <typename T, int kMaxBlocks>
+__global__ void __launch_bounds__(ToeplitzTile::kThreads)
+    depthwise_forward_tc_kernel(DepthwiseForwardParams p, int64_t tiles) {
+  using Tile = ToeplitzTile;
+  using Stage = ToeplitzStage<kMaxBlocks>;
+  constexpr bool kHalf = std::is_same<T, __half>::value;
+  unsigned char* smem = toeplitz_shared();
+  unsigned char* in_s = smem;                                    // swizzled input chunks
+  T* out_s = reinterpret_cast<T*>(smem + Stage::kInBytes);      // [kOutputs]
+  T* wr_s = out_s + Tile::kOutputs;                             // [16 * (kMaxBlocks + 1)]
+  const int width = int(p.width), blocks = toeplitz_blocks(width), halo = blocks - 1;
+  const int lane = int(threadIdx.x) & 31, warp = int(threadIdx.x) >> 5;
+  const int64_t bc = int64_t(blockIdx.x);
+  const int64_t b = div_nonneg(bc, p.channels), c = bc - b * p.channels;
+  const int64_t n = p.length;
+  const T* x = static_cast<const T*>(p.x) + b * p.x_stride[0] + c * p.x_stride[1];
+  T* y = static_cast<T*>(p.y) + b * p.y_stride[0] + c * p.y_stride[1];
+
+  // wr_s[16 + s] = w[K-1-s] for lag s in [0, K), zero elsewhere in [-16, 16 * kMaxBlocks).
+  const T* w = static_cast<const T*>(p.weight) + c * p.w_stride[0];
+  for (int i = int(threadIdx.x); i < 16 * (kMaxBlocks + 1); i += Tile::kThreads) {
+    const int s = i - 16;
+    wr_s[i] = (s >= 0 && s < width) ? w[int64_t(width - 1 - s) * p.w_stride[1]] : from_float<T>(0.0f);
+  }
+  const float bias = p.bias ? to_float(static_cast<const T*>(p.bias)[c * p.bias_stride]) : 0.0f;
+  __syncthreads();
+  uint32_t a[kMaxBlocks][4];
+  toeplitz_a_fragments<kMaxBlocks>(a, wr_s, blocks, lane);
+
+  const int units = 2 * (Tile::kChunks + halo);
+  uint4 staged[Stage::kPerThread];
+  int64_t tile = blockIdx.y;
+  if (tile < tiles) toeplitz_load_units(staged, x, tile * Tile::kOutputs - 16 * halo, units, n);
+#pragma unroll 1
+  for (; tile < tiles; tile += gridDim.y) {
+    const int64_t j0 = tile * Tile::kOutputs;  // < n
+    __syncthreads();  // the previous tile is done with in_s and out_s
+    toeplitz_store_units(in_s, staged, units);
+    __syncthreads();
+    const int64_t next = tile + gridDim.y;
+    if (next < tiles) toeplitz_load_units(staged, x, next * Tile::kOutputs - 16 * halo, units, n);
+
+    float acc[Tile::kWarpTiles][4];
+    toeplitz_warp_tile<kHalf, kMaxBlocks>(acc, a, in_s, blocks, halo, warp, lane);
+    const int g = lane >> 2, q = lane & 3;
+#pragma unroll
+    for (int t = 0; t < Tile::kWarpTiles; ++t) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int chunk = warp * Tile::kWarpChunks + 8 * t + 2 * q + (e & 1), step = g + 8 * (e >> 1);
+        float v = acc[t][e] + bias;
+        if (p.silu) v = silu(v);
+        out_s[chunk * Tile::kChunk + step] = from_float<T>(v);
+      }
+    }
+    __syncthreads();
+    toeplitz_store_outputs(y, out_s, j0, n);
+  }
+}
+
+}  // namespace causalconv::detail

@@ -1,0 +1,230 @@
+// A depthwise causal filter on the tensor cores: the blocked Toeplitz form.
+//
+// Math. One channel, filter w[0..K-1], correlation y[t] = sum_k w[k] u[t-(K-1-k)],
+// i.e. y[t] = sum_s wr[s] u[t-s] with the lag-ordered filter wr[s] = w[K-1-s]
+// (zero outside [0, K)). Cut time into chunks of 16 steps: output chunk j holds
+// y[16j + r], input chunk m holds u[16m + c] (r, c in [0, 16)). Then
+//     y_chunk[j] = sum_{i=0}^{nb-1} T_i · u_chunk[j-i],   T_i[r][c] = wr[16i + r - c],
+// with nb = floor((K+14)/16) + 1 Toeplitz blocks (block i reaches lags 16i-15 .. 16i+15).
+// Chunks before t = 0 are zero (the causal padding). Several chunks of the same
+// channel form the GEMM's N dimension: for 8 consecutive output chunks J..J+7,
+//     D[16 x 8] += T_i[16 x 16] · B_i[16 x 8],   B_i[c][n] = u[16(J+n-i) + c],
+// one mma.sync.m16n8k16 (fp32 accumulators) per block i and 8 output chunks.
+// For 16-bit storage types the operands are the stored values themselves, so the only
+// rounding is the fp32 accumulation (as on the CUDA cores).
+//
+// Fragment layouts (PTX ISA, "Matrix Fragments for mma.m16n8k16" with .f16/.bf16;
+// g = lane / 4, q = lane % 4; each .b32 register holds two 16-bit values, the lower
+// column/row index in the low half):
+//   A (16x16, row-major): reg0 = (row g,   cols 2q, 2q+1)   reg1 = (row g+8, cols 2q, 2q+1)
+//                         reg2 = (row g,   cols 2q+8, 2q+9) reg3 = (row g+8, cols 2q+8, 2q+9)
+//   B (16x8, "col"):      reg0 = (rows 2q, 2q+1,   col g)   reg1 = (rows 2q+8, 2q+9, col g)
+//   C/D (16x8, fp32):     c0, c1 = (row g, cols 2q, 2q+1)   c2, c3 = (row g+8, cols 2q, 2q+1)
+// ldmatrix.m8n8.x4 (non-transposed): lanes 8i..8i+7 give the 16-byte row addresses of
+// matrix i; register i of lane l receives matrix i's row l/4, elements 2(l%4), 2(l%4)+1.
+// A B column is one input chunk (16 contiguous values = two 16-byte rows of ldmatrix),
+// so matrix 0/1 = chunks J-i..J-i+7, values 0-7 / 8-15 give reg0/reg1 of B exactly.
+// (The same conventions as the dense tensor-core kernel, verified on the H200.)
+//
+// Shared-memory input tile: chunk m (local index) occupies two 16-byte units; unit
+// (m, h) sits at unit 2m + (h ^ ((m >> 2) & 1)). ldmatrix serves 8 rows per phase;
+// for any 8 consecutive chunks this swizzle puts their rows in 8 distinct bank groups
+// (without it, rows 32 bytes apart collide two-way), whatever the shift i.
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+
+#if defined(__CUDACC__) || defined(CAUSALCONV_CUDA_EMULATION)
+#include "common/cuda_math.cuh"
+
+namespace causalconv::detail {
+
+// Block shape of the Toeplitz kernels: 4 warps, each making 32 output chunks (four
+// m16n8 tiles of 8 chunks) of a 2048-step tile.
+struct ToeplitzTile {
+  static constexpr int kChunk = 16;  // steps per chunk: the MMA's M and K
+  static constexpr int kThreads = 128;
+  static constexpr int kWarps = kThreads / 32;
+  static constexpr int kChunks = 128;  // output chunks per tile
+  static constexpr int kOutputs = kChunks * kChunk;
+  static constexpr int kWarpChunks = kChunks / kWarps;  // 32
+  static constexpr int kWarpTiles = kWarpChunks / 8;   // m16n8 accumulator tiles per warp: 4
+};
+
+// Number of Toeplitz blocks T_0..T_{nb-1} of a width-K filter.
+__host__ __device__ constexpr int toeplitz_blocks(int width) { return (width + 14) / 16 + 1; }
+
+// Byte offset of 16-byte unit h (0: values 0-7, 1: values 8-15) of local chunk m.
+__device__ __forceinline__ int toeplitz_unit_offset(int m, int h) { return 16 * (2 * m + (h ^ ((m >> 2) & 1))); }
+
+template <typename T>
+__device__ __forceinline__ uint32_t bits16(T v) {
+  static_assert(sizeof(T) == 2, "16-bit MMA operands");
+  uint16_t bits;
+  memcpy(&bits, &v, 2);
+  return bits;
+}
+
+// Two 16-bit values as one MMA operand register (the first in the low half).
+template <typename T>
+__device__ __forceinline__ uint32_t pack_pair(T lo, T hi) {
+  return bits16(lo) | (bits16(hi) << 16);
+}
+
+// The Toeplitz A fragments of this lane for blocks i < blocks (zero beyond). wr_s
+// holds the lag-ordered filter with 16 zeros before it: wr_s[16 + s] = wr[s] for
+// s in [-16, 16 * kMaxBlocks), zero outside [0, K).
+template <int kMaxBlocks, typename T>
+__device__ __forceinline__ void toeplitz_a_fragments(uint32_t (&a)[kMaxBlocks][4], const T* wr_s, int blocks,
+                                                     int lane) {
+  const int g = lane >> 2, q = lane & 3;
+#pragma unroll
+  for (int i = 0; i < kMaxBlocks; ++i) {
+#pragma unroll
+    for (int reg = 0; reg < 4; ++reg) {
+      const int row = g + 8 * (reg & 1), col = 2 * q + 8 * (reg >> 1);
+      const int s = 16 * i + row - col;  // lag of (row, col); (row, col + 1) has lag s - 1
+      a[i][reg] = i < blocks ? pack_pair(wr_s[16 + s], wr_s[15 + s]) : 0u;
+    }
+  }
+}
+
+// Staging of a 16-bit input row into the swizzled tile: units of 8 values (16 bytes),
+// unit u of a tile covering steps first_step + 8u .. + 7; kMaxBlocks - 1 halo chunks.
+template <int kMaxBlocks>
+struct ToeplitzStage {
+  static constexpr int kUnits = 2 * (ToeplitzTile::kChunks + kMaxBlocks - 1);
+  static constexpr int kPerThread = (kUnits + ToeplitzTile::kThreads - 1) / ToeplitzTile::kThreads;
+  static constexpr int kInBytes = 16 * kUnits;
+};
+
+// v[e] = row[first_step + 8u .. + 7] for u = threadIdx.x + e * kThreads < units, as raw
+// 16-bit values, zero outside [0, n). A unit wholly inside the row and 16-byte aligned is
+// one 16-byte load; others (the causal padding, the row's end, unaligned rows) go by element.
+template <int kPerThread, typename T>
+__device__ __forceinline__ void toeplitz_load_units(uint4 (&v)[kPerThread], const T* row, int64_t first_step,
+                                                    int units, int64_t n) {
+#pragma unroll
+  for (int e = 0; e < kPerThread; ++e) {
+    const int u = int(threadIdx.x) + e * ToeplitzTile::kThreads;
+    if (u >= units) continue;
+    const int64_t t = first_step + 8 * int64_t(u);
+    if (t >= 0 && t + 8 <= n && (reinterpret_cast<uintptr_t>(row + t) & 15) == 0) {
+      v[e] = *reinterpret_cast<const uint4*>(row + t);
+    } else {
+      T vals[8];
+#pragma unroll
+      for (int j = 0; j < 8; ++j) vals[j] = (t + j >= 0 && t + j < n) ? row[t + j] : from_float<T>(0.0f);
+      v[e] = make_uint4(pack_pair(vals[0], vals[1]), pack_pair(vals[2], vals[3]), pack_pair(vals[4], vals[5]),
+                        pack_pair(vals[6], vals[7]));
+    }
+  }
+}
+
+template <int kPerThread>
+__device__ __forceinline__ void toeplitz_store_units(unsigned char* in_s, const uint4 (&v)[kPerThread], int units) {
+#pragma unroll
+  for (int e = 0; e < kPerThread; ++e) {
+    const int u = int(threadIdx.x) + e * ToeplitzTile::kThreads;
+    if (u < units) *reinterpret_cast<uint4*>(in_s + toeplitz_unit_offset(u >> 1, u & 1)) = v[e];
+  }
+}
+
+// row[j0 + i] = out_s[i] for i < min(kOutputs, n - j0): 16-byte stores where aligned.
+template <typename T>
+__device__ __forceinline__ void toeplitz_store_outputs(T* row, const T* out_s, int64_t j0, int64_t n) {
+  constexpr int kUnits = ToeplitzTile::kOutputs / 8;
+#pragma unroll
+  for (int e = 0; e < kUnits / ToeplitzTile::kThreads; ++e) {
+    const int u = int(threadIdx.x) + e * ToeplitzTile::kThreads;
+    const int64_t t = j0 + 8 * int64_t(u);
+    const int64_t valid = n - t;
+    if (valid >= 8 && (reinterpret_cast<uintptr_t>(row + t) & 15) == 0) {
+      *reinterpret_cast<uint4*>(row + t) = *reinterpret_cast<const uint4*>(out_s + 8 * u);
+    } else {
+      for (int j = 0; j < 8 && j < valid; ++j) row[t + j] = out_s[8 * u + j];
+    }
+  }
+}
+
+#ifndef CAUSALCONV_CUDA_EMULATION
+// The block's dynamic shared memory (16-byte aligned).
+__device__ __forceinline__ unsigned char* toeplitz_shared() {
+  extern __shared__ uint4 toeplitz_smem[];
+  return reinterpret_cast<unsigned char*>(toeplitz_smem);
+}
+
+// Four 8x8 matrices of 16-bit values from shared memory; row_address: this lane's row.
+__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const void* row_address) {
+  const uint32_t addr = uint32_t(__cvta_generic_to_shared(row_address));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+
+// d += a · b, m16n8k16, fp32 accumulators; kHalf: fp16 operands, else bf16.
+template <bool kHalf>
+__device__ __forceinline__ void mma_m16n8k16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  if constexpr (kHalf) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+        "{%0, %1, %2, %3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  } else {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+        "{%0, %1, %2, %3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  }
+}
+#endif  // otherwise tests/cpp/mma_emulation.h provides these three
+
+// kTiles (even) m16n8 accumulator tiles of consecutive output chunks: acc[p] covers
+// output chunks 8p .. 8p + 7 (counted from this call's first), and output chunk j reads
+// input chunks in_chunk0 + j - i (local, i < blocks) of the staged tile in_s.
+// acc[p][e] is y at output chunk 8p + 2q + (e & 1), step g + 8 (e >> 1) (g, q: of the lane).
+template <bool kHalf, int kMaxBlocks, int kTiles>
+__device__ __forceinline__ void toeplitz_mma_tiles(float (&acc)[kTiles][4], const uint32_t (&a)[kMaxBlocks][4],
+                                                   const unsigned char* in_s, int blocks, int in_chunk0, int lane) {
+  static_assert(kTiles % 2 == 0, "ldmatrix.x4 feeds two tiles");
+#pragma unroll
+  for (int p = 0; p < kTiles; ++p)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) acc[p][e] = 0.0f;
+  // ldmatrix rows: matrix lane/8 = (tile pair member (lane/8)/2, half (lane/8)%2), row lane%8.
+  const int mat = lane >> 3, h = mat & 1;
+  const int first = in_chunk0 + (mat >> 1) * 8 + (lane & 7);
+#pragma unroll
+  for (int i = 0; i < kMaxBlocks; ++i) {
+    if (i >= blocks) break;  // uniform over the block
+#pragma unroll
+    for (int pair = 0; pair < kTiles / 2; ++pair) {
+      const int m = first + 16 * pair - i;
+      uint32_t r[4];
+      ldmatrix_x4(r, in_s + toeplitz_unit_offset(m, h));
+      mma_m16n8k16<kHalf>(acc[2 * pair], a[i], r[0], r[1]);
+      mma_m16n8k16<kHalf>(acc[2 * pair + 1], a[i], r[2], r[3]);
+    }
+  }
+}
+
+// One warp's share of a tile: output chunks warp * kWarpChunks + [0, 32), reading input
+// chunks j + halo_chunks - i of in_s (whose chunk 0 is halo_chunks before the tile).
+template <bool kHalf, int kMaxBlocks>
+__device__ __forceinline__ void toeplitz_warp_tile(float (&acc)[ToeplitzTile::kWarpTiles][4],
+                                                   const uint32_t (&a)[kMaxBlocks][4], const unsigned char* in_s,
+                                                   int blocks, int halo_chunks, int warp, int lane) {
+  toeplitz_mma_tiles<kHalf, kMaxBlocks, ToeplitzTile::kWarpTiles>(
+      acc, a, in_s, blocks, warp * ToeplitzTile::kWarpChunks + halo_chunks, lane);
+}
+
+// Byte offset of step `step` of local chunk m in a swizzled tile (for element access).
+__device__ __forceinline__ int toeplitz_element_offset(int m, int step) {
+  return toeplitz_unit_offset(m, step >> 3) + 2 * (step & 7);
+}
+
+}  // namespace causalconv::detail
+#endif

@@ -1,0 +1,84 @@
+// Warp-level matrix instructions for the CPU emulation (tests/cpp/cuda_emulation.h):
+// ldmatrix.x4 and mma.sync.m16n8k16 (fp32 accumulators), exchanging the lanes'
+// registers through a warp barrier and applying the PTX ISA's fragment layouts,
+// written here independently of the kernels' own comments. Include after
+// cuda_emulation.h and before the kernel headers.
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+#include "cuda_emulation.h"
+
+namespace causalconv::emulation {
+
+inline std::vector<uint64_t> warp_exchange(1024 * 8);  // 8 slots per thread
+
+inline void warp_barrier() { block_state->warps[threadIdx.x / 32]->wait(); }
+
+inline float from_bits16(uint32_t bits, bool half) {
+  if (half) {
+    __half_raw r;
+    r.x = uint16_t(bits);
+    return __half2float(__half(r));
+  }
+  const uint32_t f = bits << 16;
+  float v;
+  std::memcpy(&v, &f, 4);
+  return v;
+}
+
+}  // namespace causalconv::emulation
+
+namespace causalconv::detail {
+
+inline unsigned char* toeplitz_shared() {
+  return reinterpret_cast<unsigned char*>(causalconv::emulation::block_state->shared.data());
+}
+
+// Matrix i's rows come from lanes 8i..8i+7; lane l gets row l/4, 16-bit elements 2(l%4), 2(l%4)+1.
+inline void ldmatrix_x4(uint32_t (&r)[4], const void* row_address) {
+  namespace emu = causalconv::emulation;
+  const unsigned t = threadIdx.x, lane = t % 32, base = t - lane;
+  emu::warp_exchange[t * 8] = reinterpret_cast<uintptr_t>(row_address);
+  emu::warp_barrier();
+  for (int i = 0; i < 4; ++i) {
+    const auto* row = reinterpret_cast<const unsigned char*>(emu::warp_exchange[(base + 8 * i + lane / 4) * 8]);
+    std::memcpy(&r[i], row + 4 * (lane % 4), 4);
+  }
+  emu::warp_barrier();
+}
+
+// d += A · B: A 16x16 row-major, B 16x8, D 16x8; g = lane/4, q = lane%4.
+// A regs: (g, 2q..2q+1), (g+8, 2q..), (g, 2q+8..), (g+8, 2q+8..); B regs: (k 2q..2q+1, n g),
+// (k 2q+8.., n g); D: (g, 2q), (g, 2q+1), (g+8, 2q), (g+8, 2q+1).
+template <bool kHalf>
+inline void mma_m16n8k16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  namespace emu = causalconv::emulation;
+  const unsigned t = threadIdx.x, lane = t % 32, base = t - lane;
+  for (int i = 0; i < 4; ++i) emu::warp_exchange[t * 8 + i] = a[i];
+  emu::warp_exchange[t * 8 + 4] = b0;
+  emu::warp_exchange[t * 8 + 5] = b1;
+  emu::warp_barrier();
+  float A[16][16], B[16][8];
+  for (unsigned l = 0; l < 32; ++l) {
+    const uint64_t* s = &emu::warp_exchange[(base + l) * 8];
+    const unsigned g = l / 4, q = l % 4;
+    for (int reg = 0; reg < 4; ++reg)
+      for (int h = 0; h < 2; ++h)
+        A[g + 8 * (reg & 1)][2 * q + h + 8 * (reg >> 1)] = emu::from_bits16(uint32_t(s[reg]) >> (16 * h), kHalf);
+    for (int reg = 0; reg < 2; ++reg)
+      for (int h = 0; h < 2; ++h) B[2 * q + h + 8 * reg][g] = emu::from_bits16(uint32_t(s[4 + reg]) >> (16 * h), kHalf);
+  }
+  emu::warp_barrier();
+  const unsigned g = lane / 4, q = lane % 4;
+  for (int e = 0; e < 4; ++e) {
+    const unsigned row = g + 8 * (e >> 1), col = 2 * q + (e & 1);
+    float sum = d[e];
+    for (int k = 0; k < 16; ++k) sum += A[row][k] * B[k][col];
+    d[e] = sum;
+  }
+}
+
+}  // namespace causalconv::detail

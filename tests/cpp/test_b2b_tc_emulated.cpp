@@ -1,0 +1,151 @@
+// The b2b forward with the mixer on the tensor cores runs on the CPU under
+// tests/cpp/cuda_emulation.h + mma_emulation.h, against an fp64 brute force of the
+// operator, element by element: z staging into the swizzled tile, the mixer halo in
+// chunks, skip and gate in the epilogue, tile walks and partial tiles. (The GPU run:
+// tests/python/test_b2b.py, test_tensor_core_mixer.)
+#include "cuda_emulation.h"  // first: it sets up the emulated CUDA built-ins
+#include "mma_emulation.h"
+
+#define b2b_forward_tc_kernel b2b_forward_tc_kernel_emulated
+#include "b2b/b2b_forward_tc_kernel.cuh"
+#undef b2b_forward_tc_kernel
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <random>
+#include <vector>
+
+#include "b2b_test_data.h"
+#include "host_tensor.h"
+
+namespace causalconv {
+namespace {
+
+using test::Activation;
+using test::HostTensor;
+using test::Weight;
+using test::widen;
+namespace emu = causalconv::emulation;
+
+struct Case {
+  int64_t batch, dim, length, kp, km;
+};
+
+template <typename T, int kMaxBlocks>
+void launch_emulated(const detail::B2BForwardParams& f) {
+  const detail::B2BTiling tiling =
+      detail::make_b2b_tiling(f.length, detail::B2BForwardTile::kOutputs, detail::kB2BForwardTilesPerBlock);
+  emu::launch({unsigned(f.batch * f.dim), unsigned(tiling.tile_blocks), 1}, detail::ToeplitzTile::kThreads,
+              size_t(detail::B2BTcLayout<kMaxBlocks>::kBytes),
+              [&] { detail::b2b_forward_tc_kernel_emulated<T, kMaxBlocks>(f, tiling); });
+}
+
+template <typename T>
+void run_case(const Case& cs) {
+  SCOPED_TRACE(::testing::Message() << "B" << cs.batch << " D" << cs.dim << " L" << cs.length << " Kp" << cs.kp
+                                    << " Km" << cs.km);
+  const int64_t B = cs.batch, D = cs.dim, L = cs.length, Kp = cs.kp, Km = cs.km;
+  HostTensor x({B, 3 * D, L}), wp({3 * D, Kp}), wm({D, Km}), skip({D});
+  std::random_device seed;
+  x.fill_uniform(seed());
+  wp.fill_uniform(seed());
+  wm.fill_uniform(seed());
+  skip.fill_uniform(seed());
+  Activation<T> x_e(B, 3 * D, L), out_e(B, D, L);
+  Weight<T> wp_e(3 * D, Kp), wm_e(D, Km), skip_e(D, 1);
+  x_e.load(x);  // the host tensors now hold the rounded values
+  wp_e.load(wp);
+  wm_e.load(wm);
+  skip_e.load(skip);
+
+  detail::B2BForwardParams f{};
+  f.x = x_e.data.data();
+  f.weight_proj = wp_e.data.data();
+  f.weight_mixer = wm_e.data.data();
+  f.skip_bias = skip_e.data.data();
+  f.out = out_e.data.data();
+  f.dtype = std::is_same<T, __half>::value ? DType::f16 : DType::bf16;
+  f.batch = B;
+  f.dim = D;
+  f.length = L;
+  f.proj_width = Kp;
+  f.mixer_width = Km;
+  f.x_stride[0] = x_e.stride_b;
+  f.x_stride[1] = x_e.stride_c;
+  f.out_stride[0] = out_e.stride_b;
+  f.out_stride[1] = out_e.stride_c;
+  f.wp_stride[0] = 1;
+  f.wp_stride[1] = 3 * D;
+  f.wm_stride[0] = 1;
+  f.wm_stride[1] = D;
+  f.skip_stride = 1;
+  const int blocks = detail::toeplitz_blocks(int(Km));
+  if (blocks <= 3)
+    launch_emulated<T, 3>(f);
+  else if (blocks <= 5)
+    launch_emulated<T, 5>(f);
+  else if (blocks <= 9)
+    launch_emulated<T, 9>(f);
+  else
+    launch_emulated<T, 17>(f);
+
+  // fp64 brute force with error magnitudes: z is rounded to T for the MMA (relative ulp/2).
+  const double ulp = std::is_same<T, __half>::value ? std::ldexp(1.0, -10) : std::ldexp(1.0, -7);
+  int64_t bad = 0;
+  double err2 = 0, ref2 = 0;
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t c = 0; c < D; ++c) {
+      auto proj = [&](int64_t row, int64_t t) {
+        double s = 0;
+        for (int64_t k = 0; k < Kp; ++k) {
+          const int64_t src = t - (Kp - 1 - k);
+          if (src >= 0) s += wp(row, k) * x(b, row, src);
+        }
+        return s;
+      };
+      std::vector<double> z(static_cast<size_t>(L));
+      for (int64_t t = 0; t < L; ++t) z[size_t(t)] = proj(3 * c + 1, t) * proj(3 * c + 2, t);
+      for (int64_t t = 0; t < L; ++t) {
+        double h = skip(c) * z[size_t(t)], mag = std::abs(h);
+        for (int64_t k = 0; k < Km; ++k) {
+          const int64_t src = t - (Km - 1 - k);
+          if (src < 0) continue;
+          h += wm(c, k) * z[size_t(src)];
+          mag += std::abs(wm(c, k) * z[size_t(src)]);
+        }
+        const double gate = proj(3 * c, t), want = gate * h;
+        const double got = widen(out_e.at(b, c, t));
+        const double tol = ulp * std::abs(want) + (ulp + 1e-5) * std::abs(gate) * mag + 1e-6;
+        if (!(std::abs(got - want) <= tol)) {
+          if (bad < 5) ADD_FAILURE() << "out[" << b << "," << c << "," << t << "] = " << got << ", expected " << want;
+          ++bad;
+        }
+        err2 += (got - want) * (got - want);
+        ref2 += want * want;
+      }
+    }
+  EXPECT_EQ(bad, 0) << "elements out of tolerance";
+  const double bound = std::is_same<T, __half>::value ? 2e-3 : 1e-2;
+  EXPECT_LE(std::sqrt(err2 / std::max(ref2, 1e-300)), bound);
+  EXPECT_TRUE(std::isnan(widen(out_e.data[size_t(L)]))) << "wrote past the end of a row of out";
+}
+
+TEST(B2BTensorCoreEmulated, BFloat16) {
+  run_case<__nv_bfloat16>({1, 1, 1, 2, 16});       // L = 1
+  run_case<__nv_bfloat16>({2, 2, 2100, 3, 9});     // narrowest TC mixer, 2 tiles (partial second)
+  run_case<__nv_bfloat16>({1, 1, 1100, 32, 256});  // widest: halos longer than the tile's tail
+  run_case<__nv_bfloat16>({1, 1, 4093, 4, 128});   // 16-byte aligned rows (stride 4096), 2 tiles
+  run_case<__nv_bfloat16>({1, 1, 2500, 17, 16});    // Kp 17: 2 projection blocks, Km 16: z pairs 9
+}
+
+TEST(B2BTensorCoreEmulated, Float16) {
+  run_case<__half>({1, 2, 300, 3, 255});
+  run_case<__half>({1, 1, 700, 18, 40});  // Kp 18: 3 projection blocks
+  run_case<__half>({1, 1, 9000, 3, 64});  // 5 tiles: blocks along the row walking several tiles
+}
+
+}  // namespace
+}  // namespace causalconv
