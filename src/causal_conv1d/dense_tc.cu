@@ -258,9 +258,11 @@ __global__ void __launch_bounds__(kThreads, 1) dense_tc_kernel(TcParams p) {
       // x window of stage s: rows r <-> time ts + r, ts = t0 - (K-1-k0) d; this thread loads
       // rows tl + 32 j of channels cg*4 .. cg*4+3.
       const int tl = tid % 32, cg = tid / 32;
-      // fp32: the raw values (split when stored); 16-bit: channel pairs already packed.
-      float xr[kRowsPerThread][kSplit ? 4 : 1];
-      uint32_t xp[kRowsPerThread][kSplit ? 1 : 2];
+      // The raw source values (fp32, or the bits of a 16-bit value), converted only when
+      // stored: issue is in order, so a conversion here would make the warp wait for the
+      // loads before the tensor-core work they are meant to overlap.
+      using Raw = std::conditional_t<std::is_same_v<TSrc, float>, float, uint16_t>;
+      Raw xr[kRowsPerThread][4];
       auto load_x = [&](int s) {
         int64_t cc, k0;
         int nk;
@@ -271,19 +273,14 @@ __global__ void __launch_bounds__(kThreads, 1) dense_tc_kernel(TcParams p) {
         for (int c = 0; c < 4; ++c) {
           const int64_t ci = cc * kBC + cg * 4 + c;
           const bool channel_ok = ci < p.src_g;
-          const TSrc* row = x_group + (channel_ok ? ci : 0) * p.src_stride[1];
+          const Raw* row = reinterpret_cast<const Raw*>(x_group + (channel_ok ? ci : 0) * p.src_stride[1]);
 #pragma unroll
           for (int j = 0; j < kRowsPerThread; ++j) {
             const int r = tl + 32 * j;
             const int64_t t = ts + r;
-            const float v = (channel_ok && r < rows && t >= 0 && t < n) ? to_float(row[t * p.src_stride[2]]) : 0.0f;
-            if constexpr (kSplit) {
-              xr[j][c] = v;
-            } else if (c % 2 == 0) {
-              xp[j][c / 2] = pack2<kHalf>(v, 0.0f);  // exact for 16-bit sources; fp32 ones round
-            } else {
-              xp[j][c / 2] = (xp[j][c / 2] & 0xffffu) | (pack2<kHalf>(0.0f, v) & 0xffff0000u);
-            }
+            Raw v = Raw(0);  // +0 in every format
+            if (channel_ok && r < rows && t >= 0 && t < n) v = row[t * p.src_stride[2]];
+            xr[j][c] = v;
           }
         }
       };
@@ -306,8 +303,10 @@ __global__ void __launch_bounds__(kThreads, 1) dense_tc_kernel(TcParams p) {
               const float h0 = bf16_hi(v0), h1 = bf16_hi(v1);
               *reinterpret_cast<uint32_t*>(xs + off) = pack2<false>(h0, h1);
               *reinterpret_cast<uint32_t*>(xs + x_bytes + off) = pack2<false>(v0 - h0, v1 - h1);
-            } else {
-              *reinterpret_cast<uint32_t*>(xs + off) = xp[j][q];
+            } else if constexpr (std::is_same_v<TSrc, float>) {  // fp32 gradient into 16-bit operands
+              *reinterpret_cast<uint32_t*>(xs + off) = pack2<kHalf>(xr[j][2 * q], xr[j][2 * q + 1]);
+            } else {  // 16-bit source: the bits as they are, the first channel in the low half
+              *reinterpret_cast<uint32_t*>(xs + off) = uint32_t(xr[j][2 * q]) | (uint32_t(xr[j][2 * q + 1]) << 16);
             }
           }
         }
@@ -373,12 +372,14 @@ __global__ void __launch_bounds__(kThreads, 1) dense_tc_kernel(TcParams p) {
               if constexpr (kSplit) {
                 uint32_t al[4];
                 ldmatrix_x4(al, w_tile(b, 1) + off);
+                // Small terms first; j innermost so that consecutive MMAs are independent
+                // (the three products of one accumulator would otherwise wait on each other).
 #pragma unroll
-                for (int j = 0; j < 4; ++j) {  // small terms first
-                  mma16816<false>(acc[i][j], al, bh[j][0], bh[j][1]);
-                  mma16816<false>(acc[i][j], ah, bl[j][0], bl[j][1]);
-                  mma16816<false>(acc[i][j], ah, bh[j][0], bh[j][1]);
-                }
+                for (int j = 0; j < 4; ++j) mma16816<false>(acc[i][j], al, bh[j][0], bh[j][1]);
+#pragma unroll
+                for (int j = 0; j < 4; ++j) mma16816<false>(acc[i][j], ah, bl[j][0], bl[j][1]);
+#pragma unroll
+                for (int j = 0; j < 4; ++j) mma16816<false>(acc[i][j], ah, bh[j][0], bh[j][1]);
               } else {
 #pragma unroll
                 for (int j = 0; j < 4; ++j) mma16816<kHalf>(acc[i][j], ah, bh[j][0], bh[j][1]);
