@@ -400,9 +400,18 @@ size_t silu_grad_bytes(const DenseBackwardParams& p) {
   return p.g.silu ? align_up(sizeof(float) * size_t(p.g.batch * p.g.c_out * p.g.length)) : 0;
 }
 
+bool tc_weight_grads(const DenseBackwardParams& p) {
+  return (p.dweight || p.dbias) && p.g.c_out > 0 && dense_tc_weight_grad_supported(p.g);
+}
+
+// Parts of the weight-gradient reduction: fixed by the shape (and the kernel it picks).
+int64_t partial_parts(const DenseBackwardParams& p) {
+  return tc_weight_grads(p) ? dense_tc_weight_grad_parts(p.g) : weight_grad_parts(p.g);
+}
+
 size_t partial_bytes(const DenseBackwardParams& p) {
   if (!p.dweight && !p.dbias) return 0;
-  return align_up(sizeof(float) * size_t(weight_grad_parts(p.g) * weight_grad_elements(p.g)));
+  return align_up(sizeof(float) * size_t(partial_parts(p) * weight_grad_elements(p.g)));
 }
 
 bool tc_dx(const DenseBackwardParams& p) {
@@ -411,11 +420,11 @@ bool tc_dx(const DenseBackwardParams& p) {
 
 size_t tc_dx_bytes(const DenseBackwardParams& p) { return tc_dx(p) ? dense_tc_dx_workspace_bytes(p.g) : 0; }
 
+// The CUDA-core partials: every shape the tensor-core kernel does not take.
 template <typename T, typename G>
-void weight_grads_typed(const DenseBackwardParams& p, const G* g, const int64_t (&g_stride)[3], float* partials,
-                        cudaStream_t stream) {
+void launch_weight_grad_partials(const DenseBackwardParams& p, const G* g, const int64_t (&g_stride)[3],
+                                 int64_t parts, float* partials, cudaStream_t stream) {
   const DenseGeometry& geo = p.g;
-  if (geo.c_out == 0) return;
   WeightGradArgs a{};
   a.g = g;
   a.x = p.x;
@@ -431,7 +440,7 @@ void weight_grads_typed(const DenseBackwardParams& p, const G* g, const int64_t 
   a.in_per_group = geo.in_per_group();
   a.out_per_group = geo.out_per_group();
   a.c_out = geo.c_out;
-  a.parts = weight_grad_parts(geo);
+  a.parts = parts;
   a.tiles_per_row = (geo.length + kWgTime - 1) / kWgTime;
   a.bias = true;  // always: the reduction reads every partial
   const int64_t blocks = geo.groups * weight_grad_tiles(geo).blocks_per_part();
@@ -439,6 +448,18 @@ void weight_grads_typed(const DenseBackwardParams& p, const G* g, const int64_t 
     throw Error(ErrorKind::not_implemented, "causal_conv1d backward: weight too large for the dense kernels");
   dense_weight_grad_partials<T, G><<<dim3(unsigned(blocks), unsigned(a.parts)), kWgThreads, 0, stream>>>(a, partials);
   check_launch("causal_conv1d backward (dense weight-gradient partials)");
+}
+
+template <typename T, typename G>
+void weight_grads_typed(const DenseBackwardParams& p, const G* g, const int64_t (&g_stride)[3], float* partials,
+                        cudaStream_t stream) {
+  const DenseGeometry& geo = p.g;
+  if (geo.c_out == 0) return;
+  const int64_t parts = partial_parts(p);
+  if (tc_weight_grads(p))
+    launch_dense_tc_weight_grad(p, g, std::is_same_v<G, float>, g_stride, partials, Stream{stream});
+  else
+    launch_weight_grad_partials<T, G>(p, g, g_stride, parts, partials, stream);
 
   WeightGradReduceArgs r{};
   r.dweight = p.dweight;
@@ -448,7 +469,7 @@ void weight_grads_typed(const DenseBackwardParams& p, const G* g, const int64_t 
   r.c_out = geo.c_out;
   r.in_per_group = geo.in_per_group();
   r.width = geo.width;
-  r.parts = a.parts;
+  r.parts = parts;
   const int64_t elements = weight_grad_elements(geo);
   const unsigned reduce_blocks = unsigned(std::min<int64_t>((elements + 255) / 256, 65535));
   dense_weight_grad_reduce<T><<<reduce_blocks, 256, 0, stream>>>(r, partials);
