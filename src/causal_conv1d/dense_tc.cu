@@ -505,22 +505,21 @@ void launch_tc(const TcJob& job, cudaStream_t stream, const char* what) {
 //
 // G is dy, or the fp32 gradient through silu. A CTA makes 128 output channels x 32 input
 // channels x up to 4 taps with 8 warps: 2 along M (64 rows each) x 4 taps (warp wn <-> tap
-// k0 + wn, all 32 channels). The reduction runs over units of 32 time steps of one batch
-// row; a CTA sums a fixed, contiguous range of units (its part) and writes fp32 partials,
-// which dense_weight_grad_reduce adds in part order (bitwise reproducible). Per unit the CTA
-// stages in shared memory, through registers (any strides, zero fill):
-//   - G as [o][t] (128 rows of 32 steps): the A operand, read like the forward's weights;
-//   - the x window as [t][i] over the 32 steps plus the taps' reach: tap kk's B operand
+// k0 + wn, all 32 channels). The reduction runs over units of 64 (fp32 G: 32) time steps of
+// one batch row; a CTA sums a fixed, contiguous range of units (its part) and writes fp32
+// partials, which dense_weight_grad_reduce adds in part order (bitwise reproducible). Per
+// unit the CTA stages in shared memory, through registers (any strides, zero fill):
+//   - G as [o][t] (128 rows, in 32-step halves): the A operand, read like the forward's weights;
+//   - the x window as [t][i] over the unit's steps plus the taps' reach: tap kk's B operand
 //     (k = time, n = channel) is the window read kk*d rows further down, through
 //     ldmatrix.trans, so one staged window serves every tap (as in the forward).
 // Both use the forward's swizzled 64-byte rows. The CTAs of the first channel/tap tile also
 // sum the rows of G (dbias). fp32 uses the same 3-product bf16 split as the forward.
-constexpr int kDwSteps = 32;                     // time steps per unit (the MMA reduction)
-constexpr int kDwRows = kDwSteps + kMaxShift;    // x window rows per unit
-constexpr int kDwRowsPerThread = kDwRows / 32;
-constexpr int kDwOPerThread = kBM / 8;           // G staging: 8 warps x 32 time lanes
-constexpr int64_t kDwTargetBlocks = 1024;        // about 8 waves of 1 CTA per SM on a large GPU
-static_assert(kDwSteps == 32 && kDwRows % 32 == 0, "staging maps one time step per lane");
+// Time steps per unit (the MMA reduction of one stage): 64 for 16-bit G; 32 when G is fp32
+// (fp32 data or the silu gradient), whose 64-step staging would spill.
+constexpr int dw_steps(bool float_g) { return float_g ? 32 : 64; }
+constexpr int kDwOPerThread = kBM / 8;     // G staging: 8 warps x 32 time lanes, per 32 steps
+constexpr int64_t kDwTargetBlocks = 1024;  // about 8 waves of 1 CTA per SM on a large GPU
 
 struct DwLayout {
   int64_t o_tiles, i_tiles, k_chunks, units_per_row, parts;
@@ -535,7 +534,8 @@ DwLayout dw_layout(const DenseGeometry& g) {
   l.i_tiles = (S + kBC - 1) / kBC;
   l.taps = int(std::min<int64_t>({g.width, int64_t(kMaxTaps), 1 + kMaxShift / g.dilation}));
   l.k_chunks = (g.width + l.taps - 1) / l.taps;
-  l.units_per_row = (g.length + kDwSteps - 1) / kDwSteps;
+  const int steps = dw_steps(g.dtype == DType::f32 || g.silu);
+  l.units_per_row = (g.length + steps - 1) / steps;
   const int64_t units = g.batch * l.units_per_row;
   const int64_t blocks = std::max<int64_t>(1, g.groups * l.blocks_per_part());
   const int64_t elements = std::max<int64_t>(1, g.c_out * S * g.width + g.c_out);
@@ -560,7 +560,12 @@ __global__ void __launch_bounds__(kThreads, 1) dense_tc_weight_grad(DwParams p) 
   constexpr bool kSplit = std::is_same_v<T, float>;
   constexpr bool kHalf = kIsHalf<T>;
   constexpr int kCopies = kSplit ? 2 : 1;
-  constexpr uint32_t g_bytes = kBM * kRowBytes;      // one copy of a unit's G tile
+  constexpr int kDwSteps = dw_steps(std::is_same_v<TG, float>);
+  constexpr int kDwHalves = kDwSteps / 32;        // G tile: [half][o][32 steps] (64-byte rows)
+  constexpr int kDwRows = kDwSteps + kMaxShift;   // x window rows per unit
+  constexpr int kDwRowsPerThread = kDwRows / 32;  // x staging: one time step per lane
+  constexpr uint32_t g_half = kBM * kRowBytes;       // 32 steps of G
+  constexpr uint32_t g_bytes = kDwHalves * g_half;   // one copy of a unit's G tile
   constexpr uint32_t x_bytes = kDwRows * kRowBytes;  // one copy of a unit's x window
   constexpr bool kFloatG = std::is_same_v<TG, float>;  // dbias sums a copy of the fp32 rows
   constexpr uint32_t buf_bytes = kCopies * (g_bytes + x_bytes) + (kFloatG ? kBM * kDwSteps * 4 : 0);
@@ -591,24 +596,25 @@ __global__ void __launch_bounds__(kThreads, 1) dense_tc_weight_grad(DwParams p) 
   const TG* g_group = static_cast<const TG*>(p.g) + (grp * D + o0) * p.g_stride[1];
   const T* x_group = static_cast<const T*>(p.x) + (grp * S + i0) * p.x_stride[1];
 
-  // Raw values, converted when stored (see the forward's load_x): G rows warp + 8m at step
-  // lane; x window rows lane + 32j of channels warp*4 .. warp*4+3.
+  // Raw values, converted when stored (see the forward's load_x): G rows warp + 8m at steps
+  // lane + 32h; x window rows lane + 32j of channels warp*4 .. warp*4+3.
   using RawG = std::conditional_t<std::is_same_v<TG, float>, float, uint16_t>;
   using RawX = std::conditional_t<kSplit, float, uint16_t>;
-  RawG gr[kDwOPerThread];
+  RawG gr[kDwHalves][kDwOPerThread];
   RawX xr[kDwRowsPerThread][4];
   auto load = [&](int64_t u) {
     const int64_t b = u / p.units_per_row;
     const int64_t t0 = (u - b * p.units_per_row) * kDwSteps;
-    {
-      const int64_t t = t0 + lane;
-      const RawG* row = reinterpret_cast<const RawG*>(g_group + b * p.g_stride[0]);
+    const RawG* g_rows = reinterpret_cast<const RawG*>(g_group + b * p.g_stride[0]);
+#pragma unroll
+    for (int h = 0; h < kDwHalves; ++h) {
+      const int64_t t = t0 + 32 * h + lane;
 #pragma unroll
       for (int m = 0; m < kDwOPerThread; ++m) {
         const int o = warp + 8 * m;
         RawG v = RawG(0);
-        if (o0 + o < D && t < n) v = row[o * p.g_stride[1] + t * p.g_stride[2]];
-        gr[m] = v;
+        if (o0 + o < D && t < n) v = g_rows[o * p.g_stride[1] + t * p.g_stride[2]];
+        gr[h][m] = v;
       }
     }
     const int64_t ts = t0 - (K - 1 - k0) * d;  // window row r <-> time ts + r
@@ -631,19 +637,23 @@ __global__ void __launch_bounds__(kThreads, 1) dense_tc_weight_grad(DwParams p) 
   auto store = [&](int b) {
     unsigned char* gs = smem + (g_tile(b, 0) - smem_base);
 #pragma unroll
-    for (int m = 0; m < kDwOPerThread; ++m) {
-      const uint32_t off = swizzled(warp + 8 * m, lane / 8) + (lane % 8) * 2;
-      if constexpr (kSplit) {
-        const float v = gr[m], h = bf16_hi(v);
-        *reinterpret_cast<uint16_t*>(gs + off) = operand_bits<false>(h);
-        *reinterpret_cast<uint16_t*>(gs + g_bytes + off) = operand_bits<false>(v - h);
-      } else if constexpr (std::is_same_v<TG, float>) {
-        *reinterpret_cast<uint16_t*>(gs + off) = operand_bits<kHalf>(gr[m]);
-      } else {
-        *reinterpret_cast<uint16_t*>(gs + off) = gr[m];
-      }
-      if constexpr (kFloatG) {
-        if (bias_tile) g_float(b)[(warp + 8 * m) * kDwSteps + lane] = gr[m];
+    for (int h = 0; h < kDwHalves; ++h) {
+#pragma unroll
+      for (int m = 0; m < kDwOPerThread; ++m) {
+        const RawG v = gr[h][m];
+        const uint32_t off = h * g_half + swizzled(warp + 8 * m, lane / 8) + (lane % 8) * 2;
+        if constexpr (kSplit) {
+          const float hi = bf16_hi(v);
+          *reinterpret_cast<uint16_t*>(gs + off) = operand_bits<false>(hi);
+          *reinterpret_cast<uint16_t*>(gs + g_bytes + off) = operand_bits<false>(v - hi);
+        } else if constexpr (std::is_same_v<TG, float>) {
+          *reinterpret_cast<uint16_t*>(gs + off) = operand_bits<kHalf>(v);
+        } else {
+          *reinterpret_cast<uint16_t*>(gs + off) = v;
+        }
+        if constexpr (kFloatG) {
+          if (bias_tile) g_float(b)[(warp + 8 * m) * kDwSteps + 32 * h + lane] = v;
+        }
       }
     }
     unsigned char* xs = smem + (x_tile(b, 0) - smem_base);
@@ -695,10 +705,14 @@ __global__ void __launch_bounds__(kThreads, 1) dense_tc_weight_grad(DwParams p) 
       } else {  // 16-bit rows, exact in fp32; words rotated by tid/8 (no bank conflicts)
         const unsigned char* gs = smem + (g_tile(b, 0) - smem_base);
 #pragma unroll
-        for (int w = 0; w < kDwSteps / 2; ++w) {
-          const int word = (w & ~3) | ((w + (tid >> 3)) & 3);
-          const uint32_t bits = *reinterpret_cast<const uint32_t*>(gs + swizzled(tid, word / 4) + (word % 4) * 4);
-          bsum += operand_value<kHalf>(bits & 0xffffu) + operand_value<kHalf>(bits >> 16);
+        for (int h = 0; h < kDwHalves; ++h) {
+#pragma unroll
+          for (int w = 0; w < 16; ++w) {
+            const int word = (w & ~3) | ((w + (tid >> 3)) & 3);
+            const uint32_t off = h * g_half + swizzled(tid, word / 4) + (word % 4) * 4;
+            const uint32_t bits = *reinterpret_cast<const uint32_t*>(gs + off);
+            bsum += operand_value<kHalf>(bits & 0xffffu) + operand_value<kHalf>(bits >> 16);
+          }
         }
       }
     }
@@ -706,7 +720,7 @@ __global__ void __launch_bounds__(kThreads, 1) dense_tc_weight_grad(DwParams p) 
     if (wn < nk) {  // warp-uniform: tap k0 + wn exists
       const int shift = int(wn * d);  // tap k0+wn reads the window wn*d rows further down
 #pragma unroll
-      for (int kh = 0; kh < 2; ++kh) {  // two k16 steps over the 32 time steps
+      for (int kh = 0; kh < kDwSteps / 16; ++kh) {  // k16 steps over the unit's time steps
         const int q = lane / 8;
         uint32_t bh[4][2], bl[4][2];
 #pragma unroll
@@ -730,7 +744,7 @@ __global__ void __launch_bounds__(kThreads, 1) dense_tc_weight_grad(DwParams p) 
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
           const int orow = wm * 64 + i * 16 + (q % 2) * 8 + lane % 8;
-          const uint32_t off = swizzled(orow, kh * 2 + q / 2);
+          const uint32_t off = (kh / 2) * g_half + swizzled(orow, (kh % 2) * 2 + q / 2);
           uint32_t ah[4];
           ldmatrix_x4(ah, g_tile(b, 0) + off);
           if constexpr (kSplit) {
@@ -779,8 +793,9 @@ __global__ void __launch_bounds__(kThreads, 1) dense_tc_weight_grad(DwParams p) 
 template <typename T, typename TG>
 void launch_tc_weight_grad(const DwParams& p, int64_t groups, cudaStream_t stream) {
   constexpr size_t copies = std::is_same_v<T, float> ? 2 : 1;
-  constexpr size_t g_float = std::is_same_v<TG, float> ? size_t(kBM) * kDwSteps * 4 : 0;
-  constexpr size_t smem = 2 * (copies * (size_t(kBM) + kDwRows) * kRowBytes + g_float);
+  constexpr size_t steps = dw_steps(std::is_same_v<TG, float>);
+  constexpr size_t g_float = std::is_same_v<TG, float> ? size_t(kBM) * steps * 4 : 0;
+  constexpr size_t smem = 2 * (copies * (size_t(kBM) * (steps / 32) + steps + kMaxShift) * kRowBytes + g_float);
   constexpr const char* what = "causal_conv1d backward (dense weight gradients, tensor cores)";
   check_cuda(cudaFuncSetAttribute(dense_tc_weight_grad<T, TG>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)),
              what);
