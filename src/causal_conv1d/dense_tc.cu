@@ -59,25 +59,28 @@ struct TcJob {
   const void* src;
   const void* weight;
   const void* bias;  // forward only; nullptr: none
+  const void* dy;    // silu_grad only
   void* dst;
   void* workspace;  // tc_workspace_bytes(...) for the prepared weights
-  int64_t src_stride[3], dst_stride[3], w_stride[3], bias_stride;
+  int64_t src_stride[3], dst_stride[3], w_stride[3], bias_stride, dy_stride[3];
   int64_t batch, length, dilation, groups, src_g, dst_g, width;
   DType dtype;  // of the weights and dst (the source may be fp32 for 16-bit dtypes)
   bool silu, transposed;
+  bool silu_grad;  // forward convolution, but dst (fp32) = dy * silu'(bias + conv)
 };
 
 struct TcParams {
   const void* src;
   const void* bias;
+  const void* dy;  // silu_grad only
   void* dst;
   const uint16_t* w_hi;  // prepared weights
   const uint16_t* w_lo;  // fp32 only
-  int64_t src_stride[3], dst_stride[3], bias_stride;
+  int64_t src_stride[3], dst_stride[3], bias_stride, dy_stride[3];
   int64_t batch, length, dilation, groups, src_g, dst_g, width;
   int64_t o_pad, c_chunks, o_tiles, time_tiles;
   int taps_per_stage, tap_chunks;
-  bool silu, transposed;
+  bool silu, transposed, silu_grad;
 };
 
 struct Prepared {
@@ -427,16 +430,21 @@ __global__ void __launch_bounds__(kThreads, 1) dense_tc_kernel(TcParams p) {
           if (o >= p.dst_g) continue;
           const int64_t c = grp * p.dst_g + o;
           const float bias = p.bias ? to_float(static_cast<const T*>(p.bias)[c * p.bias_stride]) : 0.0f;
-          T* y = static_cast<T*>(p.dst) + bz * p.dst_stride[0] + c * p.dst_stride[1];
+          const int64_t y_row = bz * p.dst_stride[0] + c * p.dst_stride[1];
+          const T* dy = p.silu_grad ? static_cast<const T*>(p.dy) + bz * p.dy_stride[0] + c * p.dy_stride[1] : nullptr;
 #pragma unroll
           for (int j = 0; j < 4; ++j) {
 #pragma unroll
             for (int e = 0; e < 2; ++e) {
               const int64_t t = t0 + wn * 32 + j * 8 + 2 * (lane % 4) + e;
               if (t >= n) continue;
-              float v = acc[i][j][h * 2 + e] + bias;
-              if (p.silu) v = silu(v);
-              y[t * p.dst_stride[2]] = from_float<T>(v);
+              const float v = acc[i][j][h * 2 + e] + bias;
+              if (p.silu_grad) {
+                static_cast<float*>(p.dst)[y_row + t * p.dst_stride[2]] =
+                    to_float(dy[t * p.dy_stride[2]]) * silu_derivative(v);
+              } else {
+                static_cast<T*>(p.dst)[y_row + t * p.dst_stride[2]] = from_float<T>(p.silu ? silu(v) : v);
+              }
             }
           }
         }
@@ -466,12 +474,14 @@ void launch_tc(const TcJob& job, cudaStream_t stream, const char* what) {
   TcParams p{};
   p.src = job.src;
   p.bias = job.bias;
+  p.dy = job.dy;
   p.dst = job.dst;
   p.w_hi = hi;
   p.w_lo = lo;
   for (int d = 0; d < 3; ++d) {
     p.src_stride[d] = job.src_stride[d];
     p.dst_stride[d] = job.dst_stride[d];
+    p.dy_stride[d] = job.dy_stride[d];
   }
   p.bias_stride = job.bias_stride;
   p.batch = job.batch;
@@ -489,6 +499,7 @@ void launch_tc(const TcJob& job, cudaStream_t stream, const char* what) {
   p.tap_chunks = lay.tap_chunks;
   p.silu = job.silu;
   p.transposed = job.transposed;
+  p.silu_grad = job.silu_grad;
 
   const size_t smem = kernel_smem_bytes(lay);
   check_cuda(cudaFuncSetAttribute(dense_tc_kernel<T, TSrc>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)),
@@ -804,6 +815,17 @@ void launch_tc_weight_grad(const DwParams& p, int64_t groups, cudaStream_t strea
   check_launch(what);
 }
 
+// The forward convolution (or its silu gradient) of a job, by dtype.
+void launch_forward_job(const TcJob& job, Stream stream, const char* what) {
+  auto s = static_cast<cudaStream_t>(stream.handle);
+  switch (job.dtype) {
+    case DType::f32: launch_tc<float, float>(job, s, what); break;
+    case DType::f16: launch_tc<__half, __half>(job, s, what); break;
+    case DType::bf16: launch_tc<__nv_bfloat16, __nv_bfloat16>(job, s, what); break;
+    case DType::f64: break;  // rejected by validation
+  }
+}
+
 }  // namespace
 
 bool dense_tc_forward_supported(const DenseGeometry& g) {
@@ -838,14 +860,37 @@ void launch_dense_tc_forward(const DenseForwardParams& f, Stream stream) {
   job.dtype = g.dtype;
   job.silu = g.silu;
   job.transposed = false;
-  auto s = static_cast<cudaStream_t>(stream.handle);
-  constexpr const char* what = "causal_conv1d forward (dense, tensor cores)";
-  switch (g.dtype) {
-    case DType::f32: launch_tc<float, float>(job, s, what); break;
-    case DType::f16: launch_tc<__half, __half>(job, s, what); break;
-    case DType::bf16: launch_tc<__nv_bfloat16, __nv_bfloat16>(job, s, what); break;
-    case DType::f64: break;  // rejected by validation
+  launch_forward_job(job, stream, "causal_conv1d forward (dense, tensor cores)");
+}
+
+void launch_dense_tc_silu_grad(const DenseBackwardParams& b, float* grad, const int64_t (&grad_stride)[3],
+                               void* workspace, Stream stream) {
+  const DenseGeometry& g = b.g;
+  TcJob job{};
+  job.src = b.x;
+  job.weight = b.weight;
+  job.bias = b.bias;
+  job.dy = b.dy;
+  job.dst = grad;
+  job.workspace = workspace;
+  for (int d = 0; d < 3; ++d) {
+    job.src_stride[d] = b.x_stride[d];
+    job.dst_stride[d] = grad_stride[d];
+    job.w_stride[d] = b.w_stride[d];
+    job.dy_stride[d] = b.dy_stride[d];
   }
+  job.bias_stride = b.bias_stride;
+  job.batch = g.batch;
+  job.length = g.length;
+  job.dilation = g.dilation;
+  job.groups = g.groups;
+  job.src_g = g.in_per_group();
+  job.dst_g = g.out_per_group();
+  job.width = g.width;
+  job.dtype = g.dtype;
+  job.transposed = false;
+  job.silu_grad = true;
+  launch_forward_job(job, stream, "causal_conv1d backward (dense silu gradient, tensor cores)");
 }
 
 bool dense_tc_dx_supported(const DenseGeometry& g) {

@@ -208,8 +208,9 @@ TEST(DenseForwardCuda, TensorCoreShapesMatchReference) {
 // Shapes that reach the tensor-core dx and weight-gradient kernels (groups with at least 16
 // input and 32 output channels, B*L > 0): ragged channel and time tiles, every tap split
 // (K = 1, 5 with d = 9: 4 + 1 taps, 7: 4 + 3, 64, reach past 32 steps: 1 tap a chunk),
-// several parts, silu (an fp32 gradient into 16-bit operands), strided views; and the
-// shapes just outside, which take the CUDA-core kernels.
+// several parts, silu (its gradient recomputed by the tensor-core forward, then fp32 into
+// 16-bit operands), strided views; and the shapes just outside, which take the CUDA-core
+// kernels.
 TEST(DenseBackwardCuda, TensorCoreShapesMatchReference) {
   REQUIRE_GPU();
   const Case cases[] = {
@@ -221,6 +222,7 @@ TEST(DenseBackwardCuda, TensorCoreShapesMatchReference) {
       {1, 48, 256, 77, 7, 2, 1, false, false, Layout::contiguous},
       {2, 16, 32, 3000, 5, 9, 1, true, true, Layout::contiguous},
       {2, 64, 64, 500, 4, 2, 2, true, false, Layout::strided},
+      {1, 32, 64, 200, 3, 2, 1, true, true, Layout::strided},      // silu gradient on tensor cores, strided dy
       {1, 15, 64, 300, 4, 1, 1, true, false, Layout::contiguous},  // 15 inputs: CUDA cores
       {1, 32, 31, 300, 4, 1, 1, true, true, Layout::contiguous},   // 31 outputs: CUDA cores
   };
