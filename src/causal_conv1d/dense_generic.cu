@@ -29,11 +29,6 @@ namespace {
 
 constexpr int64_t kMaxGridYZ = 65535;
 
-__device__ __forceinline__ float silu_derivative(float u) {
-  const float s = 1.0f / (1.0f + expf(-u));
-  return s * (1.0f + u * (1.0f - s));
-}
-
 // ---- the tiled conv kernel ----------------------------------------------------------
 
 enum class TileMode : int { forward = 0, silu_grad = 1, transposed = 2 };
@@ -400,22 +395,40 @@ size_t silu_grad_bytes(const DenseBackwardParams& p) {
   return p.g.silu ? align_up(sizeof(float) * size_t(p.g.batch * p.g.c_out * p.g.length)) : 0;
 }
 
+bool tc_weight_grads(const DenseBackwardParams& p) {
+  return (p.dweight || p.dbias) && p.g.c_out > 0 && dense_tc_weight_grad_supported(p.g);
+}
+
+// Parts of the weight-gradient reduction: fixed by the shape (and the kernel it picks).
+int64_t partial_parts(const DenseBackwardParams& p) {
+  return tc_weight_grads(p) ? dense_tc_weight_grad_parts(p.g) : weight_grad_parts(p.g);
+}
+
 size_t partial_bytes(const DenseBackwardParams& p) {
   if (!p.dweight && !p.dbias) return 0;
-  return align_up(sizeof(float) * size_t(weight_grad_parts(p.g) * weight_grad_elements(p.g)));
+  return align_up(sizeof(float) * size_t(partial_parts(p) * weight_grad_elements(p.g)));
 }
 
 bool tc_dx(const DenseBackwardParams& p) {
   return p.dx && p.g.batch * p.g.length > 0 && dense_tc_dx_supported(p.g);
 }
 
-size_t tc_dx_bytes(const DenseBackwardParams& p) { return tc_dx(p) ? dense_tc_dx_workspace_bytes(p.g) : 0; }
+// The silu gradient on tensor cores: the forward's shapes, whenever a gradient is wanted.
+bool tc_silu_grad(const DenseBackwardParams& p) {
+  return p.g.silu && p.g.batch * p.g.length > 0 && p.g.c_out > 0 && dense_tc_forward_supported(p.g);
+}
 
+// One region for the prepared weights of the silu gradient and then of dx (stream order).
+size_t tc_weight_bytes(const DenseBackwardParams& p) {
+  return std::max(tc_dx(p) ? dense_tc_dx_workspace_bytes(p.g) : 0,
+                  tc_silu_grad(p) ? dense_tc_forward_workspace_bytes(p.g) : 0);
+}
+
+// The CUDA-core partials: every shape the tensor-core kernel does not take.
 template <typename T, typename G>
-void weight_grads_typed(const DenseBackwardParams& p, const G* g, const int64_t (&g_stride)[3], float* partials,
-                        cudaStream_t stream) {
+void launch_weight_grad_partials(const DenseBackwardParams& p, const G* g, const int64_t (&g_stride)[3],
+                                 int64_t parts, float* partials, cudaStream_t stream) {
   const DenseGeometry& geo = p.g;
-  if (geo.c_out == 0) return;
   WeightGradArgs a{};
   a.g = g;
   a.x = p.x;
@@ -431,7 +444,7 @@ void weight_grads_typed(const DenseBackwardParams& p, const G* g, const int64_t 
   a.in_per_group = geo.in_per_group();
   a.out_per_group = geo.out_per_group();
   a.c_out = geo.c_out;
-  a.parts = weight_grad_parts(geo);
+  a.parts = parts;
   a.tiles_per_row = (geo.length + kWgTime - 1) / kWgTime;
   a.bias = true;  // always: the reduction reads every partial
   const int64_t blocks = geo.groups * weight_grad_tiles(geo).blocks_per_part();
@@ -439,6 +452,18 @@ void weight_grads_typed(const DenseBackwardParams& p, const G* g, const int64_t 
     throw Error(ErrorKind::not_implemented, "causal_conv1d backward: weight too large for the dense kernels");
   dense_weight_grad_partials<T, G><<<dim3(unsigned(blocks), unsigned(a.parts)), kWgThreads, 0, stream>>>(a, partials);
   check_launch("causal_conv1d backward (dense weight-gradient partials)");
+}
+
+template <typename T, typename G>
+void weight_grads_typed(const DenseBackwardParams& p, const G* g, const int64_t (&g_stride)[3], float* partials,
+                        cudaStream_t stream) {
+  const DenseGeometry& geo = p.g;
+  if (geo.c_out == 0) return;
+  const int64_t parts = partial_parts(p);
+  if (tc_weight_grads(p))
+    launch_dense_tc_weight_grad(p, g, std::is_same_v<G, float>, g_stride, partials, Stream{stream});
+  else
+    launch_weight_grad_partials<T, G>(p, g, g_stride, parts, partials, stream);
 
   WeightGradReduceArgs r{};
   r.dweight = p.dweight;
@@ -448,7 +473,7 @@ void weight_grads_typed(const DenseBackwardParams& p, const G* g, const int64_t 
   r.c_out = geo.c_out;
   r.in_per_group = geo.in_per_group();
   r.width = geo.width;
-  r.parts = a.parts;
+  r.parts = parts;
   const int64_t elements = weight_grad_elements(geo);
   const unsigned reduce_blocks = unsigned(std::min<int64_t>((elements + 255) / 256, 65535));
   dense_weight_grad_reduce<T><<<reduce_blocks, 256, 0, stream>>>(r, partials);
@@ -489,11 +514,11 @@ void backward_from(const DenseBackwardParams& p, const G* g, const int64_t (&g_s
   if (p.dweight || p.dbias) weight_grads_typed<T, G>(p, g, g_stride, partials, stream);
 }
 
-// Workspace: [fp32 gradient through silu][weight-gradient partials][tensor-core dx weights].
+// Workspace: [fp32 gradient through silu][weight-gradient partials][tensor-core weights].
 template <typename T>
 void backward_typed(const DenseBackwardParams& p, char* workspace, cudaStream_t stream) {
   float* partials = (p.dweight || p.dbias) ? reinterpret_cast<float*>(workspace + silu_grad_bytes(p)) : nullptr;
-  void* tc_workspace = tc_dx(p) ? workspace + silu_grad_bytes(p) + partial_bytes(p) : nullptr;
+  void* tc_workspace = tc_weight_bytes(p) > 0 ? workspace + silu_grad_bytes(p) + partial_bytes(p) : nullptr;
   if (!p.g.silu) {
     backward_from<T, T>(p, static_cast<const T*>(p.dy), p.dy_stride, partials, tc_workspace, stream);
     return;
@@ -501,6 +526,11 @@ void backward_typed(const DenseBackwardParams& p, char* workspace, cudaStream_t 
   // g = dy * silu'(pre), pre recomputed by the forward tile kernel, fp32 (B, C_out, L).
   float* g = reinterpret_cast<float*>(workspace);
   const int64_t g_stride[3] = {p.g.c_out * p.g.length, p.g.length, 1};
+  if (tc_silu_grad(p)) {
+    launch_dense_tc_silu_grad(p, g, g_stride, tc_workspace, Stream{stream});
+    backward_from<T, float>(p, g, g_stride, partials, tc_workspace, stream);
+    return;
+  }
   TileConvArgs a{};
   a.src = p.x;
   a.weight = p.weight;
@@ -540,7 +570,7 @@ void launch_dense_forward_generic(const DenseForwardParams& p, Stream stream) {
 
 size_t dense_backward_workspace_bytes(const DenseBackwardParams& p) {
   if (!p.dx && !p.dweight && !p.dbias) return 0;
-  return silu_grad_bytes(p) + partial_bytes(p) + tc_dx_bytes(p);
+  return silu_grad_bytes(p) + partial_bytes(p) + tc_weight_bytes(p);
 }
 
 void launch_dense_backward(const DenseBackwardParams& p, void* workspace, Stream stream) {

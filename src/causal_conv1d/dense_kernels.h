@@ -61,9 +61,23 @@ size_t dense_tc_dx_workspace_bytes(const DenseGeometry& g);
 void launch_dense_tc_dx(const DenseBackwardParams& p, const void* grad, bool grad_fp32,
                         const int64_t (&grad_stride)[3], void* workspace, Stream stream);
 
+// The backward's fp32 gradient through silu, dy * silu'(bias + conv), by the tensor-core
+// forward kernel (same shapes and workspace as the forward).
+void launch_dense_tc_silu_grad(const DenseBackwardParams& p, float* grad, const int64_t (&grad_stride)[3],
+                               void* workspace, Stream stream);
+
+// Weight gradients (and dbias) as a GEMM over B x L on tensor cores: per-part fp32
+// partials (dense_tc_weight_grad_parts(g) parts of C_out*(C_in/groups)*K + C_out floats),
+// reduced in part order by the caller. Shapes as the forward's, with B*L > 0.
+bool dense_tc_weight_grad_supported(const DenseGeometry& g);
+int64_t dense_tc_weight_grad_parts(const DenseGeometry& g);
+void launch_dense_tc_weight_grad(const DenseBackwardParams& p, const void* grad, bool grad_fp32,
+                                 const int64_t (&grad_stride)[3], float* partials, Stream stream);
+
 // Backward scratch: the fp32 gradient through silu (B, C_out, L) when the activation is
 // silu, then per-part fp32 partials of dweight and dbias (reduced in a fixed order), then
-// the prepared weights of the tensor-core dx when that path runs.
+// the prepared weights of the tensor-core kernels (silu gradient, then dx: one region,
+// used one after the other in stream order).
 size_t dense_backward_workspace_bytes(const DenseBackwardParams& p);
 void launch_dense_backward(const DenseBackwardParams& p, void* workspace, Stream stream);
 

@@ -29,4 +29,10 @@ __device__ __forceinline__ int64_t div_nonneg(int64_t a, int64_t b) {
 
 __device__ __forceinline__ float silu(float v) { return v / (1.0f + expf(-v)); }
 
+// d silu(u) / du = s (1 + u (1 - s)), s = sigmoid(u).
+__device__ __forceinline__ float silu_derivative(float u) {
+  const float s = 1.0f / (1.0f + expf(-u));
+  return s * (1.0f + u * (1.0f - s));
+}
+
 }  // namespace causalconv::detail

@@ -205,10 +205,35 @@ TEST(DenseForwardCuda, TensorCoreShapesMatchReference) {
   }
 }
 
-// Weight gradients come from per-part partials reduced in a fixed order: identical bits.
-TEST(DenseBackwardCuda, GradientsAreBitwiseDeterministic) {
+// Shapes that reach the tensor-core dx and weight-gradient kernels (groups with at least 16
+// input and 32 output channels, B*L > 0): ragged channel and time tiles, every tap split
+// (K = 1, 5 with d = 9: 4 + 1 taps, 7: 4 + 3, 64, reach past 32 steps: 1 tap a chunk),
+// several parts, silu (its gradient recomputed by the tensor-core forward, then fp32 into
+// 16-bit operands), strided views; and the shapes just outside, which take the CUDA-core
+// kernels.
+TEST(DenseBackwardCuda, TensorCoreShapesMatchReference) {
   REQUIRE_GPU();
-  const Case c{3, 40, 24, 3000, 5, 2, 2, true, true, Layout::contiguous};
+  const Case cases[] = {
+      {2, 128, 128, 700, 4, 1, 1, true, false, Layout::contiguous},
+      {1, 96, 160, 515, 3, 5, 1, false, true, Layout::contiguous},
+      {2, 64, 32, 129, 1, 1, 1, true, false, Layout::contiguous},
+      {1, 32, 64, 64, 64, 1, 1, true, true, Layout::contiguous},
+      {1, 128, 128, 260, 2, 100, 2, true, false, Layout::contiguous},
+      {1, 48, 256, 77, 7, 2, 1, false, false, Layout::contiguous},
+      {2, 16, 32, 3000, 5, 9, 1, true, true, Layout::contiguous},
+      {2, 64, 64, 500, 4, 2, 2, true, false, Layout::strided},
+      {1, 32, 64, 200, 3, 2, 1, true, true, Layout::strided},      // silu gradient on tensor cores, strided dy
+      {1, 15, 64, 300, 4, 1, 1, true, false, Layout::contiguous},  // 15 inputs: CUDA cores
+      {1, 32, 31, 300, 4, 1, 1, true, true, Layout::contiguous},   // 31 outputs: CUDA cores
+  };
+  for (const Case& c : cases) {
+    check_backward<float>(c);
+    check_backward<__half>(c);
+    check_backward<__nv_bfloat16>(c);
+  }
+}
+
+void check_bitwise_deterministic(const Case& c) {
   std::mt19937_64 rng(11);
   HostTensor x({c.batch, c.c_in, c.length}), w({c.c_out, c.c_in / c.groups, c.width}), b({c.c_out});
   HostTensor gy({c.batch, c.c_out, c.length}), gx({c.batch, c.c_in, c.length});
@@ -244,10 +269,20 @@ TEST(DenseBackwardCuda, GradientsAreBitwiseDeterministic) {
   }
 }
 
-// Only the gradients asked for are written; a dbias-only call still gets dbias right.
-TEST(DenseBackwardCuda, OptionalGradientsMatchReference) {
+// Weight gradients come from per-part partials reduced in a fixed order: identical bits,
+// on the CUDA-core path (the first case) and the tensor-core one (the second).
+TEST(DenseBackwardCuda, GradientsAreBitwiseDeterministic) {
   REQUIRE_GPU();
-  const Case c{2, 12, 20, 90, 3, 1, 4, true, false, Layout::contiguous};
+  for (const Case& c : {Case{3, 40, 24, 3000, 5, 2, 2, true, true, Layout::contiguous},
+                        Case{2, 64, 96, 2000, 4, 1, 2, true, true, Layout::contiguous}}) {
+    SCOPED_TRACE(describe(c));
+    check_bitwise_deterministic(c);
+  }
+}
+
+// Only the gradients asked for are written; a dbias-only call still gets dbias right
+// (CUDA-core partials, then tensor-core ones).
+void check_dbias_only(const Case& c) {
   std::mt19937_64 rng(5);
   HostTensor x({c.batch, c.c_in, c.length}), w({c.c_out, c.c_in / c.groups, c.width}), gy({c.batch, c.c_out, c.length});
   HostTensor gb({c.c_out}), eb({c.c_out}), ex({c.batch, c.c_in, c.length}), ew({c.c_out, c.c_in / c.groups, c.width});
@@ -275,6 +310,15 @@ TEST(DenseBackwardCuda, OptionalGradientsMatchReference) {
   ref.dbias = eb.view();
   reference::causal_conv1d_backward(ref);
   EXPECT_LE(test::rel_l2(gb, eb), 1e-5);
+}
+
+TEST(DenseBackwardCuda, OptionalGradientsMatchReference) {
+  REQUIRE_GPU();
+  for (const Case& c : {Case{2, 12, 20, 90, 3, 1, 4, true, false, Layout::contiguous},
+                        Case{2, 32, 64, 90, 3, 1, 1, true, false, Layout::contiguous}}) {
+    SCOPED_TRACE(describe(c));
+    check_dbias_only(c);
+  }
 }
 
 TEST(DenseBackwardCuda, ShortWorkspaceRejectedAndNothingWritten) {

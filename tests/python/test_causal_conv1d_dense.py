@@ -115,11 +115,14 @@ def test_channels_past_a_tile(dtype, seeded):
                                    (1, 128, 128, 1000, 4, 1, 2), (3, 16, 16, 1025, 1, 1, 1)],
                          ids=lambda s: "B{}_{}to{}_L{}_K{}_d{}_g{}".format(*s))
 def test_tensor_core_shapes(dtype, shape, seeded):
-    # Channel counts that are multiples of 16/32 (the tensor-core forward), ragged time tiles.
+    # Channel counts that are multiples of 16/32 (the tensor-core forward, dx and weight
+    # gradients), ragged time tiles; the last shape (16 outputs) takes the CUDA cores.
     b, c_in, c_out, length, k, dilation, groups = shape
     x, w, bias = make_inputs(b, c_in, c_out, length, k, groups, dtype)
     check_forward(x, w, bias, dilation, groups)
     check_forward(x, w, None, dilation, groups, "silu")
+    check_grads(x, w, bias, dilation, groups)
+    check_grads(x, w, bias, dilation, groups, "silu")
 
 
 @requires_cuda
@@ -224,13 +227,15 @@ def test_fp32_random_shapes_pass_allclose(tf32_allowed, shape, seeded):
 
 @requires_cuda
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_gradients_are_bitwise_deterministic(dtype, seeded):
-    x, w, bias = make_inputs(4, 64, 96, 3000, 4, 2, dtype)
-    dy = torch.randn(4, 96, 3000, device="cuda", dtype=dtype)
+@pytest.mark.parametrize("c_out", [96, 24], ids=["tensor_cores", "cuda_cores"])
+@pytest.mark.parametrize("activation", [None, "silu"])  # 16-bit dy vs the fp32 silu gradient
+def test_gradients_are_bitwise_deterministic(dtype, c_out, activation, seeded):
+    x, w, bias = make_inputs(4, 64, c_out, 3000, 4, 2, dtype)
+    dy = torch.randn(4, c_out, 3000, device="cuda", dtype=dtype)
     runs = []
     for _ in range(3):
         xr, wr, br = (t.detach().requires_grad_(True) for t in (x, w, bias))
-        y = causalconv.causal_conv1d(xr, wr, br, groups=2, activation="silu")
+        y = causalconv.causal_conv1d(xr, wr, br, groups=2, activation=activation)
         y.backward(dy)
         runs.append((y.detach(), xr.grad, wr.grad, br.grad))
     for later in runs[1:]:
