@@ -8,6 +8,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "b2b/b2b_tiling.cuh"
 #include "causalconv/ops.h"
 
 namespace causalconv::detail {
@@ -43,6 +44,18 @@ struct B2BBackwardParams {
   int64_t wp_stride[2], wm_stride[2], dwp_stride[2], dwm_stride[2];
   int64_t skip_stride, dskip_stride;
 };
+
+// Which backward kernel serves a call, with its grid along time and shared memory.
+// short_mixer8 / short_mixer16: Kp <= 4 and Km <= 8 / 16, the register-blocked kernel
+// (b2b_backward_short_kernel); general: any widths (b2b_backward_kernel).
+enum class B2BBackwardPath { general, short_mixer8, short_mixer16 };
+struct B2BBackwardPlan {
+  B2BBackwardPath path;
+  B2BTiling tiling;
+  size_t smem_bytes;
+  bool vectorised;  // short paths: x, dout and dx rows take 4-element vector accesses
+};
+B2BBackwardPlan plan_b2b_backward(const B2BBackwardParams& p);
 
 // Scratch for the per-block fp32 partials of the weight gradients (reduced in a
 // fixed order by a second kernel, so the weight gradients are deterministic).

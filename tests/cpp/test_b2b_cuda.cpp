@@ -161,6 +161,27 @@ TEST(B2BCuda, BFloat16MatchesReference) {
   for (const Case& c : kCases) check_against_reference<__nv_bfloat16>(c, 1e-2, 1e-2);
 }
 
+// The short-width backward (Kp <= 4, Km <= 16) on both sides of its limits, with rows
+// that take vector accesses (the padded row stride L + 3 is a multiple of 4) and rows
+// that do not, several tiles walked per block (its loads for the next tile in flight).
+const Case kShortBackwardCases[] = {
+    {2, 3, 2501, 4, 16},  // widest short widths, vector rows
+    {1, 2, 9001, 3, 7},   // 9 tiles over 3 blocks, vector rows
+    {8, 1, 5, 2, 9},      // L < Km, batch 8
+    {1, 3, 4098, 4, 8},   // element-wise rows, a partial last group
+    {2, 1, 1030, 5, 7},   // Kp = 5: the general kernel
+    {1, 1, 1030, 4, 17},  // Km = 17: the general kernel
+};
+
+TEST(B2BCuda, ShortBackwardMatchesReference) {
+  REQUIRE_GPU();
+  for (const Case& c : kShortBackwardCases) {
+    check_against_reference<float>(c, 1e-6, 1e-5);
+    check_against_reference<__half>(c, 2e-3, 2e-3);
+    check_against_reference<__nv_bfloat16>(c, 1e-2, 1e-2);
+  }
+}
+
 // ---- argument checks that need no GPU: nothing is launched when they fail ----
 
 alignas(64) unsigned char dummy_storage[64];  // never dereferenced
@@ -187,8 +208,9 @@ B2BCausalConv1dBackwardArgs backward_args() {
 }
 
 TEST(B2BCudaArguments, BackwardWorkspaceIsSizedForThePartials) {
-  // 3 tiles of 1024 steps, 2 per block: 2 blocks per row; slots 3*Kp + Km + 1 = 14.
-  EXPECT_EQ(b2b_causal_conv1d_backward_workspace_bytes(backward_args()), size_t(4 * 2 * 2 * 2 * 14));
+  // The short-width kernel: 3 tiles of 1024 steps, up to 4 per block: 1 block per row
+  // (D 2 x B 2 rows); slots 3*Kp + Km + 1 = 14.
+  EXPECT_EQ(b2b_causal_conv1d_backward_workspace_bytes(backward_args()), size_t(4 * 2 * 2 * 1 * 14));
 }
 
 TEST(B2BCudaArguments, BackwardRejectsAShortWorkspace) {
