@@ -28,8 +28,9 @@ void launch_typed(const B2BBackwardParams& p, const B2BBackwardPlan& plan, float
       kernel<<<grid, Tile::kThreads, plan.smem_bytes, stream>>>(p, plan.tiling, extra..., partials);
     };
     switch (plan.path) {
-      case B2BBackwardPath::short_mixer8: launch(b2b_backward_short_kernel<T, 4, 8>, plan.vectorised); break;
-      case B2BBackwardPath::short_mixer16: launch(b2b_backward_short_kernel<T, 4, 16>, plan.vectorised); break;
+      case B2BBackwardPath::chunked_mixer8: launch(b2b_backward_chunked_kernel<T, 8>, plan.vectorised); break;
+      case B2BBackwardPath::chunked_mixer16: launch(b2b_backward_chunked_kernel<T, 16>, plan.vectorised); break;
+      case B2BBackwardPath::chunked_wide: launch(b2b_backward_chunked_kernel<T, 0>, plan.vectorised); break;
       case B2BBackwardPath::general: launch(b2b_backward_kernel<T>); break;
     }
     check_launch("b2b_causal_conv1d backward");
@@ -42,22 +43,22 @@ void launch_typed(const B2BBackwardParams& p, const B2BBackwardPlan& plan, float
 }  // namespace
 
 B2BBackwardPlan plan_b2b_backward(const B2BBackwardParams& p) {
-  static_assert(kB2BShortMaxProjWidth == 4 && kB2BShortMaxMixerWidth == 16, "the short kernels below");
-  static_assert(B2BBackwardShortTile::kThreads == Tile::kThreads, "one block size for every path");
+  static_assert(B2BBackwardChunkTile::kThreads == Tile::kThreads, "one block size for every path");
   B2BBackwardPlan plan{};
-  const bool short_widths = p.proj_width <= kB2BShortMaxProjWidth && p.mixer_width <= kB2BShortMaxMixerWidth;
-  if (!short_widths) {
+  if (p.proj_width > kB2BChunkProjTaps || p.mixer_width > kB2BChunkMaxMixerWidth) {
     plan.path = B2BBackwardPath::general;
     plan.tiling = make_b2b_tiling(p.length, Tile::kOutputs, kB2BBackwardTilesPerBlock);
     plan.smem_bytes = sizeof(float) * size_t(b2b_backward_smem_floats(p.proj_width, p.mixer_width));
     return plan;
   }
-  plan.path = p.mixer_width <= 8 ? B2BBackwardPath::short_mixer8 : B2BBackwardPath::short_mixer16;
-  plan.tiling =
-      make_b2b_tiling(p.length, B2BBackwardShortTile::kOutputs, kB2BBackwardShortTilesPerBlock);
-  plan.smem_bytes = sizeof(float) * size_t(plan.path == B2BBackwardPath::short_mixer8
-                                               ? B2BShortBackwardLayout<4, 8>::kFloats
-                                               : B2BShortBackwardLayout<4, 16>::kFloats);
+  const int km = int(p.mixer_width);
+  plan.path = km <= 8 ? B2BBackwardPath::chunked_mixer8
+                      : (km <= 16 ? B2BBackwardPath::chunked_mixer16 : B2BBackwardPath::chunked_wide);
+  const B2BChunkLayout layout = plan.path == B2BBackwardPath::chunked_mixer8    ? B2BChunkLayout(8, false)
+                                : plan.path == B2BBackwardPath::chunked_mixer16 ? B2BChunkLayout(16, false)
+                                                                                : B2BChunkLayout((km + 3) / 4 * 4, true);
+  plan.tiling = make_b2b_tiling(p.length, B2BBackwardChunkTile::kOutputs, kB2BBackwardChunkTilesPerBlock);
+  plan.smem_bytes = sizeof(float) * size_t(layout.floats);
   const size_t e = elem_bytes(p.dtype);
   plan.vectorised = groups_aligned(p.x, p.x_stride, e) && groups_aligned(p.dout, p.dout_stride, e) &&
                     groups_aligned(p.dx, p.dx_stride, e);

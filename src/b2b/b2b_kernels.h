@@ -46,14 +46,15 @@ struct B2BBackwardParams {
 };
 
 // Which backward kernel serves a call, with its grid along time and shared memory.
-// short_mixer8 / short_mixer16: Kp <= 4 and Km <= 8 / 16, the register-blocked kernel
-// (b2b_backward_short_kernel); general: any widths (b2b_backward_kernel).
-enum class B2BBackwardPath { general, short_mixer8, short_mixer16 };
+// chunked_*: Kp <= 4, the register-blocked b2b_backward_chunked_kernel, for Km <= 8,
+// Km <= 16 (unrolled taps) or any Km (taps in blocks of 4); general: Kp > 4
+// (b2b_backward_kernel).
+enum class B2BBackwardPath { general, chunked_mixer8, chunked_mixer16, chunked_wide };
 struct B2BBackwardPlan {
   B2BBackwardPath path;
   B2BTiling tiling;
   size_t smem_bytes;
-  bool vectorised;  // short paths: x, dout and dx rows take 4-element vector accesses
+  bool vectorised;  // chunked paths: x, dout and dx rows take 4-element vector accesses
 };
 B2BBackwardPlan plan_b2b_backward(const B2BBackwardParams& p);
 

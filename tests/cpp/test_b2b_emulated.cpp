@@ -7,13 +7,13 @@
 // The emulated kernels get their own names so they never meet the nvcc-built host stubs.
 #define b2b_forward_kernel b2b_forward_kernel_emulated
 #define b2b_backward_kernel b2b_backward_kernel_emulated
-#define b2b_backward_short_kernel b2b_backward_short_kernel_emulated
+#define b2b_backward_chunked_kernel b2b_backward_chunked_kernel_emulated
 #define b2b_weight_grad_reduce b2b_weight_grad_reduce_emulated
 #include "b2b/b2b_backward_kernel.cuh"
 #include "b2b/b2b_forward_kernel.cuh"
 #undef b2b_forward_kernel
 #undef b2b_backward_kernel
-#undef b2b_backward_short_kernel
+#undef b2b_backward_chunked_kernel
 #undef b2b_weight_grad_reduce
 
 #include <gtest/gtest.h>
@@ -43,7 +43,7 @@ using Path = detail::B2BBackwardPath;
 struct Case {
   int64_t batch, dim, length, kp, km;
   Path path;               // the backward kernel the plan must pick
-  bool vectorised = false; // short paths: rows padded to L + 3 take vector accesses when 4 | L + 3
+  bool vectorised = false; // chunked paths: rows padded to L + 3 take vector accesses when 4 | L + 3
 };
 
 template <typename T>
@@ -134,11 +134,14 @@ void run_case(const Case& cs, double bound, double reduction_bound) {
   emu::launch({unsigned(B * D), unsigned(bt.tile_blocks), 1}, detail::B2BBackwardTile::kThreads, plan.smem_bytes, [&] {
     switch (plan.path) {
       case detail::B2BBackwardPath::general: detail::b2b_backward_kernel_emulated<T>(g, bt, partials.data()); break;
-      case detail::B2BBackwardPath::short_mixer8:
-        detail::b2b_backward_short_kernel_emulated<T, 4, 8>(g, bt, plan.vectorised, partials.data());
+      case detail::B2BBackwardPath::chunked_mixer8:
+        detail::b2b_backward_chunked_kernel_emulated<T, 8>(g, bt, plan.vectorised, partials.data());
         break;
-      case detail::B2BBackwardPath::short_mixer16:
-        detail::b2b_backward_short_kernel_emulated<T, 4, 16>(g, bt, plan.vectorised, partials.data());
+      case detail::B2BBackwardPath::chunked_mixer16:
+        detail::b2b_backward_chunked_kernel_emulated<T, 16>(g, bt, plan.vectorised, partials.data());
+        break;
+      case detail::B2BBackwardPath::chunked_wide:
+        detail::b2b_backward_chunked_kernel_emulated<T, 0>(g, bt, plan.vectorised, partials.data());
         break;
     }
   });
@@ -163,21 +166,24 @@ void run_case(const Case& cs, double bound, double reduction_bound) {
 }
 
 // Tile walks (several tiles per block, a partial last tile), L < Km, L = 1, widths
-// at both envelope edges and on both sides of the short backward's limits (Kp <= 4,
-// Km <= 8 / 16), rows with and without vector access, batch > 1; each case small
+// at both envelope edges and on both sides of the chunked backward's limits (Kp <= 4;
+// Km <= 8 / 16 / any), rows with and without vector access, batch > 1; each case small
 // enough for the emulator.
 const Case kCases[] = {
-    {1, 2, 3000, 3, 7, Path::short_mixer8},       // fwd: 2 tiles in one block; bwd: 3 tiles in one block
-    {2, 1, 5, 4, 9, Path::short_mixer16, true},   // L < Km, one partial vector group
-    {1, 1, 1, 2, 2, Path::short_mixer8, true},    // L = 1, narrowest widths
-    {1, 1, 1100, 32, 256, Path::general},         // widest: halos larger than the tail tile
-    {3, 1, 4100, 2, 128, Path::general},          // fwd: 3 tiles (1 block walks them); bwd: 5 tiles over 3 blocks
-    {1, 1, 9001, 3, 7, Path::short_mixer8, true}, // bwd: 9 tiles over 3 blocks, each walking 3 (prefetch)
-    {2, 3, 2051, 4, 16, Path::short_mixer16},     // widest short widths, L % 4 = 3
-    {1, 2, 1029, 4, 8, Path::short_mixer8, true}, // Km = 8 (no zero taps), one chunk past the tile
-    {1, 1, 6, 2, 3, Path::short_mixer8},          // L < 2 chunks
-    {1, 2, 1030, 5, 7, Path::general},            // Kp = 5: past the short path
-    {1, 1, 1500, 4, 17, Path::general},           // Km = 17: past the short path
+    {1, 2, 3000, 3, 7, Path::chunked_mixer8},        // fwd: 2 tiles in one block; bwd: 3 tiles in one block
+    {2, 1, 5, 4, 9, Path::chunked_mixer16, true},    // L < Km, one partial vector group
+    {1, 1, 1, 2, 2, Path::chunked_mixer8, true},     // L = 1, narrowest widths
+    {1, 1, 1100, 32, 256, Path::general},            // widest: halos larger than the tail tile
+    {3, 1, 4100, 2, 128, Path::chunked_wide},        // fwd: 3 tiles (1 block walks them); bwd: 2 blocks
+    {1, 1, 9001, 3, 7, Path::chunked_mixer8, true},  // bwd: 9 tiles over 3 blocks, each walking 3 (prefetch)
+    {2, 3, 2051, 4, 16, Path::chunked_mixer16},      // Km = 16, L % 4 = 3
+    {1, 2, 1029, 4, 8, Path::chunked_mixer8, true},  // Km = 8 (no zero taps), one chunk past the tile
+    {1, 1, 6, 2, 3, Path::chunked_mixer8},           // L < 2 chunks
+    {1, 2, 1030, 5, 7, Path::general},               // Kp = 5: past the chunked kernels
+    {1, 1, 1500, 4, 17, Path::chunked_wide},         // Km = 17: 3 zero taps in front, 5 tap blocks
+    {1, 1, 2049, 4, 256, Path::chunked_wide, true},  // widest chunked mixer, 3 tiles, vector rows
+    {2, 1, 200, 3, 130, Path::chunked_wide},         // L < Km
+    {1, 2, 5001, 2, 63, Path::chunked_wide, true},   // 5 tiles over 2 blocks (prefetch), odd Km
 };
 
 TEST(B2BKernelsEmulated, Float32MatchesReference) {
@@ -185,14 +191,16 @@ TEST(B2BKernelsEmulated, Float32MatchesReference) {
 }
 
 TEST(B2BKernelsEmulated, BFloat16MatchesReference) {
-  run_case<__nv_bfloat16>({2, 3, 1500, 3, 7, Path::short_mixer8}, 1e-2, 1e-2);
-  run_case<__nv_bfloat16>({1, 2, 2049, 4, 16, Path::short_mixer16, true}, 1e-2, 1e-2);
-  run_case<__nv_bfloat16>({1, 1, 1030, 2, 40, Path::general}, 1e-2, 1e-2);
+  run_case<__nv_bfloat16>({2, 3, 1500, 3, 7, Path::chunked_mixer8}, 1e-2, 1e-2);
+  run_case<__nv_bfloat16>({1, 2, 2049, 4, 16, Path::chunked_mixer16, true}, 1e-2, 1e-2);
+  run_case<__nv_bfloat16>({1, 1, 1030, 2, 40, Path::chunked_wide}, 1e-2, 1e-2);
+  run_case<__nv_bfloat16>({1, 1, 1030, 6, 40, Path::general}, 1e-2, 1e-2);
 }
 
-TEST(B2BKernelsEmulated, Float16ShortBackwardMatchesReference) {
-  run_case<__half>({1, 2, 1029, 3, 7, Path::short_mixer8, true}, 2e-3, 2e-3);
-  run_case<__half>({2, 1, 700, 2, 12, Path::short_mixer16}, 2e-3, 2e-3);
+TEST(B2BKernelsEmulated, Float16ChunkedBackwardMatchesReference) {
+  run_case<__half>({1, 2, 1029, 3, 7, Path::chunked_mixer8, true}, 2e-3, 2e-3);
+  run_case<__half>({2, 1, 700, 2, 12, Path::chunked_mixer16}, 2e-3, 2e-3);
+  run_case<__half>({1, 1, 1100, 3, 128, Path::chunked_wide}, 2e-3, 2e-3);
 }
 
 }  // namespace
