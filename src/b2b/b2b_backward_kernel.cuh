@@ -381,6 +381,9 @@ __global__ void __launch_bounds__(B2BBackwardChunkTile::kThreads, b2b_chunk_min_
 
     // 1. Chunk q: z at time j0 - Am + 4q + r, dh at time j0 + 4q + r (r < 4). p at time t
     //    reads x at t - Hp + k: x1_s / x0_s index 4q + r + Ap - Hp + k.
+    float wpr[3][kP];  // the projection in registers for the pass (not reloaded per chunk)
+#pragma unroll
+    for (int i = 0; i < 3 * kP; ++i) wpr[i / kP][i % kP] = wp_s[i];
 #pragma unroll 1
     for (int q = threadIdx.x; q < lay.z_len / 4; q += kThreads) {
       float xa[kAp + 4], xb[kAp + 4], xg[kAp + 4], g4[4];
@@ -391,12 +394,11 @@ __global__ void __launch_bounds__(B2BBackwardChunkTile::kThreads, b2b_chunk_min_
       float a[4] = {}, v[4] = {}, gate[4] = {};
 #pragma unroll
       for (int k = 0; k < kP; ++k) {
-        const float w0 = wp_s[k], w1 = wp_s[kP + k], w2 = wp_s[2 * kP + k];
 #pragma unroll
         for (int r = 0; r < 4; ++r) {
-          a[r] = fmaf(w1, xa[r + kAp - kHp + k], a[r]);
-          v[r] = fmaf(w2, xb[r + kAp - kHp + k], v[r]);
-          gate[r] = fmaf(w0, xg[r + kAp - kHp + k], gate[r]);
+          a[r] = fmaf(wpr[1][k], xa[r + kAp - kHp + k], a[r]);
+          v[r] = fmaf(wpr[2][k], xb[r + kAp - kHp + k], v[r]);
+          gate[r] = fmaf(wpr[0][k], xg[r + kAp - kHp + k], gate[r]);
         }
       }
       float z[4], dh[4];
@@ -556,6 +558,8 @@ __global__ void __launch_bounds__(B2BBackwardChunkTile::kThreads, b2b_chunk_min_
     //    then dx over the tile: dx_j[t] = sum_k wp[j][k] dp_j[t + Hp - k] (index 4q + r + Hp - k).
     const int64_t next = tile + gridDim.y;
     if (next < tiling.tiles) load_tile(next * kT);
+#pragma unroll
+    for (int i = 0; i < 3 * kP; ++i) wpr[i / kP][i % kP] = wp_s[i];  // (not live through pass 2)
 #pragma unroll 1
     for (int q = threadIdx.x; q < kT / 4; q += kThreads) {
 #pragma unroll
@@ -563,11 +567,9 @@ __global__ void __launch_bounds__(B2BBackwardChunkTile::kThreads, b2b_chunk_min_
         float dw[kAp + 4], o[4] = {};
         b2b_load_window(dp_s + j * lay.dp_len + 4 * q, dw);
 #pragma unroll
-        for (int k = 0; k < kP; ++k) {
-          const float w = wp_s[j * kP + k];
+        for (int k = 0; k < kP; ++k)
 #pragma unroll
-          for (int r = 0; r < 4; ++r) o[r] = fmaf(w, dw[r + kHp - k], o[r]);
-        }
+          for (int r = 0; r < 4; ++r) o[r] = fmaf(wpr[j][k], dw[r + kHp - k], o[r]);
         b2b_store_group(dx0 + j * p.dx_stride[1], j0 + 4 * q, n, o, vectorised);
       }
     }

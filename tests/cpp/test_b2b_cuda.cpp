@@ -167,12 +167,12 @@ TEST(B2BCuda, BFloat16MatchesReference) {
 const Case kChunkedBackwardCases[] = {
     {2, 3, 2501, 4, 16},  // Km = 16, vector rows
     {1, 2, 9001, 3, 7},   // 9 tiles over 3 blocks, vector rows
-    {8, 1, 5, 2, 9},      // L < Km, batch 8
+    {8, 3, 5, 2, 9},      // L < Km, batch 8
     {1, 3, 4098, 4, 8},   // element-wise rows, a partial last group
-    {2, 1, 1030, 5, 7},   // Kp = 5: the general kernel
-    {1, 1, 1030, 4, 17},  // Km = 17: the wide chunked kernel
+    {2, 2, 1030, 5, 7},   // Kp = 5: the general kernel
+    {1, 3, 1030, 4, 17},  // Km = 17: the wide chunked kernel
     {1, 2, 5001, 3, 128}, // wide, 5 tiles over 2 blocks, vector rows
-    {2, 1, 300, 4, 256},  // widest, L < Km
+    {2, 3, 300, 4, 256},  // widest, L < Km
 };
 
 TEST(B2BCuda, ChunkedBackwardMatchesReference) {

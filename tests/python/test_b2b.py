@@ -359,8 +359,10 @@ def test_chunked_backward_widths(dtype, kp, km, seeded):
 @pytest.mark.parametrize("kp,km", [(3, 7), (4, 16), (2, 2), (3, 128)])
 def test_chunked_backward_lengths(dtype, kp, km, seeded):
     # L = 1, L < Km, around the 4-step groups, the 1024-step tile and the 4-tile block.
+    # Four channels: one dskip summed over a few terms can cancel far below its terms
+    # (and its fp32 relative error with it); four such sums at once practically cannot.
     for length in (1, 2, 3, 4, 5, 6, 7, 15, 16, 17, 1023, 1024, 1025, 1028, 4095, 4096, 4097, 4100, 9001):
-        check(*make_inputs(1, 2, length, kp, km, dtype))
+        check(*make_inputs(1, 4, length, kp, km, dtype))
 
 
 @requires_cuda
