@@ -9,41 +9,76 @@ namespace {
 
 using Tile = B2BBackwardTile;
 
-int64_t parts_per_channel(const B2BBackwardParams& p) {
-  return p.batch * make_b2b_tiling(p.length, Tile::kOutputs, kB2BBackwardTilesPerBlock).tile_blocks;
+// True when every 4-element group starting at a multiple of 4 of every row is aligned
+// to its size (rows at base + i * stride[0] + j * stride[1]).
+bool groups_aligned(const void* base, const int64_t (&strides)[2], size_t elem_bytes) {
+  return reinterpret_cast<uintptr_t>(base) % (4 * elem_bytes) == 0 && strides[0] % 4 == 0 && strides[1] % 4 == 0;
 }
 
+size_t elem_bytes(DType t) { return t == DType::f32 ? 4 : 2; }
+
 template <typename T>
-void launch_typed(const B2BBackwardParams& p, float* partials, cudaStream_t stream) {
-  const B2BTiling tiling = make_b2b_tiling(p.length, Tile::kOutputs, kB2BBackwardTilesPerBlock);
-  if (p.batch > 0 && tiling.tiles > 0) {  // else dx is empty and the weight gradients are zero
-    const size_t smem = sizeof(float) * size_t(b2b_backward_smem_floats(p.proj_width, p.mixer_width));
-    if (smem > 48 * 1024)
-      check_cuda(
-          cudaFuncSetAttribute(b2b_backward_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)),
-          "b2b_causal_conv1d backward (shared-memory opt-in)");
-    const dim3 grid(unsigned(p.batch * p.dim), unsigned(tiling.tile_blocks));
-    b2b_backward_kernel<T><<<grid, Tile::kThreads, smem, stream>>>(p, tiling, partials);
+void launch_typed(const B2BBackwardParams& p, const B2BBackwardPlan& plan, float* partials, cudaStream_t stream) {
+  if (p.batch > 0 && plan.tiling.tiles > 0) {  // else dx is empty and the weight gradients are zero
+    const dim3 grid(unsigned(p.batch * p.dim), unsigned(plan.tiling.tile_blocks));
+    auto launch = [&](auto kernel, auto... extra) {
+      if (plan.smem_bytes > 48 * 1024)
+        check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(plan.smem_bytes)),
+                   "b2b_causal_conv1d backward (shared-memory opt-in)");
+      kernel<<<grid, Tile::kThreads, plan.smem_bytes, stream>>>(p, plan.tiling, extra..., partials);
+    };
+    switch (plan.path) {
+      case B2BBackwardPath::chunked_mixer8: launch(b2b_backward_chunked_kernel<T, 8>, plan.vectorised); break;
+      case B2BBackwardPath::chunked_mixer16: launch(b2b_backward_chunked_kernel<T, 16>, plan.vectorised); break;
+      case B2BBackwardPath::chunked_wide: launch(b2b_backward_chunked_kernel<T, 0>, plan.vectorised); break;
+      case B2BBackwardPath::general: launch(b2b_backward_kernel<T>); break;
+    }
     check_launch("b2b_causal_conv1d backward");
   }
-  b2b_weight_grad_reduce<T><<<unsigned(p.dim), Tile::kThreads, 0, stream>>>(p, parts_per_channel(p), partials);
+  b2b_weight_grad_reduce<T><<<unsigned(p.dim), Tile::kThreads, 0, stream>>>(p, p.batch * plan.tiling.tile_blocks,
+                                                                               partials);
   check_launch("b2b_causal_conv1d backward (weight-gradient reduction)");
 }
 
 }  // namespace
 
+B2BBackwardPlan plan_b2b_backward(const B2BBackwardParams& p) {
+  static_assert(B2BBackwardChunkTile::kThreads == Tile::kThreads, "one block size for every path");
+  B2BBackwardPlan plan{};
+  if (p.proj_width > kB2BChunkProjTaps || p.mixer_width > kB2BChunkMaxMixerWidth) {
+    plan.path = B2BBackwardPath::general;
+    plan.tiling = make_b2b_tiling(p.length, Tile::kOutputs, kB2BBackwardTilesPerBlock);
+    plan.smem_bytes = sizeof(float) * size_t(b2b_backward_smem_floats(p.proj_width, p.mixer_width));
+    return plan;
+  }
+  const int km = int(p.mixer_width);
+  plan.path = km <= 8 ? B2BBackwardPath::chunked_mixer8
+                      : (km <= 16 ? B2BBackwardPath::chunked_mixer16 : B2BBackwardPath::chunked_wide);
+  const B2BChunkLayout layout = plan.path == B2BBackwardPath::chunked_mixer8    ? B2BChunkLayout(8, false)
+                                : plan.path == B2BBackwardPath::chunked_mixer16 ? B2BChunkLayout(16, false)
+                                                                                : B2BChunkLayout((km + 3) / 4 * 4, true);
+  plan.tiling = make_b2b_tiling(p.length, B2BBackwardChunkTile::kOutputs, kB2BBackwardChunkTilesPerBlock);
+  plan.smem_bytes = sizeof(float) * size_t(layout.floats);
+  const size_t e = elem_bytes(p.dtype);
+  plan.vectorised = groups_aligned(p.x, p.x_stride, e) && groups_aligned(p.dout, p.dout_stride, e) &&
+                    groups_aligned(p.dx, p.dx_stride, e);
+  return plan;
+}
+
 size_t b2b_backward_workspace_bytes(const B2BBackwardParams& p) {
+  const B2BBackwardPlan plan = plan_b2b_backward(p);
   return sizeof(float) *
-         size_t(p.dim * parts_per_channel(p) * b2b_backward_slots(p.proj_width, p.mixer_width));
+         size_t(p.dim * p.batch * plan.tiling.tile_blocks * b2b_backward_slots(p.proj_width, p.mixer_width));
 }
 
 void launch_b2b_backward(const B2BBackwardParams& p, void* workspace, Stream stream) {
   auto s = static_cast<cudaStream_t>(stream.handle);
   float* partials = static_cast<float*>(workspace);
+  const B2BBackwardPlan plan = plan_b2b_backward(p);
   switch (p.dtype) {
-    case DType::f32: launch_typed<float>(p, partials, s); break;
-    case DType::f16: launch_typed<__half>(p, partials, s); break;
-    case DType::bf16: launch_typed<__nv_bfloat16>(p, partials, s); break;
+    case DType::f32: launch_typed<float>(p, plan, partials, s); break;
+    case DType::f16: launch_typed<__half>(p, plan, partials, s); break;
+    case DType::bf16: launch_typed<__nv_bfloat16>(p, plan, partials, s); break;
     case DType::f64: break;  // rejected by validation
   }
 }

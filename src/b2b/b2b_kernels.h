@@ -8,6 +8,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "b2b/b2b_tiling.cuh"
 #include "causalconv/ops.h"
 
 namespace causalconv::detail {
@@ -43,6 +44,19 @@ struct B2BBackwardParams {
   int64_t wp_stride[2], wm_stride[2], dwp_stride[2], dwm_stride[2];
   int64_t skip_stride, dskip_stride;
 };
+
+// Which backward kernel serves a call, with its grid along time and shared memory.
+// chunked_*: Kp <= 4, the register-blocked b2b_backward_chunked_kernel, for Km <= 8,
+// Km <= 16 (unrolled taps) or any Km (taps in blocks of 4); general: Kp > 4
+// (b2b_backward_kernel).
+enum class B2BBackwardPath { general, chunked_mixer8, chunked_mixer16, chunked_wide };
+struct B2BBackwardPlan {
+  B2BBackwardPath path;
+  B2BTiling tiling;
+  size_t smem_bytes;
+  bool vectorised;  // chunked paths: x, dout and dx rows take 4-element vector accesses
+};
+B2BBackwardPlan plan_b2b_backward(const B2BBackwardParams& p);
 
 // Scratch for the per-block fp32 partials of the weight gradients (reduced in a
 // fixed order by a second kernel, so the weight gradients are deterministic).

@@ -25,6 +25,15 @@ using B2BForwardTile = B2BTileShape<128, 16>;
 constexpr int64_t kB2BForwardTilesPerBlock = 4;
 using B2BBackwardTile = B2BTileShape<128, 8>;
 constexpr int64_t kB2BBackwardTilesPerBlock = 2;
+// The chunked backward (Kp <= 4, any Km) also takes 1024-step tiles, but as chunks
+// of 4 consecutive steps (2 per thread), and walks up to 4 tiles per block: its
+// weight-gradient sums stay in registers (or, for wide mixers, in per-thread shared
+// slots) until the block ends. Mixers up to 16 taps get unrolled tap loops.
+using B2BBackwardChunkTile = B2BTileShape<128, 8>;
+constexpr int64_t kB2BBackwardChunkTilesPerBlock = 4;
+constexpr int kB2BChunkProjTaps = 4;         // Kp <= 4, zero-padded to 4 taps
+constexpr int kB2BChunkMaxMixerWidth = 256;  // Km <= 256 (the envelope)
+constexpr int kB2BChunkDwmSegments = 8;      // wide mixers: the tile's steps in 8 runs for dwm
 constexpr int64_t kB2BMaxGridX = 2147483647;
 constexpr int64_t kB2BMaxGridY = 65535;
 
@@ -60,6 +69,34 @@ inline int64_t b2b_backward_smem_floats(int64_t kp, int64_t km) {
          + (B2BBackwardTile::kThreads / 32) * slots   // per-warp partials
          + slots;                                     // the block's running sums
 }
+
+// Shared-memory rows of the chunked backward for a mixer zero-padded in front to
+// `mixer_taps` (a multiple of 4; the projection to 4 taps): every halo is a whole
+// number of 4-step chunks, so each row starts at a 16-byte boundary with time j0 at an
+// index that is a multiple of 4 (chunks read as float4, conflict-free). Hp = 3 and
+// Hm = mixer_taps - 1 are the padded filters' halos; Ap = 4 and Am = mixer_taps round
+// them up to chunks. `wide`: dwm sums live in shared memory ([segments][mixer_taps]).
+struct B2BChunkLayout {
+  int am;  // Am: the mixer halo in whole chunks
+  int x0_len, x12_len, g_len, z_len, dp_len;
+  int x0, x1, x2, g, staged_floats, dh, z, dp, red, dwm, w, floats;
+  static constexpr int kAp = 4, kHp = 3, kT = B2BBackwardChunkTile::kOutputs;
+  static constexpr int kRegSlots = 3 * 4 + 1 + 16;  // per-warp sums: dwp, dskip (+ dwm when not wide)
+
+  constexpr B2BChunkLayout(int mixer_taps, bool wide)
+      : am(mixer_taps),
+        x0_len(kAp + kT + kAp + mixer_taps),     // x[3c] over [j0 - Ap, j0 + T + Ap + Am)
+        x12_len(mixer_taps + kAp + kT + kAp),    // x[3c+1], x[3c+2] over [j0 - Am - Ap, j0 + T + Ap)
+        g_len(kT + kAp + mixer_taps),            // dout and dh over [j0, j0 + T + Ap + Am)
+        z_len(mixer_taps + kT + kAp),            // z over [j0 - Am, j0 + T + Ap)
+        dp_len(kT + kAp),                        // dp0, dp1, dp2 over [j0, j0 + T + Ap)
+        x0(0), x1(x0_len), x2(x1 + x12_len), g(x2 + x12_len),  // staged back to back
+        staged_floats(g + g_len), dh(staged_floats), z(dh + g_len), dp(z + z_len), red(dp + 3 * dp_len),
+        dwm(red + (B2BBackwardChunkTile::kThreads / 32) * kRegSlots),
+        w(dwm + (wide ? kB2BChunkDwmSegments * mixer_taps : 0)),  // [3][4] then [mixer_taps]
+        floats(w + 3 * 4 + mixer_taps) {}
+};
+static_assert(B2BChunkLayout(8, false).z_len == B2BChunkLayout(8, false).g_len, "pass 1 walks z and dh together");
 
 }  // namespace causalconv::detail
 

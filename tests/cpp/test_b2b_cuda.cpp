@@ -161,6 +161,29 @@ TEST(B2BCuda, BFloat16MatchesReference) {
   for (const Case& c : kCases) check_against_reference<__nv_bfloat16>(c, 1e-2, 1e-2);
 }
 
+// The chunked backward (Kp <= 4: Km <= 8, <= 16, wide) on both sides of its limits,
+// with rows that take vector accesses (the padded row stride L + 3 is a multiple of 4)
+// and rows that do not, several tiles walked per block (the next tile's loads in flight).
+const Case kChunkedBackwardCases[] = {
+    {2, 3, 2501, 4, 16},  // Km = 16, vector rows
+    {1, 2, 9001, 3, 7},   // 9 tiles over 3 blocks, vector rows
+    {8, 3, 5, 2, 9},      // L < Km, batch 8
+    {1, 3, 4098, 4, 8},   // element-wise rows, a partial last group
+    {2, 2, 1030, 5, 7},   // Kp = 5: the general kernel
+    {1, 3, 1030, 4, 17},  // Km = 17: the wide chunked kernel
+    {1, 2, 5001, 3, 128}, // wide, 5 tiles over 2 blocks, vector rows
+    {2, 3, 300, 4, 256},  // widest, L < Km
+};
+
+TEST(B2BCuda, ChunkedBackwardMatchesReference) {
+  REQUIRE_GPU();
+  for (const Case& c : kChunkedBackwardCases) {
+    check_against_reference<float>(c, 1e-6, 1e-5);
+    check_against_reference<__half>(c, 2e-3, 2e-3);
+    check_against_reference<__nv_bfloat16>(c, 1e-2, 1e-2);
+  }
+}
+
 // ---- argument checks that need no GPU: nothing is launched when they fail ----
 
 alignas(64) unsigned char dummy_storage[64];  // never dereferenced
@@ -187,8 +210,9 @@ B2BCausalConv1dBackwardArgs backward_args() {
 }
 
 TEST(B2BCudaArguments, BackwardWorkspaceIsSizedForThePartials) {
-  // 3 tiles of 1024 steps, 2 per block: 2 blocks per row; slots 3*Kp + Km + 1 = 14.
-  EXPECT_EQ(b2b_causal_conv1d_backward_workspace_bytes(backward_args()), size_t(4 * 2 * 2 * 2 * 14));
+  // The chunked kernel: 3 tiles of 1024 steps, up to 4 per block: 1 block per row
+  // (D 2 x B 2 rows); slots 3*Kp + Km + 1 = 14.
+  EXPECT_EQ(b2b_causal_conv1d_backward_workspace_bytes(backward_args()), size_t(4 * 2 * 2 * 1 * 14));
 }
 
 TEST(B2BCudaArguments, BackwardRejectsAShortWorkspace) {

@@ -7,11 +7,13 @@
 // The emulated kernels get their own names so they never meet the nvcc-built host stubs.
 #define b2b_forward_kernel b2b_forward_kernel_emulated
 #define b2b_backward_kernel b2b_backward_kernel_emulated
+#define b2b_backward_chunked_kernel b2b_backward_chunked_kernel_emulated
 #define b2b_weight_grad_reduce b2b_weight_grad_reduce_emulated
 #include "b2b/b2b_backward_kernel.cuh"
 #include "b2b/b2b_forward_kernel.cuh"
 #undef b2b_forward_kernel
 #undef b2b_backward_kernel
+#undef b2b_backward_chunked_kernel
 #undef b2b_weight_grad_reduce
 
 #include <gtest/gtest.h>
@@ -20,6 +22,7 @@
 #include <cstdint>
 #include <limits>
 #include <random>
+#include <type_traits>
 #include <vector>
 
 #include "causalconv/reference.h"
@@ -35,8 +38,12 @@ using test::Weight;
 using test::widen;
 namespace emu = causalconv::emulation;
 
+using Path = detail::B2BBackwardPath;
+
 struct Case {
   int64_t batch, dim, length, kp, km;
+  Path path;               // the backward kernel the plan must pick
+  bool vectorised = false; // chunked paths: rows padded to L + 3 take vector accesses when 4 | L + 3
 };
 
 template <typename T>
@@ -116,14 +123,29 @@ void run_case(const Case& cs, double bound, double reduction_bound) {
   g.dwm_stride[1] = D;
   g.skip_stride = 1;
   g.dskip_stride = 1;
-  const detail::B2BTiling bt = detail::make_b2b_tiling(L, detail::B2BBackwardTile::kOutputs,
-                                                       detail::kB2BBackwardTilesPerBlock);
+  g.dtype = std::is_same_v<T, float> ? DType::f32 : (std::is_same_v<T, __half> ? DType::f16 : DType::bf16);
+  const detail::B2BBackwardPlan plan = detail::plan_b2b_backward(g);
+  EXPECT_EQ(plan.path, cs.path);
+  if (plan.path != detail::B2BBackwardPath::general) EXPECT_EQ(plan.vectorised, cs.vectorised);
+  const detail::B2BTiling bt = plan.tiling;
   std::vector<float> partials(detail::b2b_backward_workspace_bytes(g) / sizeof(float),
                               std::numeric_limits<float>::quiet_NaN());
   ASSERT_EQ(partials.size(), size_t(D * B * bt.tile_blocks * (3 * cs.kp + cs.km + 1)));
-  emu::launch({unsigned(B * D), unsigned(bt.tile_blocks), 1}, detail::B2BBackwardTile::kThreads,
-              sizeof(float) * size_t(detail::b2b_backward_smem_floats(cs.kp, cs.km)),
-              [&] { detail::b2b_backward_kernel_emulated<T>(g, bt, partials.data()); });
+  emu::launch({unsigned(B * D), unsigned(bt.tile_blocks), 1}, detail::B2BBackwardTile::kThreads, plan.smem_bytes, [&] {
+    switch (plan.path) {
+      case detail::B2BBackwardPath::general: detail::b2b_backward_kernel_emulated<T>(g, bt, partials.data()); break;
+      case detail::B2BBackwardPath::chunked_mixer8:
+        detail::b2b_backward_chunked_kernel_emulated<T, 8>(g, bt, plan.vectorised, partials.data());
+        break;
+      case detail::B2BBackwardPath::chunked_mixer16:
+        detail::b2b_backward_chunked_kernel_emulated<T, 16>(g, bt, plan.vectorised, partials.data());
+        break;
+      case detail::B2BBackwardPath::chunked_wide:
+        detail::b2b_backward_chunked_kernel_emulated<T, 0>(g, bt, plan.vectorised, partials.data());
+        break;
+    }
+  });
+  for (float v : partials) ASSERT_FALSE(std::isnan(v)) << "a weight-gradient partial was not written";
   const int64_t parts = B * bt.tile_blocks;
   emu::launch({unsigned(D), 1, 1}, detail::B2BBackwardTile::kThreads, 0,
               [&] { detail::b2b_weight_grad_reduce_emulated<T>(g, parts, partials.data()); });
@@ -144,13 +166,25 @@ void run_case(const Case& cs, double bound, double reduction_bound) {
 }
 
 // Tile walks (several tiles per block, a partial last tile), L < Km, L = 1, widths
-// at both envelope edges, batch > 1; each case small enough for the emulator.
+// at both envelope edges and on both sides of the chunked backward's limits (Kp <= 4;
+// Km <= 8 / 16 / any), rows with and without vector access, batch > 1; each case small
+// enough for the emulator. Short rows take several channels: a single dskip summed over
+// a few terms can cancel to far below its terms, and its fp32 relative error with it.
 const Case kCases[] = {
-    {1, 2, 3000, 3, 7},   // forward: 2 tiles in one block; backward: 3 tiles over 2 blocks
-    {2, 1, 5, 4, 9},      // L < Km
-    {1, 1, 1, 2, 2},      // L = 1, narrowest widths
-    {1, 1, 1100, 32, 256}, // widest: halos larger than the tail tile
-    {3, 1, 4100, 2, 128}, // fwd: 3 tiles (1 block walks them); bwd: 5 tiles over 3 blocks
+    {1, 2, 3000, 3, 7, Path::chunked_mixer8},        // fwd: 2 tiles in one block; bwd: 3 tiles in one block
+    {2, 3, 5, 4, 9, Path::chunked_mixer16, true},    // L < Km, one partial vector group
+    {1, 1, 1, 2, 2, Path::chunked_mixer8, true},     // L = 1, narrowest widths
+    {1, 1, 1100, 32, 256, Path::general},            // widest: halos larger than the tail tile
+    {3, 1, 4100, 2, 128, Path::chunked_wide},        // fwd: 3 tiles (1 block walks them); bwd: 2 blocks
+    {1, 1, 9001, 3, 7, Path::chunked_mixer8, true},  // bwd: 9 tiles over 3 blocks, each walking 3 (prefetch)
+    {2, 3, 2051, 4, 16, Path::chunked_mixer16},      // Km = 16, L % 4 = 3
+    {1, 2, 1029, 4, 8, Path::chunked_mixer8, true},  // Km = 8 (no zero taps), one chunk past the tile
+    {1, 3, 6, 2, 3, Path::chunked_mixer8},           // L < 2 chunks
+    {1, 2, 1030, 5, 7, Path::general},               // Kp = 5: past the chunked kernels
+    {1, 1, 1500, 4, 17, Path::chunked_wide},         // Km = 17: 3 zero taps in front, 5 tap blocks
+    {1, 1, 2049, 4, 256, Path::chunked_wide, true},  // widest chunked mixer, 3 tiles, vector rows
+    {2, 2, 200, 3, 130, Path::chunked_wide},         // L < Km
+    {1, 2, 5001, 2, 63, Path::chunked_wide, true},   // 5 tiles over 2 blocks (prefetch), odd Km
 };
 
 TEST(B2BKernelsEmulated, Float32MatchesReference) {
@@ -158,7 +192,16 @@ TEST(B2BKernelsEmulated, Float32MatchesReference) {
 }
 
 TEST(B2BKernelsEmulated, BFloat16MatchesReference) {
-  run_case<__nv_bfloat16>({2, 3, 1500, 3, 7}, 1e-2, 1e-2);
+  run_case<__nv_bfloat16>({2, 3, 1500, 3, 7, Path::chunked_mixer8}, 1e-2, 1e-2);
+  run_case<__nv_bfloat16>({1, 2, 2049, 4, 16, Path::chunked_mixer16, true}, 1e-2, 1e-2);
+  run_case<__nv_bfloat16>({1, 1, 1030, 2, 40, Path::chunked_wide}, 1e-2, 1e-2);
+  run_case<__nv_bfloat16>({1, 1, 1030, 6, 40, Path::general}, 1e-2, 1e-2);
+}
+
+TEST(B2BKernelsEmulated, Float16ChunkedBackwardMatchesReference) {
+  run_case<__half>({1, 2, 1029, 3, 7, Path::chunked_mixer8, true}, 2e-3, 2e-3);
+  run_case<__half>({2, 1, 700, 2, 12, Path::chunked_mixer16}, 2e-3, 2e-3);
+  run_case<__half>({1, 1, 1100, 3, 128, Path::chunked_wide}, 2e-3, 2e-3);
 }
 
 }  // namespace

@@ -364,3 +364,101 @@ def test_tensor_core_mixer_long_rows_and_strided_weights(dtype, seeded):
     # gradients of the whole op (its backward is unchanged) through the front end.
     check(*make_inputs(2, 5, 2048 * 4 + 300, 4, 128, dtype))
     check(*make_inputs(1, 3, 3000, 3, 200, dtype, layout="strided"))
+
+
+# ---- the chunked backward (Kp <= 4; Km <= 8, <= 16 or wide): register-blocked, with
+# 4-element vector accesses when rows allow them; the general kernel for Kp > 4 ----
+
+def _backward_into_poisoned(x, wp, wm, skip, dout, dx):
+    """The core's backward into NaN-poisoned outputs (dx may be a view into a larger
+    buffer); returns the four gradients after checking them against the fp64 reference."""
+    from causalconv._views import stream_of
+    dx.fill_(float("nan"))
+    grads = (dx, torch.full_like(wp, float("nan")), torch.full_like(wm, float("nan")),
+             torch.full_like(skip, float("nan")))
+    args = (view(x), view(wp), view(wm), view(skip), view(dout), *map(view, grads))
+    ws_bytes = _C.b2b_causal_conv1d_backward_workspace_bytes(*args)
+    ws = torch.full((ws_bytes // 4 + 1,), float("nan"), device=x.device)  # partials not written stay NaN
+    _C.b2b_causal_conv1d_backward(*args, view(ws), stream_of(x))
+    ref = causalconv.reference.b2b_causal_conv1d_backward(x, wp, wm, skip, dout)
+    for got, want, name in zip(grads, ref, ("dx", "dweight_proj", "dweight_mixer", "dskip_bias")):
+        assert_close_to_reference(got, want, x.dtype, name, reduction=name != "dx")
+    return grads
+
+
+@requires_cuda
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("kp,km", [(2, 2), (3, 3), (3, 7), (4, 8), (2, 9), (4, 15), (4, 16), (3, 17), (5, 7),
+                                   (32, 16), (4, 128), (2, 256)])
+def test_chunked_backward_widths(dtype, kp, km, seeded):
+    # Both sides of Kp <= 4 and Km <= 8 / 16; L = 4101: 5 tiles (one block walks 4), L % 4 = 1.
+    check(*make_inputs(2, 3, 4101, kp, km, dtype))
+
+
+@requires_cuda
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("kp,km", [(3, 7), (4, 16), (2, 2), (3, 128)])
+def test_chunked_backward_lengths(dtype, kp, km, seeded):
+    # L = 1, L < Km, around the 4-step groups, the 1024-step tile and the 4-tile block.
+    # Four channels: one dskip summed over a few terms can cancel far below its terms
+    # (and its fp32 relative error with it); four such sums at once practically cannot.
+    for length in (1, 2, 3, 4, 5, 6, 7, 15, 16, 17, 1023, 1024, 1025, 1028, 4095, 4096, 4097, 4100, 9001):
+        check(*make_inputs(1, 4, length, kp, km, dtype))
+
+
+@requires_cuda
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("b,d", [(1, 1), (8, 1), (1, 5), (8, 5)])
+def test_chunked_backward_batches_and_channels(dtype, b, d, seeded):
+    check(*make_inputs(b, d, 2051, 3, 7, dtype))
+
+
+@requires_cuda
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("kp,km", [(3, 7), (4, 16), (4, 128)])
+@pytest.mark.parametrize("offset", [0, 1, 2, 4])
+def test_chunked_backward_row_alignment(dtype, kp, km, offset, seeded):
+    # Rows that start 0, 1, 2 or 4 elements into a buffer, with a row stride of
+    # L + offset: only some of them allow the 4-element vector accesses. dx is a view
+    # too, and what lies around its rows stays untouched.
+    b, d, length = 2, 3, 2052
+    x = torch.randn(b, 3 * d, length + offset, device="cuda", dtype=dtype)[..., offset:]
+    dout = torch.randn(b, d, length + offset, device="cuda", dtype=dtype)[..., offset:]
+    _, wp, wm, skip = make_inputs(b, d, 1, kp, km, dtype)
+    dx_buffer = torch.zeros(b, 3 * d, length + offset, device="cuda", dtype=dtype)
+    _backward_into_poisoned(x, wp, wm, skip, dout, dx_buffer[..., offset:])
+    assert torch.equal(dx_buffer[..., :offset], torch.zeros_like(dx_buffer[..., :offset]))
+
+
+@requires_cuda
+def test_chunked_backward_non_contiguous_inputs(seeded):
+    for dtype in DTYPES:
+        for layout in ("strided", "channel_last"):
+            x, wp, wm, skip = make_inputs(2, 3, 1100, 3, 7, dtype, layout)
+            check(x, wp, wm, skip, dout_layout="strided")
+
+
+@requires_cuda
+@pytest.mark.parametrize("kp,km", [(3, 7), (4, 16), (3, 128)])
+def test_chunked_backward_is_deterministic(kp, km, seeded):
+    # Many blocks, each walking 4 tiles: every gradient bitwise equal across runs.
+    x, wp, wm, skip = make_inputs(4, 32, 20000, kp, km, torch.bfloat16)
+    dout = torch.randn(4, 32, 20000, device="cuda", dtype=torch.bfloat16)
+    runs = []
+    for _ in range(3):
+        inputs = [t.detach().requires_grad_(True) for t in (x, wp, wm, skip)]
+        causalconv.b2b_causal_conv1d(*inputs).backward(dout)
+        runs.append([t.grad for t in inputs])
+    for later in runs[1:]:
+        for a, b, name in zip(runs[0], later, ("dx", "dweight_proj", "dweight_mixer", "dskip_bias")):
+            assert torch.equal(a, b), f"{name} differs bitwise between identical runs"
+
+
+@requires_cuda
+def test_b2b_racecheck_chunked_backward_shapes(seeded):
+    # Small shapes of each chunked kernel (vector and element-wise rows, a block walking
+    # several tiles) for compute-sanitizer racecheck / memcheck.
+    for dtype in DTYPES:
+        check(*make_inputs(1, 2, 4097, 3, 7, dtype))
+        check(*make_inputs(2, 2, 3001, 4, 16, dtype))
+        check(*make_inputs(1, 2, 3000, 3, 128, dtype))
