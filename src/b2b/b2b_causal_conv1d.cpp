@@ -102,9 +102,7 @@ void b2b_causal_conv1d_backward(const B2BCausalConv1dBackwardArgs& args, Workspa
   const detail::B2BGeometry g = detail::validate(args, detail::Target::cuda);
   const detail::B2BBackwardParams p = backward_params(args, g);
   const size_t needed = detail::b2b_backward_workspace_bytes(p);
-  if (workspace.bytes < needed || (needed > 0 && workspace.data == nullptr))
-    detail::fail_argument(kOp, "workspace", "at least " + std::to_string(needed) + " bytes",
-                          std::to_string(workspace.bytes) + " bytes");
+  detail::check_workspace(kOp, needed, workspace.data, workspace.bytes);
   if (g.dim == 0) return;  // every output is empty
   detail::DeviceGuard guard(args.x.device.index);
   detail::launch_b2b_backward(p, workspace.data, stream);

@@ -139,9 +139,7 @@ size_t causal_conv1d_forward_workspace_bytes(const CausalConv1dForwardArgs& args
 void causal_conv1d_forward(const CausalConv1dForwardArgs& args, Workspace workspace, Stream stream) {
   const detail::ConvGeometry g = detail::validate(args, detail::Target::cuda);
   const size_t needed = forward_workspace_bytes(args, g);
-  if (workspace.bytes < needed || (needed > 0 && workspace.data == nullptr))
-    detail::fail_argument(kOp, "workspace", "at least " + std::to_string(needed) + " bytes",
-                          std::to_string(workspace.bytes) + " bytes");
+  detail::check_workspace(kOp, needed, workspace.data, workspace.bytes);
   if (g.batch * g.c_out * g.length == 0) return;
   detail::DeviceGuard guard(args.x.device.index);
   if (g.depthwise) {
@@ -165,9 +163,7 @@ size_t causal_conv1d_backward_workspace_bytes(const CausalConv1dBackwardArgs& ar
 void causal_conv1d_backward(const CausalConv1dBackwardArgs& args, Workspace workspace, Stream stream) {
   const detail::ConvGeometry g = detail::validate(args, detail::Target::cuda);
   const size_t needed = backward_workspace_bytes(args, g);
-  if (workspace.bytes < needed || (needed > 0 && workspace.data == nullptr))
-    detail::fail_argument(kOp, "workspace", "at least " + std::to_string(needed) + " bytes",
-                          std::to_string(workspace.bytes) + " bytes");
+  detail::check_workspace(kOp, needed, workspace.data, workspace.bytes);
   if (g.depthwise && g.c_out == 0) return;
   detail::DeviceGuard guard(args.x.device.index);
   if (g.depthwise)

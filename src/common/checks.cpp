@@ -65,4 +65,9 @@ void check_unit_time_stride(const char* op, const char* arg, const TensorView& t
     fail_argument(op, arg, "unit stride along L (make it contiguous)", "stride " + std::to_string(t.stride(2)));
 }
 
+void check_workspace(const char* op, size_t needed, const void* data, size_t bytes) {
+  if (bytes < needed || (needed > 0 && data == nullptr))
+    fail_argument(op, "workspace", "at least " + std::to_string(needed) + " bytes", std::to_string(bytes) + " bytes");
+}
+
 }  // namespace causalconv::detail

@@ -2,6 +2,7 @@
 // ValueError-kind Error of the form "<op>: <arg>: expected <what>, got <what>".
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <initializer_list>
 #include <string>
@@ -33,5 +34,8 @@ void check_range(const char* op, const char* arg, int64_t value, int64_t lo, int
 // Unit stride along the last dim of a rank-3 (B, C, L) view, for kernels that read
 // rows; an empty view or one with L <= 1 has no stride to speak of and passes.
 void check_unit_time_stride(const char* op, const char* arg, const TensorView& t);
+
+// The caller's workspace holds at least `needed` bytes (and has a pointer when it must).
+void check_workspace(const char* op, size_t needed, const void* data, size_t bytes);
 
 }  // namespace causalconv::detail

@@ -1,5 +1,5 @@
 // Test utility for CUDA tests: a device copy of a HostTensor in a storage type, and
-// the GPU skip. (The same helpers as test_depthwise_cuda.cpp, shared from here.)
+// the GPU skip, shared by the CUDA tests.
 //
 //   HostTensor x({2, 3, 5});  x.fill_uniform(1);
 //   DeviceTensor<__half> dx(x);          // rounds x's values to fp16 in place, copies them up

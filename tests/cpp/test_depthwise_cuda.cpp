@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "causalconv/causalconv.h"
+#include "device_tensor.h"
 #include "host_tensor.h"
 
 namespace causalconv {
@@ -17,74 +18,9 @@ namespace {
 
 using test::HostTensor;
 
-bool have_gpu() {
-  int n = 0;
-  return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
-}
-
-#define REQUIRE_GPU()                                                          \
-  if (!have_gpu()) GTEST_SKIP() << "no CUDA GPU visible (cudaGetDeviceCount)"; \
-  static_assert(true)
-
 #define CUDA_OK(expr) ASSERT_EQ((expr), cudaSuccess) << #expr
 
-template <typename T>
-T to_storage(double v);
-template <>
-float to_storage<float>(double v) { return static_cast<float>(v); }
-template <>
-__half to_storage<__half>(double v) { return __float2half_rn(static_cast<float>(v)); }
-template <>
-__nv_bfloat16 to_storage<__nv_bfloat16>(double v) { return __float2bfloat16_rn(static_cast<float>(v)); }
-
-double to_double(float v) { return v; }
-double to_double(__half v) { return __half2float(v); }
-double to_double(__nv_bfloat16 v) { return __bfloat162float(v); }
-
-template <typename T>
-constexpr DType dtype_of();
-template <>
-constexpr DType dtype_of<float>() { return DType::f32; }
-template <>
-constexpr DType dtype_of<__half>() { return DType::f16; }
-template <>
-constexpr DType dtype_of<__nv_bfloat16>() { return DType::bf16; }
-
-// A device copy of a host tensor in storage type T, with the host tensor's strides
-// (padding slots included). The host values are rounded to T in place, so the
-// fp64 reference sees exactly what the kernel sees.
-template <typename T>
-class DeviceTensor {
- public:
-  explicit DeviceTensor(HostTensor& host) : host_(host) {
-    std::vector<T> staged(host.storage().size());
-    for (size_t i = 0; i < staged.size(); ++i) {
-      staged[i] = to_storage<T>(host.storage()[i]);
-      host.storage()[i] = to_double(staged[i]);
-    }
-    EXPECT_EQ(cudaMalloc(&data_, staged.size() * sizeof(T)), cudaSuccess);
-    EXPECT_EQ(cudaMemcpy(data_, staged.data(), staged.size() * sizeof(T), cudaMemcpyHostToDevice), cudaSuccess);
-  }
-  ~DeviceTensor() { cudaFree(data_); }
-
-  TensorView view() const {
-    TensorView v = host_.view();
-    v.data = data_;
-    v.dtype = dtype_of<T>();
-    v.device = Device{DeviceKind::cuda, 0};
-    return v;
-  }
-
-  void copy_to_host() {
-    std::vector<T> staged(host_.storage().size());
-    EXPECT_EQ(cudaMemcpy(staged.data(), data_, staged.size() * sizeof(T), cudaMemcpyDeviceToHost), cudaSuccess);
-    for (size_t i = 0; i < staged.size(); ++i) host_.storage()[i] = to_double(staged[i]);
-  }
-
- private:
-  HostTensor& host_;
-  void* data_ = nullptr;
-};
+using test::DeviceTensor;
 
 struct Case {
   int64_t batch, channels, length, width, dilation;
