@@ -1,8 +1,10 @@
-// Launcher of the fused b2b_causal_conv1d forward (the kernels: b2b_forward_kernel.cuh on
-// the CUDA cores, b2b_forward_tc_kernel.cuh on the tensor cores).
+// Launcher of the fused b2b_causal_conv1d forward (the kernels: b2b_forward_short_kernel.cuh
+// for short filters on 16-byte rows, b2b_forward_tc_kernel.cuh on the tensor cores,
+// b2b_forward_kernel.cuh on the CUDA cores for everything else).
 #include <type_traits>
 
 #include "b2b/b2b_forward_kernel.cuh"
+#include "b2b/b2b_forward_short_kernel.cuh"
 #include "b2b/b2b_forward_tc_kernel.cuh"
 #include "b2b/b2b_kernels.h"
 #include "b2b/b2b_tiling.cuh"
@@ -46,11 +48,26 @@ bool try_launch_tc(const B2BForwardParams& p, const B2BTiling& tiling, cudaStrea
   }
 }
 
+// Kp <= 4 and Km <= 8 with every x and out row made of whole 16-byte vectors
+// (aligned bases, batch and channel strides multiples of the vector width).
+template <typename T>
+bool try_launch_short(const B2BForwardParams& p, cudaStream_t stream) {
+  if (p.proj_width > kB2BShortMaxProj || p.mixer_width > kB2BShortMaxMixer) return false;
+  if (!vector_aligned<T>(p.x, p.x_stride, 2) || !vector_aligned<T>(p.out, p.out_stride, 2)) return false;
+  const int64_t spans_per_row = (p.length + b2b_short_span<T>() - 1) / b2b_short_span<T>();
+  const int64_t spans = p.batch * p.dim * spans_per_row;
+  constexpr int kWarps = kB2BShortThreads / 32;
+  const int64_t blocks = (spans + kWarps - 1) / kWarps;
+  if (blocks > int64_t(0x7fffffff)) return false;
+  b2b_forward_short_kernel<T><<<unsigned(blocks), kB2BShortThreads, 0, stream>>>(p, spans_per_row, spans);
+  return true;
+}
+
 template <typename T>
 void launch_typed(const B2BForwardParams& p, cudaStream_t stream) {
   const B2BTiling tiling = make_b2b_tiling(p.length, Tile::kOutputs, kB2BForwardTilesPerBlock);
   const size_t smem = sizeof(float) * size_t(b2b_forward_smem_floats(p.proj_width, p.mixer_width));
-  if (try_launch_tc<T>(p, tiling, stream)) return;
+  if (try_launch_short<T>(p, stream) || try_launch_tc<T>(p, tiling, stream)) return;
   if (smem > 48 * 1024)
     check_cuda(cudaFuncSetAttribute(b2b_forward_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)),
                "b2b_causal_conv1d forward (shared-memory opt-in)");

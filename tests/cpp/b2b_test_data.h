@@ -28,8 +28,9 @@ struct Activation {
   int64_t stride_c, stride_b;
   std::vector<T> data;
 
-  Activation(int64_t b, int64_t c, int64_t l)
-      : batch(b), channels(c), length(l), stride_c(l + 3), stride_b((c + 1) * (l + 3)),
+  // pad: NaN slots after each row (3 by default: rows not 16-byte vectors).
+  Activation(int64_t b, int64_t c, int64_t l, int64_t pad = 3)
+      : batch(b), channels(c), length(l), stride_c(l + pad), stride_b((c + 1) * (l + pad)),
         data(size_t(b * stride_b), round_to(T{}, std::numeric_limits<double>::quiet_NaN())) {}
   T& at(int64_t b, int64_t c, int64_t t) { return data[size_t(b * stride_b + c * stride_c + t)]; }
   // Rounds host's values to T, stores them, and writes the rounded values back to host.

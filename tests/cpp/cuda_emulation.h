@@ -66,7 +66,8 @@ class Barrier {
 struct BlockState {
   std::unique_ptr<Barrier> block;
   std::vector<std::unique_ptr<Barrier>> warps;
-  std::vector<float> exchange;  // one slot per thread, for shuffles
+  std::vector<float> exchange;     // one slot per thread, for shuffles
+  std::vector<uint32_t> exchange_bits;  // the same for 32-bit words (raw vectors)
   std::vector<float> shared;    // dynamic shared memory
 };
 
@@ -84,6 +85,7 @@ inline void launch(Dim3 grid, unsigned threads, size_t shared_bytes, const std::
       state.block = std::make_unique<Barrier>(int(threads));
       for (unsigned w = 0; w < (threads + 31) / 32; ++w) state.warps.push_back(std::make_unique<Barrier>(32));
       state.exchange.assign(threads, 0.0f);
+      state.exchange_bits.assign(threads, 0u);
       state.shared.assign(shared_bytes / sizeof(float), std::numeric_limits<float>::quiet_NaN());
       state.shared.shrink_to_fit();
       block_state = &state;
@@ -111,6 +113,17 @@ inline float shfl_xor(float v, int offset) {
   return other;
 }
 
+// Word of lane src_lane (mod 32) of this thread's warp; every lane of the warp must call it.
+inline uint32_t shfl_index(uint32_t v, int src_lane) {
+  const unsigned t = threadIdx.x;
+  Barrier& warp = *block_state->warps[t / 32];
+  block_state->exchange_bits[t] = v;
+  warp.wait();
+  const uint32_t other = block_state->exchange_bits[(t & ~31u) + (unsigned(src_lane) & 31u)];
+  warp.wait();
+  return other;
+}
+
 }  // namespace causalconv::emulation
 
 using causalconv::emulation::blockDim;
@@ -121,6 +134,9 @@ using causalconv::emulation::threadIdx;
 inline void __syncthreads() { causalconv::emulation::syncthreads(); }
 inline float __shfl_xor_sync(unsigned /*mask*/, float v, int offset) {
   return causalconv::emulation::shfl_xor(v, offset);
+}
+inline unsigned __shfl_sync(unsigned /*mask*/, unsigned v, int src_lane) {
+  return causalconv::emulation::shfl_index(v, src_lane);
 }
 
 namespace causalconv::detail {

@@ -184,6 +184,24 @@ TEST(B2BCuda, ChunkedBackwardMatchesReference) {
   }
 }
 
+// The short-filter forward (Kp <= 4, Km <= 8, rows of whole 16-byte vectors): the padded
+// row stride L + 3 is a multiple of 8 here, so every dtype takes it (partial last vectors,
+// several spans per row, L = 5 inside one vector).
+const Case kShortForwardCases[] = {
+    {2, 3, 2045, 3, 7},  // 2 spans at 16-bit, 4 at fp32
+    {1, 2, 8189, 4, 8},  // widest short filters, 8 / 16 spans
+    {3, 1, 5, 2, 3},     // one partial vector
+};
+
+TEST(B2BCuda, ShortForwardMatchesReference) {
+  REQUIRE_GPU();
+  for (const Case& c : kShortForwardCases) {
+    check_against_reference<float>(c, 1e-6, 1e-5);
+    check_against_reference<__half>(c, 2e-3, 2e-3);
+    check_against_reference<__nv_bfloat16>(c, 1e-2, 1e-2);
+  }
+}
+
 // ---- argument checks that need no GPU: nothing is launched when they fail ----
 
 alignas(64) unsigned char dummy_storage[64];  // never dereferenced

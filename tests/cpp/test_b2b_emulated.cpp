@@ -6,18 +6,22 @@
 
 // The emulated kernels get their own names so they never meet the nvcc-built host stubs.
 #define b2b_forward_kernel b2b_forward_kernel_emulated
+#define b2b_forward_short_kernel b2b_forward_short_kernel_emulated
 #define b2b_backward_kernel b2b_backward_kernel_emulated
 #define b2b_backward_chunked_kernel b2b_backward_chunked_kernel_emulated
 #define b2b_weight_grad_reduce b2b_weight_grad_reduce_emulated
 #include "b2b/b2b_backward_kernel.cuh"
 #include "b2b/b2b_forward_kernel.cuh"
+#include "b2b/b2b_forward_short_kernel.cuh"
 #undef b2b_forward_kernel
+#undef b2b_forward_short_kernel
 #undef b2b_backward_kernel
 #undef b2b_backward_chunked_kernel
 #undef b2b_weight_grad_reduce
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -202,6 +206,114 @@ TEST(B2BKernelsEmulated, Float16ChunkedBackwardMatchesReference) {
   run_case<__half>({1, 2, 1029, 3, 7, Path::chunked_mixer8, true}, 2e-3, 2e-3);
   run_case<__half>({2, 1, 700, 2, 12, Path::chunked_mixer16}, 2e-3, 2e-3);
   run_case<__half>({1, 1, 1100, 3, 128, Path::chunked_wide}, 2e-3, 2e-3);
+}
+
+// ---- the short-filter forward (Kp <= 4, Km <= 8, rows of whole 16-byte vectors) ----
+
+// Rows padded to the next multiple of the vector width (at least one NaN slot between
+// rows), so every x and out row is made of whole 16-byte vectors, as the kernel's
+// dispatch requires; the last vector of a row is full when kVec | L, partial otherwise.
+template <typename T>
+void run_short_forward(int64_t B, int64_t D, int64_t L, int64_t kp, int64_t km, double bound, bool zero_skip = false) {
+  SCOPED_TRACE(::testing::Message() << "short forward B" << B << " D" << D << " L" << L << " Kp" << kp << " Km"
+                                    << km << (zero_skip ? " skip=0" : ""));
+  constexpr int64_t kVec = detail::Vec16<T>::kElems;
+  const int64_t pad = kVec - L % kVec;
+  HostTensor x({B, 3 * D, L}), wp({3 * D, kp}), wm({D, km}), skip({D});
+  std::random_device seed;
+  x.fill_uniform(seed());
+  wp.fill_uniform(seed());
+  wm.fill_uniform(seed());
+  skip.fill_uniform(seed());
+  if (zero_skip)
+    for (int64_t c = 0; c < D; ++c) skip(c) = 0.0;
+  Activation<T> x_e(B, 3 * D, L, pad), out_e(B, D, L, pad);
+  Weight<T> wp_e(3 * D, kp), wm_e(D, km), skip_e(D, 1);
+  x_e.load(x);
+  wp_e.load(wp);
+  wm_e.load(wm);
+  skip_e.load(skip);
+  ASSERT_EQ(reinterpret_cast<uintptr_t>(x_e.data.data()) % 16, 0u);
+  ASSERT_EQ(reinterpret_cast<uintptr_t>(out_e.data.data()) % 16, 0u);
+
+  detail::B2BForwardParams f{};
+  f.x = x_e.data.data();
+  f.weight_proj = wp_e.data.data();
+  f.weight_mixer = wm_e.data.data();
+  f.skip_bias = skip_e.data.data();
+  f.out = out_e.data.data();
+  f.batch = B;
+  f.dim = D;
+  f.length = L;
+  f.proj_width = kp;
+  f.mixer_width = km;
+  f.x_stride[0] = x_e.stride_b;
+  f.x_stride[1] = x_e.stride_c;
+  f.out_stride[0] = out_e.stride_b;
+  f.out_stride[1] = out_e.stride_c;
+  f.wp_stride[0] = 1;
+  f.wp_stride[1] = 3 * D;
+  f.wm_stride[0] = 1;
+  f.wm_stride[1] = D;
+  f.skip_stride = 1;
+  ASSERT_TRUE(detail::vector_aligned<T>(f.x, f.x_stride, 2) && detail::vector_aligned<T>(f.out, f.out_stride, 2));
+  const int64_t spans_per_row = (L + detail::b2b_short_span<T>() - 1) / detail::b2b_short_span<T>();
+  const int64_t spans = B * D * spans_per_row;
+  constexpr int64_t kWarps = detail::kB2BShortThreads / 32;
+  emu::launch({unsigned((spans + kWarps - 1) / kWarps), 1, 1}, detail::kB2BShortThreads, 0,
+              [&] { detail::b2b_forward_short_kernel_emulated<T>(f, spans_per_row, spans); });
+
+  HostTensor out_ref({B, D, L});
+  reference::b2b_causal_conv1d_forward({x.view(), wp.view(), wm.view(), skip.view(), out_ref.view()});
+  const HostTensor got = out_e.to_host();
+  EXPECT_LE(test::rel_l2(got, out_ref), bound) << "out";
+  // Element-wise too: a wrong halo touches few outputs, which a 16-bit rel-L2 bound can
+  // hide. Each output within its storage rounding (2^-8 bf16, 2^-11 fp16) plus fp32
+  // accumulation noise on the row's scale.
+  const double rounding = std::is_same_v<T, float> ? 1e-6 : (std::is_same_v<T, __half> ? 1e-3 : 8e-3);
+  double scale = 0.0;
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t c = 0; c < D; ++c)
+      for (int64_t t = 0; t < L; ++t) scale = std::max(scale, std::fabs(out_ref(b, c, t)));
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t c = 0; c < D; ++c)
+      for (int64_t t = 0; t < L; ++t)
+        ASSERT_LE(std::fabs(got(b, c, t) - out_ref(b, c, t)), rounding * std::fabs(out_ref(b, c, t)) + 1e-5 * scale)
+            << "out at b" << b << " c" << c << " t" << t << ": " << got(b, c, t) << " vs " << out_ref(b, c, t);
+  // Every padding slot between and after rows stays NaN (nothing written past a row's end).
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t c = 0; c <= D; ++c)
+      for (int64_t t = (c < D ? L : 0); t < out_e.stride_c; ++t)
+        ASSERT_TRUE(std::isnan(widen(out_e.data[size_t(b * out_e.stride_b + c * out_e.stride_c + t)])))
+            << "wrote outside a row of out at b" << b << " c" << c << " t" << t;
+}
+
+// Widths up to 4 x 8 (padded with leading zero taps; width 1, below the op's envelope,
+// pads the most), lengths around the vector, the
+// warp's span (1024 steps at 16-bit, 512 at fp32) and several spans, batch and channels
+// > 1 (the span -> (b, c) split), skip = 0.
+TEST(B2BKernelsEmulated, ShortForwardFloat32MatchesReference) {
+  for (int64_t kp = 1; kp <= 4; ++kp)
+    for (int64_t km : {1, 2, 3, 7, 8}) run_short_forward<float>(1, 2, 37, kp, km, 1e-6);
+  for (int64_t length : {1, 2, 3, 4, 5, 8, 9, 255, 256, 257, 511, 512, 513, 1000, 2049})
+    run_short_forward<float>(2, 3, length, 3, 7, 1e-6);
+  run_short_forward<float>(3, 1, 8200, 4, 8, 1e-6);
+  run_short_forward<float>(1, 3, 1031, 2, 2, 1e-6, true);
+}
+
+TEST(B2BKernelsEmulated, ShortForwardBFloat16MatchesReference) {
+  for (int64_t kp = 1; kp <= 4; ++kp)
+    for (int64_t km : {1, 2, 3, 7, 8}) run_short_forward<__nv_bfloat16>(1, 2, 45, kp, km, 1e-2);
+  for (int64_t length : {1, 7, 8, 9, 16, 255, 256, 257, 1023, 1024, 1025, 2049})
+    run_short_forward<__nv_bfloat16>(2, 3, length, 3, 7, 1e-2);
+  run_short_forward<__nv_bfloat16>(3, 1, 8200, 3, 7, 1e-2, true);
+  run_short_forward<__nv_bfloat16>(2, 2, 2049, 4, 8, 1e-2);  // full reach (10 steps back) across spans
+}
+
+TEST(B2BKernelsEmulated, ShortForwardFloat16MatchesReference) {
+  for (int64_t length : {1, 8, 9, 1000, 1032, 3001})
+    run_short_forward<__half>(2, 3, length, 4, 8, 2e-3);
+  run_short_forward<__half>(1, 2, 700, 2, 3, 2e-3, true);
 }
 
 }  // namespace

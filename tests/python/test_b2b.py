@@ -462,3 +462,69 @@ def test_b2b_racecheck_chunked_backward_shapes(seeded):
         check(*make_inputs(1, 2, 4097, 3, 7, dtype))
         check(*make_inputs(2, 2, 3001, 4, 16, dtype))
         check(*make_inputs(1, 2, 3000, 3, 128, dtype))
+
+
+# ---- the short-filter forward (Kp <= 4, Km <= 8, rows of whole 16-byte vectors); Kp = 5,
+# Km = 9 and unaligned rows take the other kernels ----
+
+def _forward_into_poisoned(x, wp, wm, skip, out):
+    """The core's forward into out (NaN-filled first; a view into a larger NaN buffer is
+    allowed), checked against the fp64 reference."""
+    out.fill_(float("nan"))
+    _C.b2b_causal_conv1d_forward(view(x), view(wp), view(wm), view(skip), view(out), None,
+                                 torch.cuda.current_stream().cuda_stream)
+    ref = causalconv.reference.b2b_causal_conv1d(x, wp, wm, skip)
+    assert_close_to_reference(out, ref, x.dtype, f"B={x.shape[0]} D={out.shape[1]} L={x.shape[2]}")
+
+
+SHORT_LENGTHS = (1, 2, 7, 8, 9, 255, 256, 257, 1000, 2049, 8200)
+
+
+@requires_cuda
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("kp", [2, 3, 4, 5])
+@pytest.mark.parametrize("km", [2, 3, 7, 8, 9])
+def test_short_forward_contiguous(dtype, kp, km, seeded):
+    # Contiguous rows: the short kernel when Kp <= 4, Km <= 8 and L is a multiple of the
+    # vector width (8 at 16-bit, 4 at fp32: L = 8, 256, 1000, 8200), the CUDA-core v1 (or,
+    # 16-bit Km = 9, the tensor cores) otherwise. Half the cases with skip = 0.
+    for b, d in ((1, 1), (3, 3)):
+        for length in SHORT_LENGTHS:
+            x, wp, wm, skip = make_inputs(b, d, length, kp, km, dtype)
+            if length % 2:
+                skip.zero_()
+            out = torch.empty(b, d, length, device="cuda", dtype=dtype)
+            _forward_into_poisoned(x, wp, wm, skip, out)
+
+
+@requires_cuda
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("kp,km", [(3, 7), (2, 2), (4, 8), (2, 3), (5, 7), (3, 9)])
+def test_short_forward_padded_rows(dtype, kp, km, seeded):
+    # Rows of every length made of whole 16-byte vectors by padding the row stride (the
+    # short kernel's partial last vector), outputs into a NaN buffer whose padding must
+    # stay NaN; then rows shifted by one element (misaligned base: the v1 fallback).
+    vec = 16 // torch.tensor([], dtype=dtype).element_size()
+    for b, d in ((1, 1), (3, 3)):
+        for length in SHORT_LENGTHS:
+            stride = (length + vec - 1) // vec * vec + vec
+            for shift in (0, 1):
+                xbuf = torch.randn(b, 3 * d, stride + 1, device="cuda", dtype=dtype)
+                x = xbuf[:, :, shift:shift + length]
+                _, wp, wm, skip = make_inputs(b, d, 1, kp, km, dtype)
+                if length % 2:
+                    skip.zero_()
+                obuf = torch.full((b, d, stride + 1), float("nan"), device="cuda", dtype=dtype)
+                out = obuf[:, :, shift:shift + length]
+                _forward_into_poisoned(x, wp, wm, skip, out)
+                rest = torch.cat([obuf[:, :, :shift], obuf[:, :, shift + length:]], dim=2)
+                assert torch.isnan(rest).all(), f"L={length} shift={shift}: wrote outside the rows of out"
+
+
+@requires_cuda
+def test_b2b_racecheck_short_forward_shapes(seeded):
+    # Small shapes of the short forward (full and partial last vectors, several spans per
+    # row) for compute-sanitizer memcheck.
+    for dtype in DTYPES:
+        for length in (8, 1000, 2049 + 7):
+            check(*make_inputs(2, 2, length, 3, 7, dtype))
