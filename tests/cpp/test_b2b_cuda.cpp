@@ -148,7 +148,7 @@ const Case kCases[] = {
 
 TEST(B2BCuda, Float32MatchesReference) {
   REQUIRE_GPU();
-  for (const Case& c : kCases) check_against_reference<float>(c, 1e-6, 1e-5);
+  for (const Case& c : kCases) check_against_reference<float>(c, 1e-6, 5e-5);  // reductions: see conftest.py
 }
 
 TEST(B2BCuda, Float16MatchesReference) {
@@ -178,7 +178,7 @@ const Case kChunkedBackwardCases[] = {
 TEST(B2BCuda, ChunkedBackwardMatchesReference) {
   REQUIRE_GPU();
   for (const Case& c : kChunkedBackwardCases) {
-    check_against_reference<float>(c, 1e-6, 1e-5);
+    check_against_reference<float>(c, 1e-6, 5e-5);  // reductions: see conftest.py
     check_against_reference<__half>(c, 2e-3, 2e-3);
     check_against_reference<__nv_bfloat16>(c, 1e-2, 1e-2);
   }
@@ -196,7 +196,7 @@ const Case kShortForwardCases[] = {
 TEST(B2BCuda, ShortForwardMatchesReference) {
   REQUIRE_GPU();
   for (const Case& c : kShortForwardCases) {
-    check_against_reference<float>(c, 1e-6, 1e-5);
+    check_against_reference<float>(c, 1e-6, 5e-5);  // reductions: see conftest.py
     check_against_reference<__half>(c, 2e-3, 2e-3);
     check_against_reference<__nv_bfloat16>(c, 1e-2, 1e-2);
   }

@@ -192,7 +192,9 @@ const Case kCases[] = {
 };
 
 TEST(B2BKernelsEmulated, Float32MatchesReference) {
-  for (const Case& c : kCases) run_case<float>(c, 1e-6, 1e-5);
+  // Weight gradients: fp32 sums whose random-signed terms cancel (one channel's dskip over
+  // ~1000 terms reached 1.15e-5 here once); the bound of tests/python/conftest.py.
+  for (const Case& c : kCases) run_case<float>(c, 1e-6, 5e-5);
 }
 
 TEST(B2BKernelsEmulated, BFloat16MatchesReference) {
