@@ -36,6 +36,12 @@ def workspace(nbytes: int, like: torch.Tensor) -> Optional[tuple]:
     return view(torch.empty(nbytes // 4 + 1, dtype=torch.float32, device=like.device))
 
 
+def rows_contiguous(t: torch.Tensor) -> torch.Tensor:
+    """t with unit stride along its last dim (what the row-reading kernels take); a tensor
+    that is not 3-D, or whose rows have one element, is returned as it is."""
+    return t if t.dim() != 3 or t.shape[-1] <= 1 or t.stride(-1) == 1 else t.contiguous()
+
+
 def eager_cuda(t: torch.Tensor) -> bool:
     """Plain eager CUDA data: the ops then call their kernels through an autograd.Function
     rather than the custom op, whose Python dispatch costs about half the host time of a

@@ -11,14 +11,9 @@ from __future__ import annotations
 import torch
 
 from . import _C
-from ._views import eager_cuda, stream_of, view, workspace
+from ._views import eager_cuda, rows_contiguous, stream_of, view, workspace
 
 __all__ = ["b2b_causal_conv1d"]
-
-
-def _rows_contiguous(t: torch.Tensor) -> torch.Tensor:
-    """t with unit stride along its last dim (what the kernels read and write)."""
-    return t if t.dim() != 3 or t.shape[-1] <= 1 or t.stride(-1) == 1 else t.contiguous()
 
 
 def _out_shape(x: torch.Tensor):
@@ -30,7 +25,7 @@ def _out_shape(x: torch.Tensor):
 
 def _forward(x, weight_proj, weight_mixer, skip_bias) -> torch.Tensor:
     """The forward kernel, called by the custom op and by the eager route."""
-    x = _rows_contiguous(x)
+    x = rows_contiguous(x)
     out = x.new_empty(_out_shape(x))
     args = (view(x), view(weight_proj), view(weight_mixer), view(skip_bias), view(out))
     ws = workspace(_C.b2b_causal_conv1d_forward_workspace_bytes(*args), x)
@@ -51,7 +46,7 @@ def _(x, weight_proj, weight_mixer, skip_bias):
 
 def _backward_kernels(x, weight_proj, weight_mixer, skip_bias, dout):
     """The backward kernels (all four gradients), called by the custom op and by the eager route."""
-    x, dout = _rows_contiguous(x), _rows_contiguous(dout)
+    x, dout = rows_contiguous(x), rows_contiguous(dout)
     dx, dwp, dwm, dskip = _new_grads(x, weight_proj, weight_mixer, skip_bias)
     args = (view(x), view(weight_proj), view(weight_mixer), view(skip_bias), view(dout),
             view(dx), view(dwp), view(dwm), view(dskip))

@@ -12,7 +12,7 @@ from typing import Optional
 import torch
 
 from . import _C
-from ._views import eager_cuda, optional_view, stream_of, view, workspace
+from ._views import eager_cuda, optional_view, rows_contiguous, stream_of, view, workspace
 
 __all__ = ["causal_conv1d"]
 
@@ -74,11 +74,6 @@ def _(x, weight, bias, dilation, groups, activation):
     return _new_output(x, _output_channels(weight))
 
 
-def _rows_contiguous(t: torch.Tensor) -> torch.Tensor:
-    """t with unit stride along the last dim (what the row-reading backward kernels take)."""
-    return t if t.shape[-1] <= 1 or t.stride(-1) == 1 else t.contiguous()
-
-
 def _channel_last(t: torch.Tensor) -> torch.Tensor:
     """t as a (B, C, L) view of (B, L, C) storage."""
     return t if t.stride(1) == 1 else t.transpose(1, 2).contiguous().transpose(1, 2)
@@ -94,7 +89,7 @@ def _backward_layout(x: torch.Tensor, weight: torch.Tensor, dy: torch.Tensor, di
     if (channels > 1 and x.stride(1) == 1 and x.shape[2] > 1 and depthwise and dy.dim() == 3
             and (weight.shape[-1] - 1) * dilation <= _C.MAX_CHANNEL_LAST_BACKWARD_REACH):
         return x, _channel_last(dy)
-    return _rows_contiguous(x), _rows_contiguous(dy)
+    return rows_contiguous(x), rows_contiguous(dy)
 
 
 @torch.library.custom_op("causalconv::causal_conv1d_bwd", mutates_args=())

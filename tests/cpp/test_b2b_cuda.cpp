@@ -14,6 +14,7 @@
 
 #include "b2b_test_data.h"
 #include "causalconv/causalconv.h"
+#include "device_tensor.h"
 #include "expect_error.h"
 #include "host_tensor.h"
 
@@ -24,23 +25,7 @@ using test::Activation;
 using test::HostTensor;
 using test::Weight;
 
-bool have_gpu() {
-  int n = 0;
-  return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
-}
-
-#define REQUIRE_GPU()                                                          \
-  if (!have_gpu()) GTEST_SKIP() << "no CUDA GPU visible (cudaGetDeviceCount)"; \
-  static_assert(true)
-
-template <typename T>
-constexpr DType dtype_of();
-template <>
-constexpr DType dtype_of<float>() { return DType::f32; }
-template <>
-constexpr DType dtype_of<__half>() { return DType::f16; }
-template <>
-constexpr DType dtype_of<__nv_bfloat16>() { return DType::bf16; }
+using test::dtype_of;
 
 // A device copy of a host buffer (padding included); copy_back() brings it home.
 template <typename T>
