@@ -114,14 +114,25 @@ detail::DenseBackwardParams dense_backward_params(const CausalConv1dBackwardArgs
   return p;
 }
 
-// Kernel choice for dense/grouped forward: tensor cores when the groups are wide enough
-// (see dense_tc_forward_supported), else the generic CUDA-core kernel.
-bool use_tensor_cores(const detail::DenseGeometry& g) { return detail::dense_tc_forward_supported(g); }
+// Kernel choice for dense/grouped forward: the Hopper tensor-core kernel where it applies,
+// else the mma.sync tensor-core kernel when the groups are wide enough (see
+// dense_tc_forward_supported), else the generic CUDA-core kernel.
+enum class DenseForwardKernel { wgmma, mma_sync, generic };
+
+DenseForwardKernel dense_forward_kernel(const detail::DenseForwardParams& p, int device) {
+  if (detail::dense_wgmma_forward_supported(p, device)) return DenseForwardKernel::wgmma;
+  return detail::dense_tc_forward_supported(p.g) ? DenseForwardKernel::mma_sync : DenseForwardKernel::generic;
+}
 
 size_t forward_workspace_bytes(const CausalConv1dForwardArgs& a, const detail::ConvGeometry& g) {
   if (g.depthwise || g.batch * g.c_out * g.length == 0) return 0;
-  const detail::DenseGeometry dg = dense_geometry(g, a.x.dtype);
-  return use_tensor_cores(dg) ? detail::dense_tc_forward_workspace_bytes(dg) : 0;
+  const detail::DenseForwardParams p = dense_forward_params(a, g);
+  switch (dense_forward_kernel(p, a.x.device.index)) {
+    case DenseForwardKernel::wgmma: return detail::dense_wgmma_forward_workspace_bytes(p);
+    case DenseForwardKernel::mma_sync: return detail::dense_tc_forward_workspace_bytes(p.g);
+    case DenseForwardKernel::generic: break;
+  }
+  return 0;
 }
 
 size_t backward_workspace_bytes(const CausalConv1dBackwardArgs& a, const detail::ConvGeometry& g) {
@@ -147,11 +158,11 @@ void causal_conv1d_forward(const CausalConv1dForwardArgs& args, Workspace worksp
     return;
   }
   detail::DenseForwardParams p = dense_forward_params(args, g);
-  if (use_tensor_cores(p.g)) {
-    p.workspace = workspace.data;
-    detail::launch_dense_tc_forward(p, stream);
-  } else {
-    detail::launch_dense_forward_generic(p, stream);
+  p.workspace = workspace.data;
+  switch (dense_forward_kernel(p, args.x.device.index)) {
+    case DenseForwardKernel::wgmma: detail::launch_dense_wgmma_forward(p, stream); break;
+    case DenseForwardKernel::mma_sync: detail::launch_dense_tc_forward(p, stream); break;
+    case DenseForwardKernel::generic: detail::launch_dense_forward_generic(p, stream); break;
   }
 }
 

@@ -54,6 +54,14 @@ bool dense_tc_forward_supported(const DenseGeometry& g);
 size_t dense_tc_forward_workspace_bytes(const DenseGeometry& g);
 void launch_dense_tc_forward(const DenseForwardParams& p, Stream stream);
 
+// The Hopper forward (dense_wgmma.cu): TMA + wgmma, warp-specialised, for sm_90a builds on
+// compute capability 9.0; groups of at least 32 source and 32 destination channels, any strides.
+// Its workspace: prepared weights, then a channel-last copy of x (bf16 hi and lo for fp32),
+// except for 16-bit channel-last x with aligned rows, which is read in place.
+bool dense_wgmma_forward_supported(const DenseForwardParams& p, int device);
+size_t dense_wgmma_forward_workspace_bytes(const DenseForwardParams& p);
+void launch_dense_wgmma_forward(const DenseForwardParams& p, Stream stream);
+
 // dx as the transposed convolution of grad (dy, or the fp32 gradient through silu):
 // the same kernel with transposed, flipped weights and a look-ahead window.
 bool dense_tc_dx_supported(const DenseGeometry& g);

@@ -32,8 +32,10 @@
 #include <limits>
 #include <memory>
 #include <mutex>
-#include <thread>
+#include <stdexcept>
 #include <vector>
+
+#include <pthread.h>
 
 namespace causalconv::emulation {
 
@@ -76,6 +78,26 @@ inline thread_local Dim3 threadIdx;
 inline BlockState* block_state = nullptr;
 
 // Runs kernel() for every thread of every block of grid, one block at a time.
+// Runs each body on its own OS thread and joins them all. The stacks are sized explicitly:
+// kernels keep large register arrays, and the default thread stack follows the host's
+// ulimit, which differs between machines.
+inline void run_threads(std::vector<std::function<void()>>& bodies) {
+  constexpr size_t kStackBytes = size_t(32) << 20;
+  pthread_attr_t attr;
+  pthread_attr_init(&attr);
+  pthread_attr_setstacksize(&attr, kStackBytes);
+  std::vector<pthread_t> ids(bodies.size());
+  auto trampoline = [](void* body) -> void* {
+    (*static_cast<std::function<void()>*>(body))();
+    return nullptr;
+  };
+  for (size_t i = 0; i < bodies.size(); ++i)
+    if (pthread_create(&ids[i], &attr, trampoline, &bodies[i]) != 0)
+      throw std::runtime_error("emulation: cannot start a thread");
+  pthread_attr_destroy(&attr);
+  for (pthread_t id : ids) pthread_join(id, nullptr);
+}
+
 inline void launch(Dim3 grid, unsigned threads, size_t shared_bytes, const std::function<void()>& kernel) {
   gridDim = grid;
   blockDim = Dim3{threads, 1, 1};
@@ -90,13 +112,13 @@ inline void launch(Dim3 grid, unsigned threads, size_t shared_bytes, const std::
       state.shared.shrink_to_fit();
       block_state = &state;
       blockIdx = Dim3{bx, by, 0};
-      std::vector<std::thread> pool;
+      std::vector<std::function<void()>> bodies;
       for (unsigned t = 0; t < threads; ++t)
-        pool.emplace_back([t, &kernel] {
+        bodies.emplace_back([t, &kernel] {
           threadIdx = Dim3{t, 0, 0};
           kernel();
         });
-      for (auto& th : pool) th.join();
+      run_threads(bodies);
       block_state = nullptr;
     }
 }

@@ -173,6 +173,20 @@ inline double max_abs_diff(const HostTensor& a, const HostTensor& b) {
 
 // ||a - ref||_2 / ||ref||_2 over logical elements (the plain ||a - ref||_2 when ref is
 // all zero); NaN if any element of either is NaN.
+// ||a - b|| over logical elements (NaN if any difference is NaN).
+inline double l2_distance(const HostTensor& a, const HostTensor& b) {
+  HostTensor::require_same_sizes(a, b, "l2_distance");
+  double diff2 = 0.0;
+  for (int64_t n = 0; n < a.numel(); ++n) diff2 += (a.flat(n) - b.flat(n)) * (a.flat(n) - b.flat(n));
+  return std::sqrt(diff2);
+}
+
+inline double l2_norm(const HostTensor& a) {
+  double sum2 = 0.0;
+  for (int64_t n = 0; n < a.numel(); ++n) sum2 += a.flat(n) * a.flat(n);
+  return std::sqrt(sum2);
+}
+
 inline double rel_l2(const HostTensor& a, const HostTensor& ref) {
   HostTensor::require_same_sizes(a, ref, "rel_l2");
   double diff2 = 0.0, ref2 = 0.0;

@@ -127,6 +127,29 @@ def test_tensor_core_shapes(dtype, shape, seeded):
 
 @requires_cuda
 @pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape", [(3, 96, 80, 2056, 16, 3, 2), (1, 256, 256, 8, 4, 1, 1),
+                                   (2, 64, 320, 520, 7, 1, 1), (1, 512, 64, 256, 2, 5, 1),
+                                   (2, 160, 96, 4104, 3, 700, 1)],
+                         ids=lambda s: "B{}_{}to{}_L{}_K{}_d{}_g{}".format(*s))
+def test_hopper_forward_shapes(dtype, shape, seeded):
+    # Shapes the Hopper (TMA + wgmma) forward takes on an H100/H200 (>= 32 channels per group).
+    # Ragged on purpose: 48 source channels per group (a 64-channel box reaching past its group),
+    # 40/80/96/320 outputs (partial 128-row tiles), L not a multiple of the 256-step tile, L = 8
+    # (one partial tile), a reach (K-1)*d of 1400 steps (whole tiles of causal zeros).
+    b, c_in, c_out, length, k, dilation, groups = shape
+    x, w, bias = make_inputs(b, c_in, c_out, length, k, groups, dtype)
+    check_forward(x, w, bias, dilation, groups)
+    check_forward(x, w, None, dilation, groups, "silu")
+    # Channel-first x is staged channel-last first; 16-bit channel-last x with aligned rows is
+    # read in place, other channel-last x (an odd channel offset) staged again.
+    x_cl = x.transpose(1, 2).contiguous().transpose(1, 2)
+    check_forward(x_cl, w, bias, dilation, groups)
+    wide = torch.randn(b, length, c_in + 1, device="cuda", dtype=dtype)
+    check_forward(wide[:, :, 1:].transpose(1, 2), w, bias, dilation, groups)
+
+
+@requires_cuda
+@pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("k,dilation", [(64, 1), (64, 5), (3, 3000), (2, 100000)])
 def test_widest_kernels_and_long_reach(dtype, k, dilation, seeded):
     for length in (1, 63, 64, 2000):
