@@ -253,38 +253,76 @@ __device__ __forceinline__ void operand_bits(T v, uint16_t& hi, uint16_t& lo) {
   }
 }
 
-constexpr int kStageTile = 32;  // channel-last staging: 32 channels x 32 steps per block
+constexpr int kStageChannels = 64, kStageSteps = 64, kStageThreads = 256;
+constexpr int kStagePitch = kStageSteps + 8;  // uint16 per staged channel row (16-byte aligned rows)
 
-// x (B, C, L), any strides -> out[copy * B + b][t][g][s < s8] (zero for s >= S): a channel-last
-// copy whose group rows are 16-byte aligned; fp32 writes bf16 hi (copy 0) and lo (copy 1).
-// Block (32, 8) transposes a 32 x 32 tile through shared memory: reads run along time, writes
-// along channels.
+struct StageArgs {
+  const void* x;
+  int64_t xs0, xs1, xs2;
+  int64_t groups, in_g, s8, length, copy_elems;
+  bool vector_rows;  // unit time stride and 16-byte aligned rows: 16-byte loads
+  uint16_t* out;
+};
+
+// x (B, C, L), any strides -> out[copy * B + b][t][g][s < s8] (zero for s >= S): a channel-last copy
+// whose group rows start on 16 bytes; fp32 writes bf16 hi (copy 0) and lo (copy 1). A block
+// transposes 64 (padded) channels x 64 steps through shared memory: 16-byte loads along time
+// (a warp covers four 128-byte row pieces), then each thread gathers 8 channels of one step from
+// shared memory (a warp reads 64 contiguous bytes per row) and writes them as one 16-byte vector.
 template <typename T>
-__global__ void __launch_bounds__(256)
-    stage_channel_last(const T* x, int64_t xs0, int64_t xs1, int64_t xs2, int64_t groups, int64_t in_g, int64_t s8,
-                       int64_t length, int64_t copy_elems, uint16_t* out) {
-  __shared__ uint16_t hi_s[kStageTile][kStageTile + 1], lo_s[kStageTile][kStageTile + 1];
-  const int64_t t0 = int64_t(blockIdx.x) * kStageTile, ch0 = int64_t(blockIdx.y) * kStageTile;
-  const int64_t b = blockIdx.z, row_elems = groups * s8;
+__global__ void __launch_bounds__(kStageThreads) stage_channel_last(StageArgs a) {
+  constexpr bool kSplit = std::is_same_v<T, float>;
+  constexpr int kVec = 16 / sizeof(T);  // elements per 16-byte load
+  __shared__ alignas(16) uint16_t hi_s[kStageChannels][kStagePitch];
+  __shared__ alignas(16) uint16_t lo_s[kSplit ? kStageChannels : 1][kStagePitch];
+  const int64_t t0 = int64_t(blockIdx.x) * kStageSteps, ch0 = int64_t(blockIdx.y) * kStageChannels;
+  const int64_t b = blockIdx.z, row_elems = a.groups * a.s8;
+  const T* x = static_cast<const T*>(a.x) + b * a.xs0;
+
+  constexpr int kLoads = kStageChannels * kStageSteps / kVec / kStageThreads;
 #pragma unroll
-  for (int i = 0; i < kStageTile / 8; ++i) {
-    const int cl = threadIdx.y + 8 * i;
-    const int64_t ch = ch0 + cl, t = t0 + threadIdx.x;
-    const int64_t g = ch / s8, s = ch - g * s8;
-    uint16_t hi = 0, lo = 0;
-    if (t < length && s < in_g && g < groups) operand_bits(x[b * xs0 + (g * in_g + s) * xs1 + t * xs2], hi, lo);
-    hi_s[cl][threadIdx.x] = hi;
-    lo_s[cl][threadIdx.x] = lo;
+  for (int i = 0; i < kLoads; ++i) {
+    const int v = threadIdx.x + i * kStageThreads;
+    const int cl = v / (kStageSteps / kVec), tl = v % (kStageSteps / kVec) * kVec;
+    const int64_t ch = ch0 + cl, g = ch / a.s8, s = ch - g * a.s8, t = t0 + tl;
+    const bool live = s < a.in_g && g < a.groups;
+    const T* row = x + (g * a.in_g + s) * a.xs1;
+    T vals[kVec];
+    if (live && a.vector_rows && t + kVec <= a.length) {
+      const uint4 raw = *reinterpret_cast<const uint4*>(row + t);
+      const T* r = reinterpret_cast<const T*>(&raw);
+#pragma unroll
+      for (int e = 0; e < kVec; ++e) vals[e] = r[e];
+    } else {
+#pragma unroll
+      for (int e = 0; e < kVec; ++e) vals[e] = live && t + e < a.length ? row[(t + e) * a.xs2] : T(0.0f);
+    }
+    alignas(16) uint16_t hv[kVec], lv[kVec];
+#pragma unroll
+    for (int e = 0; e < kVec; ++e) operand_bits(vals[e], hv[e], lv[e]);
+    // One vector store per row piece: 8 lanes cover 128 contiguous bytes, conflict-free.
+    using Piece = std::conditional_t<kSplit, uint2, uint4>;
+    *reinterpret_cast<Piece*>(&hi_s[cl][tl]) = *reinterpret_cast<const Piece*>(hv);
+    if constexpr (kSplit) *reinterpret_cast<Piece*>(&lo_s[cl][tl]) = *reinterpret_cast<const Piece*>(lv);
   }
   __syncthreads();
+
+  constexpr int kStores = kStageSteps * (kStageChannels / 8) / kStageThreads;
 #pragma unroll
-  for (int i = 0; i < kStageTile / 8; ++i) {
-    const int tl = threadIdx.y + 8 * i;
-    const int64_t t = t0 + tl, ch = ch0 + threadIdx.x;
-    if (t >= length || ch >= row_elems) continue;
-    const int64_t at = (b * length + t) * row_elems + ch;
-    out[at] = hi_s[threadIdx.x][tl];
-    if constexpr (std::is_same_v<T, float>) out[copy_elems + at] = lo_s[threadIdx.x][tl];
+  for (int i = 0; i < kStores; ++i) {
+    const int tl = threadIdx.x % 32 + 32 * (i % 2);
+    const int cg = (threadIdx.x / 32 + 8 * (i / 2)) * 8;  // first of 8 channels
+    const int64_t t = t0 + tl, ch = ch0 + cg;
+    if (t >= a.length || ch >= row_elems) continue;
+    uint16_t hv[8], lv[8];
+#pragma unroll
+    for (int e = 0; e < 8; ++e) {
+      hv[e] = hi_s[cg + e][tl];
+      if constexpr (kSplit) lv[e] = lo_s[cg + e][tl];
+    }
+    const int64_t at = (b * a.length + t) * row_elems + ch;
+    *reinterpret_cast<uint4*>(a.out + at) = *reinterpret_cast<const uint4*>(hv);
+    if constexpr (kSplit) *reinterpret_cast<uint4*>(a.out + a.copy_elems + at) = *reinterpret_cast<const uint4*>(lv);
   }
 }
 
@@ -390,11 +428,14 @@ void launch_wgmma_forward(const DenseForwardParams& f, cudaStream_t stream, cons
     x_strides[2] = uint64_t(f.x_stride[0]) * 2;
   } else {
     auto* staged = reinterpret_cast<uint16_t*>(static_cast<uint8_t*>(f.workspace) + l.weight_bytes);
-    const dim3 grid(unsigned((g.length + kStageTile - 1) / kStageTile),
-                    unsigned((g.groups * l.s8 + kStageTile - 1) / kStageTile), unsigned(g.batch));
-    stage_channel_last<T><<<grid, dim3(kStageTile, 8), 0, stream>>>(
-        static_cast<const T*>(f.x), f.x_stride[0], f.x_stride[1], f.x_stride[2], g.groups, S, l.s8, g.length,
-        l.x_copy_elems, staged);
+    StageArgs a{f.x, f.x_stride[0], f.x_stride[1], f.x_stride[2], g.groups, S, l.s8, g.length, l.x_copy_elems,
+                false, staged};
+    constexpr int64_t kVec = 16 / sizeof(T);
+    a.vector_rows = f.x_stride[2] == 1 && reinterpret_cast<uintptr_t>(f.x) % 16 == 0 && f.x_stride[1] % kVec == 0 &&
+                    f.x_stride[0] % kVec == 0;
+    const dim3 grid(unsigned((g.length + kStageSteps - 1) / kStageSteps),
+                    unsigned((g.groups * l.s8 + kStageChannels - 1) / kStageChannels), unsigned(g.batch));
+    stage_channel_last<T><<<grid, kStageThreads, 0, stream>>>(a);
     check_launch(what);
     x_base = staged;
     x_dims[0] = uint64_t(l.s8);
@@ -455,7 +496,7 @@ bool dense_wgmma_forward_supported(const DenseForwardParams& f, int device) {
   if (g.length >= kMaxCoordinate || (g.width - 1) * g.dilation >= kMaxCoordinate) return false;
   const WgLayout l = wg_layout(f);
   if (l.weight_elems / l.s_pad * 2 >= kMaxCoordinate || 2 * g.batch >= kMaxCoordinate) return false;
-  if (l.x_copy_elems && (g.batch > 65535 || (g.groups * l.s8 + kStageTile - 1) / kStageTile > 65535))
+  if (l.x_copy_elems && (g.batch > 65535 || (g.groups * l.s8 + kStageChannels - 1) / kStageChannels > 65535))
     return false;  // the staging grid
   return tensor_map_encoder() != nullptr && device_is_sm90(device);
 #endif
