@@ -149,6 +149,67 @@ __device__ __forceinline__ void toeplitz_store_outputs(T* row, const T* out_s, i
 }
 
 #ifndef CAUSALCONV_CUDA_EMULATION
+// cp.async of 16 bytes into shared memory, reading `bytes` (0..16) from src and
+// zero-filling the rest; cp_async_commit closes a group, cp_async_wait<n> waits until
+// at most n groups of this thread are pending.
+__device__ __forceinline__ void cp_async16(void* dst_shared, const void* src, int bytes) {
+  const uint32_t dst = uint32_t(__cvta_generic_to_shared(dst_shared));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+template <int kPending>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending) : "memory");
+}
+#endif  // otherwise tests/cpp/mma_emulation.h provides these (deferred copies)
+
+// Asynchronous staging (cp.async, 16 bytes per unit, L1 bypassed): unit u of the tile
+// covering steps first_step + 8u .. + 7 of a 16-byte aligned row, zero outside [0, n).
+// first_step is a multiple of 8, so a unit is wholly before the row or starts inside it;
+// the row's last unit is zero-filled past n by the copy itself (src-size < 16).
+// Completes at cp_async_wait; rows that are not 16-byte aligned take the synchronous
+// element path (toeplitz_load_units + toeplitz_store_units).
+template <typename T>
+__device__ __forceinline__ void toeplitz_stage_async(unsigned char* in_s, const T* row, int64_t first_step,
+                                                     int units, int64_t n) {
+  for (int u = int(threadIdx.x); u < units; u += ToeplitzTile::kThreads) {
+    const int64_t t = first_step + 8 * int64_t(u);
+    const int64_t valid = t < 0 ? 0 : n - t;
+    const int bytes = valid >= 8 ? 16 : valid > 0 ? int(2 * valid) : 0;
+    cp_async16(in_s + toeplitz_unit_offset(u >> 1, u & 1), bytes > 0 ? row + t : row, bytes);
+  }
+}
+
+// Synchronous staging of any row (the element path of unaligned rows included).
+template <int kMaxBlocks, typename T>
+__device__ __forceinline__ void toeplitz_stage_sync(unsigned char* in_s, const T* row, int64_t first_step,
+                                                    int units, int64_t n) {
+  uint4 v[ToeplitzStage<kMaxBlocks>::kPerThread];
+  toeplitz_load_units(v, row, first_step, units, n);
+  toeplitz_store_units(in_s, v, units);
+}
+
+// Output pairs straight from the accumulators of toeplitz_mma_tiles. Lane (g, q) of an
+// m16n8 tile holds chunks 2q, 2q+1 at steps g, g+8; one shuffle with lane g^1 gives each
+// lane two pairs of adjacent steps of one chunk: chunk 2q + (g & 1), steps s0, s0+1 and
+// s0+8, s0+9 with s0 = g & ~1. v: the lane's four values of the tile (acc[e] rounded to
+// the storage type); pair: the two pairs, the lower step in the low half.
+template <typename T>
+__device__ __forceinline__ void toeplitz_output_pairs(uint32_t (&pair)[2], const T (&v)[4], int lane) {
+  const int g = lane >> 2;
+  const bool odd = g & 1;
+  const uint32_t send = odd ? pack_pair(v[0], v[2]) : pack_pair(v[1], v[3]);
+  const uint32_t got = __shfl_sync(0xffffffffu, send, lane ^ 4);
+  if (odd) {  // chunk 2q+1: partner's steps g-1, g+7 below own g, g+8
+    pair[0] = (got & 0xffffu) | (bits16(v[1]) << 16);
+    pair[1] = (got >> 16) | (bits16(v[3]) << 16);
+  } else {  // chunk 2q: own steps g, g+8 below partner's g+1, g+9
+    pair[0] = bits16(v[0]) | (got << 16);
+    pair[1] = bits16(v[2]) | (got & 0xffff0000u);
+  }
+}
+
+#ifndef CAUSALCONV_CUDA_EMULATION
 // The block's dynamic shared memory (16-byte aligned).
 __device__ __forceinline__ unsigned char* toeplitz_shared() {
   extern __shared__ uint4 toeplitz_smem[];
@@ -180,7 +241,7 @@ __device__ __forceinline__ void mma_m16n8k16(float (&d)[4], const uint32_t (&a)[
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
   }
 }
-#endif  // otherwise tests/cpp/mma_emulation.h provides these three
+#endif  // otherwise tests/cpp/mma_emulation.h provides these
 
 // kTiles (even) m16n8 accumulator tiles of consecutive output chunks: acc[p] covers
 // output chunks 8p .. 8p + 7 (counted from this call's first), and output chunk j reads
