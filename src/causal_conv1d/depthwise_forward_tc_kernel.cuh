@@ -24,48 +24,7 @@ constexpr int kTcStages = 4;  // staged input tiles per block: the current one +
 // Shared bytes of the forward kernel: kTcStages input tiles, then the lag-ordered filter.
 template <int kMaxBlocks>
 constexpr int depthwise_tc_smem_bytes() {
-  return kTcStages * ToeplitzStage<kMaxBlocks>::kInBytes + 2 * 16 * (kMaxBlocks + 1);
-}
-
-// wr_s[16 + s] = w[K-1-s] for lag s in [0, K), zero elsewhere in [-16, 16 * kMaxBlocks);
-// w: the channel's taps, w_stride: between taps.
-template <int kMaxBlocks, typename T>
-__device__ __forceinline__ void toeplitz_lag_filter(T* wr_s, const T* w, int64_t w_stride, int width) {
-  for (int i = int(threadIdx.x); i < 16 * (kMaxBlocks + 1); i += ToeplitzTile::kThreads) {
-    const int s = i - 16;
-    wr_s[i] = (s >= 0 && s < width) ? w[int64_t(width - 1 - s) * w_stride] : from_float<T>(0.0f);
-  }
-}
-
-// Stages the input chunks [first_step/16, +units/2) of row into in_s: cp.async on
-// 16-byte aligned rows, element loads otherwise.
-template <int kMaxBlocks, typename T>
-__device__ __forceinline__ void toeplitz_stage(unsigned char* in_s, const T* row, bool aligned, int64_t first_step,
-                                               int units, int64_t n) {
-  if (aligned)
-    toeplitz_stage_async(in_s, row, first_step, units, n);
-  else
-    toeplitz_stage_sync<kMaxBlocks>(in_s, row, first_step, units, n);
-}
-
-// Stores one lane's outputs of an m16n8 tile (toeplitz_output_pairs) to row: chunk
-// `chunk` (tile-local) at steps s0, s0+1 and s0+8, s0+9 after j0. fast: the tile lies in
-// the row and the row is 4-byte aligned.
-template <typename T>
-__device__ __forceinline__ void toeplitz_store_pairs(T* row, int64_t j0, int chunk, int s0, const uint32_t (&pair)[2],
-                                                     bool fast, int64_t n) {
-  const int64_t t = j0 + 16 * chunk + s0;
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const int64_t th = t + 8 * h;
-    if (fast) {
-      *reinterpret_cast<uint32_t*>(row + th) = pair[h];
-    } else {
-      const uint16_t lo = uint16_t(pair[h] & 0xffffu), hi = uint16_t(pair[h] >> 16);
-      if (th < n) memcpy(row + th, &lo, 2);
-      if (th + 1 < n) memcpy(row + th + 1, &hi, 2);
-    }
-  }
+  return kTcStages * ToeplitzStage<kMaxBlocks>::kInBytes + 2 * toeplitz_lag_filter_size<kMaxBlocks>();
 }
 
 template <typename T, int kMaxBlocks>
@@ -75,7 +34,7 @@ __global__ void __launch_bounds__(ToeplitzTile::kThreads)
   using Stage = ToeplitzStage<kMaxBlocks>;
   constexpr bool kHalf = std::is_same<T, __half>::value;
   unsigned char* in_s = toeplitz_shared();                                  // [kTcStages][kInBytes], swizzled
-  T* wr_s = reinterpret_cast<T*>(in_s + kTcStages * Stage::kInBytes);  // [16 * (kMaxBlocks + 1)]
+  T* wr_s = reinterpret_cast<T*>(in_s + kTcStages * Stage::kInBytes);  // lag-ordered filter
   const int width = int(p.width), blocks = toeplitz_blocks(width), halo = blocks - 1;
   const int lane = int(threadIdx.x) & 31, warp = int(threadIdx.x) >> 5;
   const int64_t bc = int64_t(blockIdx.x);
@@ -94,7 +53,7 @@ __global__ void __launch_bounds__(ToeplitzTile::kThreads)
   for (int s = 0; s < kTcStages - 1; ++s) {
     const int64_t tile = blockIdx.y + s * stride;
     if (tile < tiles)
-      toeplitz_stage<kMaxBlocks>(in_s + s * Stage::kInBytes, x, x_aligned, tile * Tile::kOutputs - 16 * halo,
+      toeplitz_stage<Stage::kUnits>(in_s + s * Stage::kInBytes, x, x_aligned, tile * Tile::kOutputs - 16 * halo,
                                  units, n);
     cp_async_commit();
   }
@@ -112,7 +71,7 @@ __global__ void __launch_bounds__(ToeplitzTile::kThreads)
     __syncthreads();                 // ... every thread's, and the slot refilled below is free
     const int64_t ahead = tile + (kTcStages - 1) * stride;
     if (ahead < tiles)
-      toeplitz_stage<kMaxBlocks>(in_s + ((slot + kTcStages - 1) % kTcStages) * Stage::kInBytes, x, x_aligned,
+      toeplitz_stage<Stage::kUnits>(in_s + ((slot + kTcStages - 1) % kTcStages) * Stage::kInBytes, x, x_aligned,
                                  ahead * Tile::kOutputs - 16 * halo, units, n);
     cp_async_commit();
 

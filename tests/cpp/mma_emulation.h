@@ -82,6 +82,24 @@ inline void ldmatrix_x4(uint32_t (&r)[4], const void* row_address) {
   emu::warp_barrier();
 }
 
+// Transposed: lane l gets (row 2(l%4), col l/4) in the low half, (row 2(l%4)+1, col l/4) in the high half.
+inline void ldmatrix_x4_trans(uint32_t (&r)[4], const void* row_address) {
+  namespace emu = causalconv::emulation;
+  const unsigned t = threadIdx.x, lane = t % 32, base = t - lane;
+  emu::warp_exchange[t * 8] = reinterpret_cast<uintptr_t>(row_address);
+  emu::warp_barrier();
+  for (int i = 0; i < 4; ++i) {
+    uint16_t half[2];
+    for (int k = 0; k < 2; ++k) {
+      const auto* row =
+          reinterpret_cast<const unsigned char*>(emu::warp_exchange[(base + 8 * i + 2 * (lane % 4) + k) * 8]);
+      std::memcpy(&half[k], row + 2 * (lane / 4), 2);
+    }
+    r[i] = uint32_t(half[0]) | (uint32_t(half[1]) << 16);
+  }
+  emu::warp_barrier();
+}
+
 // d += A · B: A 16x16 row-major, B 16x8, D 16x8; g = lane/4, q = lane%4.
 // A regs: (g, 2q..2q+1), (g+8, 2q..), (g, 2q+8..), (g+8, 2q+8..); B regs: (k 2q..2q+1, n g),
 // (k 2q+8.., n g); D: (g, 2q), (g, 2q+1), (g+8, 2q), (g+8, 2q+1).
