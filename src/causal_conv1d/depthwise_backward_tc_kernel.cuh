@@ -36,7 +36,7 @@ struct DepthwiseTcBackwardSmem {
   static constexpr int kStage = 32 * (kXChunks + kGChunks);  // x tile, then g tile
   static constexpr int kForwardFrags = kStages * kStage;     // uint4 [kMaxBlocks][32]
   static constexpr int kDxFrags = kForwardFrags + 16 * 32 * kMaxBlocks;
-  static constexpr int kLagSums = kDxFrags + 16 * 32 * kMaxBlocks;  // float [kMaxBlocks][16][16]
+  static constexpr int kLagSums = kDxFrags + 16 * 32 * kMaxBlocks;   // float [kMaxBlocks][16][16]
   static constexpr int kBiasSums = kLagSums + 4 * 256 * kMaxBlocks;  // float [kWarps]
   static constexpr int kFilter = kBiasSums + 4 * ToeplitzTile::kWarps;
   static constexpr int kBytes = kFilter + 2 * toeplitz_lag_filter_size<kMaxBlocks>();
@@ -126,8 +126,8 @@ __global__ void __launch_bounds__(ToeplitzTile::kThreads)
 
     if (dx) {
       float acc[Tile::kWarpTiles][4];
-      toeplitz_mma_tiles_shared<kHalf, true, Tile::kWarpTiles>(acc, dx_frag_s, g_s, blocks,
-                                                               warp * Tile::kWarpChunks, lane);
+      toeplitz_mma_tiles_shared<kHalf, true, Tile::kWarpTiles>(acc, dx_frag_s, g_s, blocks, warp * Tile::kWarpChunks,
+                                                               lane);
       const bool fast = dx_aligned && j0 + Tile::kOutputs <= n;
 #pragma unroll
       for (int t = 0; t < Tile::kWarpTiles; ++t) {

@@ -33,7 +33,7 @@ __global__ void __launch_bounds__(ToeplitzTile::kThreads)
   using Tile = ToeplitzTile;
   using Stage = ToeplitzStage<kMaxBlocks>;
   constexpr bool kHalf = std::is_same<T, __half>::value;
-  unsigned char* in_s = toeplitz_shared();                                  // [kTcStages][kInBytes], swizzled
+  unsigned char* in_s = toeplitz_shared();                             // [kTcStages][kInBytes], swizzled
   T* wr_s = reinterpret_cast<T*>(in_s + kTcStages * Stage::kInBytes);  // lag-ordered filter
   const int width = int(p.width), blocks = toeplitz_blocks(width), halo = blocks - 1;
   const int lane = int(threadIdx.x) & 31, warp = int(threadIdx.x) >> 5;
@@ -53,8 +53,8 @@ __global__ void __launch_bounds__(ToeplitzTile::kThreads)
   for (int s = 0; s < kTcStages - 1; ++s) {
     const int64_t tile = blockIdx.y + s * stride;
     if (tile < tiles)
-      toeplitz_stage<Stage::kUnits>(in_s + s * Stage::kInBytes, x, x_aligned, tile * Tile::kOutputs - 16 * halo,
-                                 units, n);
+      toeplitz_stage<Stage::kUnits>(in_s + s * Stage::kInBytes, x, x_aligned, tile * Tile::kOutputs - 16 * halo, units,
+                                    n);
     cp_async_commit();
   }
   toeplitz_lag_filter<kMaxBlocks>(wr_s, static_cast<const T*>(p.weight) + c * p.w_stride[0], p.w_stride[1], width);
@@ -72,7 +72,7 @@ __global__ void __launch_bounds__(ToeplitzTile::kThreads)
     const int64_t ahead = tile + (kTcStages - 1) * stride;
     if (ahead < tiles)
       toeplitz_stage<Stage::kUnits>(in_s + ((slot + kTcStages - 1) % kTcStages) * Stage::kInBytes, x, x_aligned,
-                                 ahead * Tile::kOutputs - 16 * halo, units, n);
+                                    ahead * Tile::kOutputs - 16 * halo, units, n);
     cp_async_commit();
 
     float acc[Tile::kWarpTiles][4];
