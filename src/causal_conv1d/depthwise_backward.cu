@@ -452,6 +452,11 @@ void launch_typed(const DepthwiseBackwardParams& p, float* partials, cudaStream_
     launch_reduce<T>(p, partials, stream);
     return;
   }
+  if (try_launch_depthwise_backward_tc(p, partials, stream)) {  // 16-bit, dilation 1, K >= 9: tensor cores
+    check_launch("causal_conv1d backward (depthwise, tensor cores)");
+    launch_reduce<T>(p, partials, stream);  // its partials have the tiled kernel's layout
+    return;
+  }
   const DepthwiseTiling tiling =
       make_depthwise_tiling(p.batch, p.channels, p.length, p.width, p.dilation, kBackwardTilesPerBlock);
   const size_t smem = sizeof(float) * backward_smem_floats(p.width, tiling.halo);

@@ -59,4 +59,8 @@ namespace causalconv::detail {
 constexpr int64_t kDepthwiseTcMinWidth = 9;  // K <= 8 with dilation 1 has the window kernel
 constexpr int64_t kDepthwiseTcMaxWidth = 256;
 bool try_launch_depthwise_forward_tc(const DepthwiseForwardParams& p, CUstream_st* stream);
+// Tensor-core backward (depthwise_backward_tc.cu), same envelope with unit time stride of
+// x, dy and dx: dx, and per-tile weight-gradient partials (nullptr: not wanted) in the
+// tiled kernel's layout, for its ordered reduction. Returns false, launching nothing, else.
+bool try_launch_depthwise_backward_tc(const DepthwiseBackwardParams& p, float* partials, CUstream_st* stream);
 }  // namespace causalconv::detail

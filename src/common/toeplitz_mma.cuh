@@ -149,6 +149,112 @@ __device__ __forceinline__ void toeplitz_store_outputs(T* row, const T* out_s, i
 }
 
 #ifndef CAUSALCONV_CUDA_EMULATION
+// cp.async of 16 bytes into shared memory, reading `bytes` (0..16) from src and
+// zero-filling the rest; cp_async_commit closes a group, cp_async_wait<n> waits until
+// at most n groups of this thread are pending.
+__device__ __forceinline__ void cp_async16(void* dst_shared, const void* src, int bytes) {
+  const uint32_t dst = uint32_t(__cvta_generic_to_shared(dst_shared));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+template <int kPending>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending) : "memory");
+}
+#endif  // otherwise tests/cpp/mma_emulation.h provides these (deferred copies)
+
+// Asynchronous staging (cp.async, 16 bytes per unit, L1 bypassed): unit u of the tile
+// covering steps first_step + 8u .. + 7 of a 16-byte aligned row, zero outside [0, n).
+// first_step is a multiple of 8, so a unit is wholly before the row or starts inside it;
+// the row's last unit is zero-filled past n by the copy itself (src-size < 16).
+// Completes at cp_async_wait; rows that are not 16-byte aligned take the synchronous
+// element path (toeplitz_load_units + toeplitz_store_units).
+template <typename T>
+__device__ __forceinline__ void toeplitz_stage_async(unsigned char* in_s, const T* row, int64_t first_step,
+                                                     int units, int64_t n) {
+  for (int u = int(threadIdx.x); u < units; u += ToeplitzTile::kThreads) {
+    const int64_t t = first_step + 8 * int64_t(u);
+    const int64_t valid = t < 0 ? 0 : n - t;
+    const int bytes = valid >= 8 ? 16 : valid > 0 ? int(2 * valid) : 0;
+    cp_async16(in_s + toeplitz_unit_offset(u >> 1, u & 1), bytes > 0 ? row + t : row, bytes);
+  }
+}
+
+// Synchronous staging of any row (the element path of unaligned rows included), up to
+// kMaxUnits units.
+template <int kMaxUnits, typename T>
+__device__ __forceinline__ void toeplitz_stage_sync(unsigned char* in_s, const T* row, int64_t first_step,
+                                                    int units, int64_t n) {
+  uint4 v[(kMaxUnits + ToeplitzTile::kThreads - 1) / ToeplitzTile::kThreads];
+  toeplitz_load_units(v, row, first_step, units, n);
+  toeplitz_store_units(in_s, v, units);
+}
+
+// Stages units of row into in_s: cp.async on 16-byte aligned rows, element loads otherwise.
+template <int kMaxUnits, typename T>
+__device__ __forceinline__ void toeplitz_stage(unsigned char* in_s, const T* row, bool aligned, int64_t first_step,
+                                               int units, int64_t n) {
+  if (aligned)
+    toeplitz_stage_async(in_s, row, first_step, units, n);
+  else
+    toeplitz_stage_sync<kMaxUnits>(in_s, row, first_step, units, n);
+}
+
+// Output pairs straight from the accumulators of toeplitz_mma_tiles. Lane (g, q) of an
+// m16n8 tile holds chunks 2q, 2q+1 at steps g, g+8; one shuffle with lane g^1 gives each
+// lane two pairs of adjacent steps of one chunk: chunk 2q + (g & 1), steps s0, s0+1 and
+// s0+8, s0+9 with s0 = g & ~1. v: the lane's four values of the tile (acc[e] rounded to
+// the storage type); pair: the two pairs, the lower step in the low half.
+template <typename T>
+__device__ __forceinline__ void toeplitz_output_pairs(uint32_t (&pair)[2], const T (&v)[4], int lane) {
+  const int g = lane >> 2;
+  const bool odd = g & 1;
+  const uint32_t send = odd ? pack_pair(v[0], v[2]) : pack_pair(v[1], v[3]);
+  const uint32_t got = __shfl_sync(0xffffffffu, send, lane ^ 4);
+  if (odd) {  // chunk 2q+1: partner's steps g-1, g+7 below own g, g+8
+    pair[0] = (got & 0xffffu) | (bits16(v[1]) << 16);
+    pair[1] = (got >> 16) | (bits16(v[3]) << 16);
+  } else {  // chunk 2q: own steps g, g+8 below partner's g+1, g+9
+    pair[0] = bits16(v[0]) | (got << 16);
+    pair[1] = bits16(v[2]) | (got & 0xffff0000u);
+  }
+}
+
+// The lag-ordered filter in shared memory: wr_s[16 + s] = w[K-1-s] for lag s in [0, K),
+// zero elsewhere in [-16, 16 * (kMaxBlocks + 1)) (the transposed blocks reach one lag
+// further than toeplitz_a_fragments). w: the channel's taps, w_stride: between taps.
+template <int kMaxBlocks>
+__host__ __device__ constexpr int toeplitz_lag_filter_size() { return 16 * (kMaxBlocks + 2); }
+
+template <int kMaxBlocks, typename T>
+__device__ __forceinline__ void toeplitz_lag_filter(T* wr_s, const T* w, int64_t w_stride, int width) {
+  for (int i = int(threadIdx.x); i < toeplitz_lag_filter_size<kMaxBlocks>(); i += ToeplitzTile::kThreads) {
+    const int s = i - 16;
+    wr_s[i] = (s >= 0 && s < width) ? w[int64_t(width - 1 - s) * w_stride] : from_float<T>(0.0f);
+  }
+}
+
+// Stores one lane's outputs of an m16n8 tile (toeplitz_output_pairs) to row: chunk
+// `chunk` (tile-local) at steps s0, s0+1 and s0+8, s0+9 after j0. fast: the tile lies in
+// the row and the row is 4-byte aligned.
+template <typename T>
+__device__ __forceinline__ void toeplitz_store_pairs(T* row, int64_t j0, int chunk, int s0, const uint32_t (&pair)[2],
+                                                     bool fast, int64_t n) {
+  const int64_t t = j0 + 16 * chunk + s0;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int64_t th = t + 8 * h;
+    if (fast) {
+      *reinterpret_cast<uint32_t*>(row + th) = pair[h];
+    } else {
+      const uint16_t lo = uint16_t(pair[h] & 0xffffu), hi = uint16_t(pair[h] >> 16);
+      if (th < n) memcpy(row + th, &lo, 2);
+      if (th + 1 < n) memcpy(row + th + 1, &hi, 2);
+    }
+  }
+}
+
+#ifndef CAUSALCONV_CUDA_EMULATION
 // The block's dynamic shared memory (16-byte aligned).
 __device__ __forceinline__ unsigned char* toeplitz_shared() {
   extern __shared__ uint4 toeplitz_smem[];
@@ -159,6 +265,15 @@ __device__ __forceinline__ unsigned char* toeplitz_shared() {
 __device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const void* row_address) {
   const uint32_t addr = uint32_t(__cvta_generic_to_shared(row_address));
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+
+// The same, transposed: register i of lane l receives matrix i's elements (row 2(l%4),
+// column l/4) and (row 2(l%4)+1, column l/4), i.e. pairs along the stored columns.
+__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], const void* row_address) {
+  const uint32_t addr = uint32_t(__cvta_generic_to_shared(row_address));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
                : "r"(addr));
 }
@@ -180,7 +295,7 @@ __device__ __forceinline__ void mma_m16n8k16(float (&d)[4], const uint32_t (&a)[
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
   }
 }
-#endif  // otherwise tests/cpp/mma_emulation.h provides these three
+#endif  // otherwise tests/cpp/mma_emulation.h provides these
 
 // kTiles (even) m16n8 accumulator tiles of consecutive output chunks: acc[p] covers
 // output chunks 8p .. 8p + 7 (counted from this call's first), and output chunk j reads
@@ -207,6 +322,56 @@ __device__ __forceinline__ void toeplitz_mma_tiles(float (&acc)[kTiles][4], cons
       ldmatrix_x4(r, in_s + toeplitz_unit_offset(m, h));
       mma_m16n8k16<kHalf>(acc[2 * pair], a[i], r[0], r[1]);
       mma_m16n8k16<kHalf>(acc[2 * pair + 1], a[i], r[2], r[3]);
+    }
+  }
+}
+
+// The A fragments of blocks i < blocks in shared memory, one 16-byte entry per (block,
+// lane): frag_s[32 i + lane] holds what toeplitz_a_fragments puts in a[i] (kTransposed
+// false) or the fragments of the transposed blocks U_i[r][c] = wr[16i + c - r]
+// (kTransposed true), which serve the look-ahead band of the backward:
+//     dx_chunk[j] = sum_i U_i · g_chunk[j + i]   for dx[t] = sum_s wr[s] g[t + s].
+// wr_s: toeplitz_lag_filter.
+template <bool kTransposed, typename T>
+__device__ __forceinline__ void toeplitz_fragments_to_shared(uint4* frag_s, const T* wr_s, int blocks) {
+  for (int e = int(threadIdx.x); e < 32 * blocks; e += ToeplitzTile::kThreads) {
+    const int i = e >> 5, g = (e & 31) >> 2, q = e & 3;
+    uint32_t r[4];
+#pragma unroll
+    for (int reg = 0; reg < 4; ++reg) {
+      const int row = g + 8 * (reg & 1), col = 2 * q + 8 * (reg >> 1);
+      r[reg] = kTransposed ? pack_pair(wr_s[16 + 16 * i + col - row], wr_s[17 + 16 * i + col - row])
+                           : pack_pair(wr_s[16 + 16 * i + row - col], wr_s[15 + 16 * i + row - col]);
+    }
+    frag_s[e] = make_uint4(r[0], r[1], r[2], r[3]);
+  }
+}
+
+// As toeplitz_mma_tiles, with block i's A fragment read from frag_s (one 16-byte load
+// per block and lane) and, when kAhead, output chunk j reading input chunk
+// in_chunk0 + j + i (the look-ahead band) instead of in_chunk0 + j - i.
+template <bool kHalf, bool kAhead, int kTiles>
+__device__ __forceinline__ void toeplitz_mma_tiles_shared(float (&acc)[kTiles][4], const uint4* frag_s,
+                                                          const unsigned char* in_s, int blocks, int in_chunk0,
+                                                          int lane) {
+  static_assert(kTiles % 2 == 0, "ldmatrix.x4 feeds two tiles");
+#pragma unroll
+  for (int p = 0; p < kTiles; ++p)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) acc[p][e] = 0.0f;
+  const int mat = lane >> 3, h = mat & 1;
+  const int first = in_chunk0 + (mat >> 1) * 8 + (lane & 7);
+#pragma unroll 1
+  for (int i = 0; i < blocks; ++i) {
+    const uint4 f = frag_s[32 * i + lane];
+    const uint32_t a[4] = {f.x, f.y, f.z, f.w};
+#pragma unroll
+    for (int pair = 0; pair < kTiles / 2; ++pair) {
+      const int m = first + 16 * pair + (kAhead ? i : -i);
+      uint32_t r[4];
+      ldmatrix_x4(r, in_s + toeplitz_unit_offset(m, h));
+      mma_m16n8k16<kHalf>(acc[2 * pair], a, r[0], r[1]);
+      mma_m16n8k16<kHalf>(acc[2 * pair + 1], a, r[2], r[3]);
     }
   }
 }

@@ -1,20 +1,27 @@
-// The tensor-core depthwise forward (blocked Toeplitz form) runs on the CPU under
-// tests/cpp/cuda_emulation.h + mma_emulation.h, against an fp64 brute force: its
-// fragment construction, swizzled staging, halos, causal padding, tile walks and
-// partial tiles, checked element by element on a machine without a GPU. (The GPU run
-// of the same kernel: tests/python/test_causal_conv1d_depthwise.py, test_tensor_core_path.)
+// The tensor-core depthwise kernels (blocked Toeplitz form) run on the CPU under
+// tests/cpp/cuda_emulation.h + mma_emulation.h, against an fp64 brute force: fragment
+// construction (both Toeplitz forms), swizzled staging (cp.async with its deferred
+// copies, and the element path of unaligned rows), halos on both sides, causal padding,
+// tile walks, partial tiles, outputs stored from the accumulators, and the backward's
+// per-tile weight-gradient partials (summed here in the order of the GPU's reduction).
+// The GPU runs of the same kernels: tests/python/test_causal_conv1d_depthwise.py,
+// test_tensor_core_path*.
 #include "cuda_emulation.h"  // first: it sets up the emulated CUDA built-ins
 #include "mma_emulation.h"
 
 #define depthwise_forward_tc_kernel depthwise_forward_tc_kernel_emulated
 #include "causal_conv1d/depthwise_forward_tc_kernel.cuh"
 #undef depthwise_forward_tc_kernel
+#define depthwise_backward_tc_kernel depthwise_backward_tc_kernel_emulated
+#include "causal_conv1d/depthwise_backward_tc_kernel.cuh"
+#undef depthwise_backward_tc_kernel
 
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <limits>
 #include <random>
 #include <vector>
 
@@ -32,47 +39,106 @@ namespace emu = causalconv::emulation;
 struct Case {
   int64_t batch, channels, length, width;
   bool bias, silu;
+  int64_t tiles_per_block = 8;
 };
 
-template <typename T, int kMaxBlocks>
-void launch_emulated(const detail::DepthwiseForwardParams& p, int64_t tiles_per_block) {
-  const int64_t tiles = (p.length + detail::ToeplitzTile::kOutputs - 1) / detail::ToeplitzTile::kOutputs;
-  const int64_t tile_blocks = (tiles + tiles_per_block - 1) / tiles_per_block;
-  emu::launch({unsigned(p.batch * p.channels), unsigned(tile_blocks), 1}, detail::ToeplitzTile::kThreads,
-              size_t(detail::depthwise_tc_smem_bytes<kMaxBlocks>()),
-              [&] { detail::depthwise_forward_tc_kernel_emulated<T, kMaxBlocks>(p, tiles); });
+template <typename T>
+constexpr double ulp_of() {
+  return std::is_same<T, __half>::value ? 0x1p-10 : 0x1p-7;
+}
+
+// Calls f(kMaxBlocks) with the template argument the launchers pick for width K.
+template <typename F>
+void with_max_blocks(int64_t width, F&& f) {
+  const int blocks = detail::toeplitz_blocks(int(width));
+  if (blocks <= 3)
+    f(std::integral_constant<int, 3>{});
+  else if (blocks <= 5)
+    f(std::integral_constant<int, 5>{});
+  else if (blocks <= 9)
+    f(std::integral_constant<int, 9>{});
+  else
+    f(std::integral_constant<int, 17>{});
+}
+
+// Inputs of one case in storage type T: x, dy as padded activations (row stride L + 3,
+// so only some rows are 16-byte aligned), w (C, K), bias (C).
+template <typename T>
+struct Data {
+  Activation<T> x, dy;
+  std::vector<T> w, bias;
+  Data(const Case& cs, std::mt19937& rng)
+      : x(cs.batch, cs.channels, cs.length), dy(cs.batch, cs.channels, cs.length),
+        w(size_t(cs.channels * cs.width)), bias(size_t(cs.channels)) {
+    std::normal_distribution<double> normal;
+    HostTensor xh({cs.batch, cs.channels, cs.length}), dyh({cs.batch, cs.channels, cs.length});
+    for (int64_t b = 0; b < cs.batch; ++b)
+      for (int64_t c = 0; c < cs.channels; ++c)
+        for (int64_t t = 0; t < cs.length; ++t) {
+          xh(b, c, t) = normal(rng);
+          dyh(b, c, t) = normal(rng);
+        }
+    x.load(xh);
+    dy.load(dyh);
+    for (auto& v : w) v = test::round_to(T{}, normal(rng) / std::sqrt(double(cs.width)));
+    for (auto& v : bias) v = test::round_to(T{}, normal(rng));
+  }
+  // The pre-activation at (b, c, t) in fp64, and the sum of its terms' magnitudes.
+  double pre(const Case& cs, int64_t b, int64_t c, int64_t t, double* mag = nullptr) {
+    double acc = cs.bias ? widen(bias[size_t(c)]) : 0.0, m = std::abs(acc);
+    for (int64_t k = 0; k < cs.width; ++k) {
+      const int64_t src = t - (cs.width - 1 - k);
+      if (src < 0) continue;
+      const double term = widen(w[size_t(c * cs.width + k)]) * widen(x.at(b, c, src));
+      acc += term;
+      m += std::abs(term);
+    }
+    if (mag) *mag = m;
+    return acc;
+  }
+};
+
+struct ErrorTally {
+  int64_t bad = 0;
+  double err2 = 0, ref2 = 0;
+  void add(double got, double want, double tol, const char* what, int64_t b, int64_t c, int64_t t) {
+    if (!(std::abs(got - want) <= tol)) {
+      if (bad < 5) ADD_FAILURE() << what << "[" << b << "," << c << "," << t << "] = " << got << ", expected " << want;
+      ++bad;
+    }
+    err2 += (got - want) * (got - want);
+    ref2 += want * want;
+  }
+  double rel_l2() const { return std::sqrt(err2 / std::max(ref2, 1e-300)); }
+};
+
+template <typename T>
+DType dtype_of() {
+  return std::is_same<T, __half>::value ? DType::f16 : DType::bf16;
 }
 
 template <typename T>
-void run_case(const Case& cs, int64_t tiles_per_block = 8) {
-  SCOPED_TRACE(::testing::Message() << "B" << cs.batch << " C" << cs.channels << " L" << cs.length << " K"
+void run_forward(const Case& cs) {
+  SCOPED_TRACE(::testing::Message() << "forward B" << cs.batch << " C" << cs.channels << " L" << cs.length << " K"
                                     << cs.width << " bias " << cs.bias << " silu " << cs.silu);
   const int64_t B = cs.batch, C = cs.channels, L = cs.length, K = cs.width;
   std::mt19937 rng(std::random_device{}());
-  std::normal_distribution<double> normal;
-  Activation<T> x(B, C, L), y(B, C, L);
-  std::vector<T> w(static_cast<size_t>(C * K)), bias(static_cast<size_t>(C));
-  HostTensor xh({B, C, L});
-  for (int64_t b = 0; b < B; ++b)
-    for (int64_t c = 0; c < C; ++c)
-      for (int64_t t = 0; t < L; ++t) xh(b, c, t) = normal(rng);
-  x.load(xh);
-  for (auto& v : w) v = test::round_to(T{}, normal(rng) / std::sqrt(double(K)));
-  for (auto& v : bias) v = test::round_to(T{}, normal(rng));
+  Data<T> d(cs, rng);
+  Activation<T> y(B, C, L);
 
   detail::DepthwiseForwardParams p{};
-  p.x = x.data.data();
-  p.weight = w.data();
-  p.bias = cs.bias ? bias.data() : nullptr;
+  p.x = d.x.data.data();
+  p.weight = d.w.data();
+  p.bias = cs.bias ? d.bias.data() : nullptr;
   p.y = y.data.data();
-  p.dtype = std::is_same<T, __half>::value ? DType::f16 : DType::bf16;
+  p.dtype = dtype_of<T>();
   p.batch = B;
   p.channels = C;
   p.length = L;
   p.width = K;
   p.dilation = 1;
-  p.x_stride[0] = x.stride_b;
-  p.x_stride[1] = x.stride_c;
+  p.x_stride[0] = d.x.stride_b;
+  p.x_stride[1] = d.x.stride_c;
   p.x_stride[2] = 1;
   p.y_stride[0] = y.stride_b;
   p.y_stride[1] = y.stride_c;
@@ -81,65 +147,181 @@ void run_case(const Case& cs, int64_t tiles_per_block = 8) {
   p.w_stride[1] = 1;
   p.bias_stride = 1;
   p.silu = cs.silu;
-  const int blocks = detail::toeplitz_blocks(int(K));
-  if (blocks <= 3)
-    launch_emulated<T, 3>(p, tiles_per_block);
-  else if (blocks <= 5)
-    launch_emulated<T, 5>(p, tiles_per_block);
-  else if (blocks <= 9)
-    launch_emulated<T, 9>(p, tiles_per_block);
-  else
-    launch_emulated<T, 17>(p, tiles_per_block);
+  const int64_t tiles = (L + detail::ToeplitzTile::kOutputs - 1) / detail::ToeplitzTile::kOutputs;
+  const int64_t tile_blocks = (tiles + cs.tiles_per_block - 1) / cs.tiles_per_block;
+  with_max_blocks(K, [&](auto max_blocks) {
+    constexpr int kMaxBlocks = decltype(max_blocks)::value;
+    emu::launch({unsigned(B * C), unsigned(tile_blocks), 1}, detail::ToeplitzTile::kThreads,
+                size_t(detail::depthwise_tc_smem_bytes<kMaxBlocks>()),
+                [&] { detail::depthwise_forward_tc_kernel_emulated<T, kMaxBlocks>(p, tiles); });
+  });
 
   // Element by element: the output's rounding plus fp32 accumulation error.
-  const double ulp = std::is_same<T, __half>::value ? std::ldexp(1.0, -10) : std::ldexp(1.0, -7);
-  int64_t bad = 0;
-  double err2 = 0, ref2 = 0;
+  const double ulp = ulp_of<T>();
+  ErrorTally tally;
   for (int64_t b = 0; b < B; ++b)
-    for (int64_t c = 0; c < C; ++c)
+    for (int64_t c = 0; c < C; ++c) {
       for (int64_t t = 0; t < L; ++t) {
-        double acc = cs.bias ? widen(bias[size_t(c)]) : 0.0, mag = std::abs(acc);
+        double mag;
+        double want = d.pre(cs, b, c, t, &mag);
+        if (cs.silu) {
+          mag = std::abs(want) + mag * 1e-6;
+          want = want / (1.0 + std::exp(-want));
+        }
+        tally.add(widen(y.at(b, c, t)), want, ulp * std::abs(want) + 1e-5 * mag + 1e-6, "y", b, c, t);
+      }
+      EXPECT_TRUE(std::isnan(widen(y.data[size_t(b * y.stride_b + c * y.stride_c + L)])))
+          << "wrote past the end of row " << b << "," << c;
+    }
+  EXPECT_EQ(tally.bad, 0) << "elements out of tolerance";
+  EXPECT_LE(tally.rel_l2(), (std::is_same<T, __half>::value ? 1e-3 : 4e-3));
+}
+
+// dx, and dweight/dbias from the kernel's per-tile partials summed in the reduction's order.
+template <typename T>
+void run_backward(const Case& cs, bool want_dx = true, bool want_dw = true) {
+  SCOPED_TRACE(::testing::Message() << "backward B" << cs.batch << " C" << cs.channels << " L" << cs.length << " K"
+                                    << cs.width << " bias " << cs.bias << " silu " << cs.silu << " dx " << want_dx
+                                    << " dw " << want_dw);
+  const int64_t B = cs.batch, C = cs.channels, L = cs.length, K = cs.width;
+  std::mt19937 rng(std::random_device{}());
+  Data<T> d(cs, rng);
+  Activation<T> dx(B, C, L);
+  const int64_t tiles = (L + detail::ToeplitzTile::kOutputs - 1) / detail::ToeplitzTile::kOutputs;
+  std::vector<float> partials(size_t(C * B * tiles * (K + 1)), std::numeric_limits<float>::quiet_NaN());
+
+  detail::DepthwiseBackwardParams p{};
+  p.x = d.x.data.data();
+  p.weight = d.w.data();
+  p.bias = cs.bias ? d.bias.data() : nullptr;
+  p.dy = d.dy.data.data();
+  p.dx = want_dx ? dx.data.data() : nullptr;
+  p.dtype = dtype_of<T>();
+  p.batch = B;
+  p.channels = C;
+  p.length = L;
+  p.width = K;
+  p.dilation = 1;
+  for (auto* s : {p.x_stride, p.dy_stride, p.dx_stride}) {
+    s[0] = d.x.stride_b;
+    s[1] = d.x.stride_c;
+    s[2] = 1;
+  }
+  p.w_stride[0] = K;
+  p.w_stride[1] = 1;
+  p.bias_stride = 1;
+  p.silu = cs.silu;
+  const int64_t tile_blocks = (tiles + cs.tiles_per_block - 1) / cs.tiles_per_block;
+  with_max_blocks(K, [&](auto max_blocks) {
+    constexpr int kMaxBlocks = decltype(max_blocks)::value;
+    emu::launch({unsigned(B * C), unsigned(tile_blocks), 1}, detail::ToeplitzTile::kThreads,
+                size_t(detail::DepthwiseTcBackwardSmem<kMaxBlocks>::kBytes), [&] {
+                  detail::depthwise_backward_tc_kernel_emulated<T, kMaxBlocks>(p, tiles,
+                                                                               want_dw ? partials.data() : nullptr);
+                });
+  });
+
+  // fp64 reference: g = dy * silu'(pre), dx[t] = sum_k w[k] g[t + K-1-k], dw, db.
+  const double ulp = ulp_of<T>();
+  std::vector<double> g(static_cast<size_t>(L)), dw(static_cast<size_t>(C * K), 0.0), db(static_cast<size_t>(C), 0.0);
+  std::vector<double> dw_abs(dw.size(), 0.0), dw_sq(dw.size(), 0.0);  // sums of |term| and term^2
+  ErrorTally dx_tally;
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t c = 0; c < C; ++c) {
+      for (int64_t t = 0; t < L; ++t) {
+        g[size_t(t)] = widen(d.dy.at(b, c, t));
+        if (cs.silu) {
+          const double u = d.pre(cs, b, c, t), s = 1.0 / (1.0 + std::exp(-u));
+          g[size_t(t)] *= s * (1.0 + u * (1.0 - s));
+        }
+        db[size_t(c)] += g[size_t(t)];
         for (int64_t k = 0; k < K; ++k) {
           const int64_t src = t - (K - 1 - k);
           if (src < 0) continue;
-          const double term = widen(w[size_t(c * K + k)]) * widen(x.at(b, c, src));
-          acc += term;
+          const double term = g[size_t(t)] * widen(d.x.at(b, c, src));
+          dw[size_t(c * K + k)] += term;
+          dw_abs[size_t(c * K + k)] += std::abs(term);
+          dw_sq[size_t(c * K + k)] += term * term;
+        }
+      }
+      if (!want_dx) continue;
+      for (int64_t t = 0; t < L; ++t) {
+        double want = 0, mag = 0;
+        for (int64_t k = 0; k < K; ++k) {
+          const int64_t src = t + (K - 1 - k);
+          if (src >= L) continue;
+          const double term = widen(d.w[size_t(c * K + k)]) * g[size_t(src)];
+          want += term;
           mag += std::abs(term);
         }
-        if (cs.silu) {
-          mag = std::abs(acc) + mag * 1e-6;
-          acc = acc / (1.0 + std::exp(-acc));
-        }
-        const double got = widen(y.at(b, c, t));
-        const double tol = ulp * std::abs(acc) + 1e-5 * mag + 1e-6;
-        if (!(std::abs(got - acc) <= tol)) {
-          if (bad < 5)
-            ADD_FAILURE() << "y[" << b << "," << c << "," << t << "] = " << got << ", expected " << acc;
-          ++bad;
-        }
-        err2 += (got - acc) * (got - acc);
-        ref2 += acc * acc;
+        // silu: g is rounded to T as the MMA operand (half an ulp per term).
+        const double tol = ulp * std::abs(want) + (cs.silu ? ulp : 1e-5) * mag + 1e-6;
+        dx_tally.add(widen(dx.at(b, c, t)), want, tol, "dx", b, c, t);
       }
-  EXPECT_EQ(bad, 0) << "elements out of tolerance";
-  const double bound = std::is_same<T, __half>::value ? 1e-3 : 4e-3;
-  EXPECT_LE(std::sqrt(err2 / std::max(ref2, 1e-300)), bound);
-  // Padding between rows stays untouched (NaN).
-  EXPECT_TRUE(std::isnan(widen(y.data[size_t(L)]))) << "wrote past the end of a row";
+      EXPECT_TRUE(std::isnan(widen(dx.data[size_t(b * dx.stride_b + c * dx.stride_c + L)])))
+          << "wrote past the end of row " << b << "," << c;
+    }
+  const double bound = std::is_same<T, __half>::value ? 2e-3 : 1e-2;  // tests/python/conftest.py
+  if (want_dx) {
+    EXPECT_EQ(dx_tally.bad, 0) << "dx elements out of tolerance";
+    EXPECT_LE(dx_tally.rel_l2(), bound / 2);
+  }
+  if (!want_dw) return;
+  ErrorTally dw_tally, db_tally;
+  for (int64_t c = 0; c < C; ++c)
+    for (int64_t k = 0; k <= K; ++k) {
+      float sum = 0.0f;  // as depthwise_weight_grad_reduce: parts in order
+      for (int64_t part = 0; part < B * tiles; ++part) sum += partials[size_t((c * B * tiles + part) * (K + 1) + k)];
+      if (k < K) {
+        // fp32 sums of exact products; with silu each term also carries g's rounding to T
+        // (random, at most half an ulp): a few standard deviations of their sum.
+        const size_t i = size_t(c * K + k);
+        const double tol = 1e-5 * dw_abs[i] + (cs.silu ? 2 * ulp * std::sqrt(dw_sq[i]) : 0.0) + 1e-6;
+        dw_tally.add(sum, dw[i], tol, "dweight", 0, c, k);
+      } else {
+        db_tally.add(sum, db[size_t(c)], 1e-5 * double(B * L) + 1e-6, "dbias", 0, c, 0);  // fp32 g, fp32 sums
+      }
+    }
+  EXPECT_EQ(dw_tally.bad + db_tally.bad, 0) << "weight-gradient elements out of tolerance";
+  EXPECT_LE(dw_tally.rel_l2(), bound / 2);
+  EXPECT_LE(db_tally.rel_l2(), bound / 2);
 }
 
-TEST(DepthwiseTensorCoreEmulated, BFloat16) {
-  run_case<__nv_bfloat16>({1, 1, 1, 16, false, false});     // L = 1
-  run_case<__nv_bfloat16>({1, 2, 15, 9, true, false});      // narrowest TC width, L < 16
-  run_case<__nv_bfloat16>({2, 1, 2100, 17, true, true});    // 2 tiles, partial second; 2 halo chunks
-  run_case<__nv_bfloat16>({1, 1, 4093, 128, false, true});  // 16-byte aligned rows (stride 4096)
-  run_case<__nv_bfloat16>({1, 1, 300, 256, true, false});   // L < K, widest
-  run_case<__nv_bfloat16>({1, 1, 5000, 31, true, false}, 1);  // one tile per block: 3 blocks along the row
+TEST(DepthwiseTensorCoreEmulated, ForwardBFloat16) {
+  run_forward<__nv_bfloat16>({1, 1, 1, 16, false, false});     // L = 1
+  run_forward<__nv_bfloat16>({1, 2, 15, 9, true, false});      // narrowest TC width, L < 16
+  run_forward<__nv_bfloat16>({2, 1, 2100, 17, true, true});    // 2 tiles, partial second; 2 halo chunks
+  run_forward<__nv_bfloat16>({1, 1, 4093, 128, false, true});  // 16-byte aligned rows (stride 4096): cp.async
+  run_forward<__nv_bfloat16>({1, 1, 300, 256, true, false});   // L < K, widest
+  run_forward<__nv_bfloat16>({1, 1, 5000, 31, true, false, 1});  // one tile per block: 3 blocks along the row
+  run_forward<__nv_bfloat16>({1, 1, 10237, 64, true, true});   // aligned, 5 tiles: the 4-deep ring wraps
 }
 
-TEST(DepthwiseTensorCoreEmulated, Float16) {
-  run_case<__half>({1, 3, 17, 255, true, true});
-  run_case<__half>({1, 1, 6141, 64, false, false});  // aligned rows, 3 tiles walked by one block
-  run_case<__half>({1, 1, 1000, 33, true, false});
+TEST(DepthwiseTensorCoreEmulated, ForwardFloat16) {
+  run_forward<__half>({1, 3, 17, 255, true, true});
+  run_forward<__half>({1, 1, 6141, 64, false, false});  // aligned rows, 3 tiles walked by one block
+  run_forward<__half>({1, 1, 1000, 33, true, false});
+  run_forward<__half>({1, 1, 253, 256, false, true});   // aligned (stride 256), row end inside a unit
+}
+
+TEST(DepthwiseTensorCoreEmulated, BackwardBFloat16) {
+  run_backward<__nv_bfloat16>({1, 1, 1, 16, true, true});      // L = 1
+  run_backward<__nv_bfloat16>({1, 3, 15, 9, true, false});     // C odd, L < 16, narrowest
+  run_backward<__nv_bfloat16>({2, 1, 2100, 31, true, true});   // 2 tiles, partial second
+  run_backward<__nv_bfloat16>({1, 1, 4093, 128, false, true});  // aligned rows: cp.async, 2 tiles deep
+  run_backward<__nv_bfloat16>({1, 1, 300, 256, true, true});   // L < K, widest, look-ahead past the row
+  run_backward<__nv_bfloat16>({1, 1, 6141, 64, true, false, 1});  // one tile per block
+  run_backward<__nv_bfloat16>({1, 2, 509, 255, false, false});
+}
+
+TEST(DepthwiseTensorCoreEmulated, BackwardFloat16) {
+  run_backward<__half>({1, 1, 253, 256, true, true});    // aligned (stride 256)
+  run_backward<__half>({2, 1, 1000, 33, true, true});
+  run_backward<__half>({1, 1, 2045, 128, false, false});  // aligned, row end inside a unit
+  run_backward<__half>({2, 3, 700, 20, true, true});    // partials of several rows and batches
+  run_backward<__half>({1, 1, 700, 16, true, true}, true, false);   // dx only
+  run_backward<__half>({1, 1, 700, 64, true, true}, false, true);   // weight gradients only
+  run_backward<__half>({1, 1, 700, 64, false, false}, false, true);
 }
 
 }  // namespace

@@ -393,3 +393,67 @@ def test_tensor_core_path_tile_walks_and_fallbacks(dtype, seeded):
     x, w, bias = make_inputs(1, 3, 1000, 128, torch.float32, with_bias=True)
     y = forward_into_poisoned(x, w, bias, 1, None)
     assert_close_to_reference(y, causalconv.reference.causal_conv1d(x, w, bias, 1, None, None), torch.float32)
+
+
+def backward_into_poisoned(x, w, bias, dy, activation, want_dx=True, want_weight_grads=True):
+    """Runs the core backward into NaN-filled gradients and a NaN-filled workspace."""
+    nan = float("nan")
+    dx = torch.full_like(x, nan) if want_dx else None
+    dw = torch.full_like(w, nan) if want_weight_grads else None
+    db = torch.full_like(bias, nan) if want_weight_grads and bias is not None else None
+    code = {None: 0, "silu": 1}[activation]
+    args = (view(x), view(w), None if bias is None else view(bias), view(dy), None if dx is None else view(dx),
+            None if dw is None else view(dw), None if db is None else view(db), 1, 0, code)
+    nbytes = _C.causal_conv1d_backward_workspace_bytes(*args)
+    ws = torch.full((nbytes // 4 + 1,), nan, device="cuda")
+    _C.causal_conv1d_backward(*args, view(ws), torch.cuda.current_stream().cuda_stream)
+    return dx, dw, db
+
+
+@requires_cuda
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("k", [8, 9, 16, 31, 33, 64, 65, 128, 129, 255, 256])
+def test_tensor_core_backward(dtype, k, seeded):
+    # The backward of the tensor-core envelope (16-bit, dilation 1, 9 <= K <= 256, unit time stride)
+    # runs on the tensor cores: dx on the transposed Toeplitz blocks, dweight/dbias as per-tile partials
+    # of lag-block MMAs; K = 8 is the window kernel's side. Every Toeplitz-block template; lengths below a
+    # chunk, below K, 16-byte aligned (1000, 2048) and not (4097), several tiles (2 * 2048 + 5).
+    for length in (1, 15, 17, 1000, 2048, 4097, 4101):
+        for with_bias, activation in ((False, None), (True, "silu"), (True, None)):
+            x, w, bias = make_inputs(2, 3, length, k, dtype, with_bias=with_bias)
+            dy = torch.randn_like(x)
+            dx, dw, db = backward_into_poisoned(x, w, bias, dy, activation)
+            ref = causalconv.reference.causal_conv1d_backward(x, w, bias, dy, 1, None, activation)
+            what = f"L={length} bias={with_bias} activation={activation}"
+            assert_close_to_reference(dx, ref[0], dtype, f"dx {what}")
+            assert_close_to_reference(dw, ref[1], dtype, f"dweight {what}", reduction=True)
+            if with_bias:
+                assert_close_to_reference(db, ref[2], dtype, f"dbias {what}", reduction=True)
+
+
+@requires_cuda
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_tensor_core_backward_tile_walks_and_partial_outputs(dtype, seeded):
+    # Rows longer than 8 tiles (several blocks along a row, each walking tiles two deep), odd channels,
+    # batch > 1; then dx alone and the weight gradients alone (each skips the other's work).
+    x, w, bias = make_inputs(2, 5, 2048 * 9 + 5, 128, dtype, with_bias=True)
+    check_grads(x, w, bias, 1, "silu")
+    x, w, bias = make_inputs(3, 7, 3000, 200, dtype, with_bias=True)
+    dy = torch.randn_like(x)
+    ref = causalconv.reference.causal_conv1d_backward(x, w, bias, dy, 1, None, "silu")
+    dx, _, _ = backward_into_poisoned(x, w, bias, dy, "silu", want_weight_grads=False)
+    assert_close_to_reference(dx, ref[0], dtype, "dx alone")
+    _, dw, db = backward_into_poisoned(x, w, bias, dy, "silu", want_dx=False)
+    assert_close_to_reference(dw, ref[1], dtype, "dweight alone", reduction=True)
+    assert_close_to_reference(db, ref[2], dtype, "dbias alone", reduction=True)
+
+
+@requires_cuda
+@pytest.mark.parametrize("k", [16, 128, 256])
+def test_tensor_core_weight_grads_are_deterministic(k, seeded):
+    x, w, bias = make_inputs(4, 64, 20000, k, torch.bfloat16, with_bias=True)
+    dy = torch.randn_like(x)
+    runs = [backward_into_poisoned(x, w, bias, dy, "silu") for _ in range(3)]
+    for later in runs[1:]:
+        for a, b in zip(runs[0], later):
+            assert torch.equal(a, b), "gradients differ bitwise between identical runs"

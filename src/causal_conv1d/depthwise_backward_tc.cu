@@ -1,0 +1,55 @@
+// Launcher of the tensor-core depthwise backward (the kernel: depthwise_backward_tc_kernel.cuh).
+#include <algorithm>
+
+#include "causal_conv1d/depthwise_backward_tc_kernel.cuh"
+#include "causal_conv1d/depthwise_kernels.h"
+#include "causal_conv1d/depthwise_tiling.cuh"
+#include "common/cuda_runtime.h"
+
+namespace causalconv::detail {
+namespace {
+
+// Tiles walked by one block: the filter's fragments are built once per block.
+constexpr int64_t kTcTilesPerBlock = 8;
+
+template <typename T, int kMaxBlocks>
+void launch(const DepthwiseBackwardParams& p, float* partials, cudaStream_t stream) {
+  const int64_t tiles = (p.length + ToeplitzTile::kOutputs - 1) / ToeplitzTile::kOutputs;
+  const int64_t tile_blocks = std::min((tiles + kTcTilesPerBlock - 1) / kTcTilesPerBlock, kMaxGridY);
+  const dim3 grid(unsigned(p.batch * p.channels), unsigned(tile_blocks));
+  constexpr int smem = DepthwiseTcBackwardSmem<kMaxBlocks>::kBytes;
+  if (smem > 48 * 1024)
+    check_cuda(cudaFuncSetAttribute(depthwise_backward_tc_kernel<T, kMaxBlocks>,
+                                    cudaFuncAttributeMaxDynamicSharedMemorySize, smem),
+               "causal_conv1d backward (depthwise, tensor cores)");
+  depthwise_backward_tc_kernel<T, kMaxBlocks><<<grid, ToeplitzTile::kThreads, smem, stream>>>(p, tiles, partials);
+}
+
+template <typename T>
+void launch_width(const DepthwiseBackwardParams& p, float* partials, cudaStream_t stream) {
+  const int blocks = toeplitz_blocks(int(p.width));
+  if (blocks <= 3)
+    launch<T, 3>(p, partials, stream);  // K <= 32
+  else if (blocks <= 5)
+    launch<T, 5>(p, partials, stream);  // K <= 64
+  else if (blocks <= 9)
+    launch<T, 9>(p, partials, stream);  // K <= 128
+  else
+    launch<T, 17>(p, partials, stream);  // K <= 256
+}
+
+}  // namespace
+
+bool try_launch_depthwise_backward_tc(const DepthwiseBackwardParams& p, float* partials, CUstream_st* stream) {
+  if ((p.dtype != DType::f16 && p.dtype != DType::bf16) || p.dilation != 1 || p.width < kDepthwiseTcMinWidth ||
+      p.width > kDepthwiseTcMaxWidth || p.x_stride[2] != 1 || p.dy_stride[2] != 1 || (p.dx && p.dx_stride[2] != 1) ||
+      p.length <= 0 || p.batch * p.channels <= 0 || p.batch * p.channels > kMaxGridX)
+    return false;
+  if (p.dtype == DType::f16)
+    launch_width<__half>(p, partials, stream);
+  else
+    launch_width<__nv_bfloat16>(p, partials, stream);
+  return true;
+}
+
+}  // namespace causalconv::detail
