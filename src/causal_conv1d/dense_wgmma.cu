@@ -42,7 +42,7 @@ constexpr int kBM = 128;  // output channels per tile
 constexpr int kBN = 256;  // time steps per tile
 constexpr int kBK = 64;   // source channels per stage (one 128-byte swizzle row)
 constexpr int kThreads = 384;
-constexpr int kConsumerWarps = 8;
+[[maybe_unused]] constexpr int kConsumerWarps = 8;
 constexpr uint32_t kATileBytes = kBM * kBK * 2;          // 16 KiB
 constexpr uint32_t kBTileBytes = kBN * kBK * 2;          // 32 KiB
 constexpr int64_t kMaxCoordinate = int64_t(1) << 30;     // TMA coordinates are int32
@@ -73,7 +73,7 @@ struct TileCoords {
   int32_t m, tt, g, b;
 };
 
-__device__ __forceinline__ TileCoords tile_coords(const WgParams& p, int64_t tile) {
+[[maybe_unused]] __device__ __forceinline__ TileCoords tile_coords(const WgParams& p, int64_t tile) {
   TileCoords c;
   c.m = int32_t(tile % p.o_tiles);  // neighbouring CTAs share the x tiles through L2
   const int64_t rest = tile / p.o_tiles;
@@ -254,12 +254,16 @@ __device__ __forceinline__ void operand_bits(T v, uint16_t& hi, uint16_t& lo) {
 }
 
 constexpr int kStageChannels = 64, kStageSteps = 64, kStageThreads = 256;
-constexpr int kStagePitch = kStageSteps + 8;  // uint16 per staged channel row (16-byte aligned rows)
+
+// Shared-memory column of step t in staged channel row `row`: 16-byte chunks XOR-swizzled by the
+// row's group of 8, so that both the row-wise stores and the 8-rows-apart reads are conflict-free.
+__device__ __forceinline__ int stage_column(int row, int t) { return (((t >> 3) ^ (row >> 3)) & 7) << 3 | (t & 7); }
 
 struct StageArgs {
   const void* x;
   int64_t xs0, xs1, xs2;
-  int64_t groups, in_g, s8, length, copy_elems;
+  int32_t groups, in_g, s8, length;
+  int64_t copy_elems;
   bool vector_rows;  // unit time stride and 16-byte aligned rows: 16-byte loads
   uint16_t* out;
 };
@@ -267,16 +271,17 @@ struct StageArgs {
 // x (B, C, L), any strides -> out[copy * B + b][t][g][s < s8] (zero for s >= S): a channel-last copy
 // whose group rows start on 16 bytes; fp32 writes bf16 hi (copy 0) and lo (copy 1). A block
 // transposes 64 (padded) channels x 64 steps through shared memory: 16-byte loads along time
-// (a warp covers four 128-byte row pieces), then each thread gathers 8 channels of one step from
-// shared memory (a warp reads 64 contiguous bytes per row) and writes them as one 16-byte vector.
+// (a warp covers whole 128-byte row pieces), then 8 lanes gather the 64 channels of one step
+// and write them as 128 contiguous bytes.
 template <typename T>
 __global__ void __launch_bounds__(kStageThreads) stage_channel_last(StageArgs a) {
   constexpr bool kSplit = std::is_same_v<T, float>;
   constexpr int kVec = 16 / sizeof(T);  // elements per 16-byte load
-  __shared__ alignas(16) uint16_t hi_s[kStageChannels][kStagePitch];
-  __shared__ alignas(16) uint16_t lo_s[kSplit ? kStageChannels : 1][kStagePitch];
-  const int64_t t0 = int64_t(blockIdx.x) * kStageSteps, ch0 = int64_t(blockIdx.y) * kStageChannels;
-  const int64_t b = blockIdx.z, row_elems = a.groups * a.s8;
+  __shared__ alignas(16) uint16_t hi_s[kStageChannels][kStageSteps];
+  __shared__ alignas(16) uint16_t lo_s[kSplit ? kStageChannels : 1][kStageSteps];
+  const int32_t t0 = int32_t(blockIdx.x) * kStageSteps, ch0 = int32_t(blockIdx.y) * kStageChannels;
+  const int64_t b = blockIdx.z;
+  const int32_t row_elems = a.groups * a.s8;
   const T* x = static_cast<const T*>(a.x) + b * a.xs0;
 
   constexpr int kLoads = kStageChannels * kStageSteps / kVec / kStageThreads;
@@ -284,41 +289,40 @@ __global__ void __launch_bounds__(kStageThreads) stage_channel_last(StageArgs a)
   for (int i = 0; i < kLoads; ++i) {
     const int v = threadIdx.x + i * kStageThreads;
     const int cl = v / (kStageSteps / kVec), tl = v % (kStageSteps / kVec) * kVec;
-    const int64_t ch = ch0 + cl, g = ch / a.s8, s = ch - g * a.s8, t = t0 + tl;
+    const int32_t ch = ch0 + cl, g = ch / a.s8, s = ch - g * a.s8, t = t0 + tl;
     const bool live = s < a.in_g && g < a.groups;
-    const T* row = x + (g * a.in_g + s) * a.xs1;
-    T vals[kVec];
+    const T* row = x + (int64_t(g) * a.in_g + s) * a.xs1;
+    alignas(16) T vals[kVec];
     if (live && a.vector_rows && t + kVec <= a.length) {
-      const uint4 raw = *reinterpret_cast<const uint4*>(row + t);
-      const T* r = reinterpret_cast<const T*>(&raw);
-#pragma unroll
-      for (int e = 0; e < kVec; ++e) vals[e] = r[e];
+      *reinterpret_cast<uint4*>(vals) = *reinterpret_cast<const uint4*>(row + t);
     } else {
 #pragma unroll
-      for (int e = 0; e < kVec; ++e) vals[e] = live && t + e < a.length ? row[(t + e) * a.xs2] : T(0.0f);
+      for (int e = 0; e < kVec; ++e) vals[e] = live && t + e < a.length ? row[int64_t(t + e) * a.xs2] : T(0.0f);
     }
     alignas(16) uint16_t hv[kVec], lv[kVec];
 #pragma unroll
     for (int e = 0; e < kVec; ++e) operand_bits(vals[e], hv[e], lv[e]);
-    // One vector store per row piece: 8 lanes cover 128 contiguous bytes, conflict-free.
+    // One vector store per row piece (its 8 or 4 steps share a swizzled chunk).
     using Piece = std::conditional_t<kSplit, uint2, uint4>;
-    *reinterpret_cast<Piece*>(&hi_s[cl][tl]) = *reinterpret_cast<const Piece*>(hv);
-    if constexpr (kSplit) *reinterpret_cast<Piece*>(&lo_s[cl][tl]) = *reinterpret_cast<const Piece*>(lv);
+    const int col = stage_column(cl, tl);
+    *reinterpret_cast<Piece*>(&hi_s[cl][col]) = *reinterpret_cast<const Piece*>(hv);
+    if constexpr (kSplit) *reinterpret_cast<Piece*>(&lo_s[cl][col]) = *reinterpret_cast<const Piece*>(lv);
   }
   __syncthreads();
 
   constexpr int kStores = kStageSteps * (kStageChannels / 8) / kStageThreads;
 #pragma unroll
   for (int i = 0; i < kStores; ++i) {
-    const int tl = threadIdx.x % 32 + 32 * (i % 2);
-    const int cg = (threadIdx.x / 32 + 8 * (i / 2)) * 8;  // first of 8 channels
-    const int64_t t = t0 + tl, ch = ch0 + cg;
+    const int v = threadIdx.x + i * kStageThreads;
+    const int cg = v % 8 * 8, tl = v / 8;  // 8 lanes: the 64 channels of one step
+    const int32_t t = t0 + tl, ch = ch0 + cg;
     if (t >= a.length || ch >= row_elems) continue;
-    uint16_t hv[8], lv[8];
+    alignas(16) uint16_t hv[8], lv[8];
 #pragma unroll
     for (int e = 0; e < 8; ++e) {
-      hv[e] = hi_s[cg + e][tl];
-      if constexpr (kSplit) lv[e] = lo_s[cg + e][tl];
+      const int col = stage_column(cg + e, tl);
+      hv[e] = hi_s[cg + e][col];
+      if constexpr (kSplit) lv[e] = lo_s[cg + e][col];
     }
     const int64_t at = (b * a.length + t) * row_elems + ch;
     *reinterpret_cast<uint4*>(a.out + at) = *reinterpret_cast<const uint4*>(hv);
@@ -428,8 +432,9 @@ void launch_wgmma_forward(const DenseForwardParams& f, cudaStream_t stream, cons
     x_strides[2] = uint64_t(f.x_stride[0]) * 2;
   } else {
     auto* staged = reinterpret_cast<uint16_t*>(static_cast<uint8_t*>(f.workspace) + l.weight_bytes);
-    StageArgs a{f.x, f.x_stride[0], f.x_stride[1], f.x_stride[2], g.groups, S, l.s8, g.length, l.x_copy_elems,
-                false, staged};
+    StageArgs a{f.x,          f.x_stride[0],   f.x_stride[1],     f.x_stride[2],  int32_t(g.groups),
+                int32_t(S),   int32_t(l.s8),   int32_t(g.length), l.x_copy_elems, false,
+                staged};
     constexpr int64_t kVec = 16 / sizeof(T);
     a.vector_rows = f.x_stride[2] == 1 && reinterpret_cast<uintptr_t>(f.x) % 16 == 0 && f.x_stride[1] % kVec == 0 &&
                     f.x_stride[0] % kVec == 0;
@@ -496,8 +501,8 @@ bool dense_wgmma_forward_supported(const DenseForwardParams& f, int device) {
   if (g.length >= kMaxCoordinate || (g.width - 1) * g.dilation >= kMaxCoordinate) return false;
   const WgLayout l = wg_layout(f);
   if (l.weight_elems / l.s_pad * 2 >= kMaxCoordinate || 2 * g.batch >= kMaxCoordinate) return false;
-  if (l.x_copy_elems && (g.batch > 65535 || (g.groups * l.s8 + kStageChannels - 1) / kStageChannels > 65535))
-    return false;  // the staging grid
+  if (l.x_copy_elems && (g.batch > 65535 || g.groups * l.s8 + kStageChannels >= kMaxCoordinate))
+    return false;  // the staging grid and its 32-bit channel index
   return tensor_map_encoder() != nullptr && device_is_sm90(device);
 #endif
 }
