@@ -8,6 +8,7 @@
 //   dw[k] += sum_j g[j] x[j - (K-1-k)d],  db += sum_j g[j]   over the tile
 #include <algorithm>
 
+#include "causal_conv1d/depthwise_channel_last_kernel.cuh"
 #include "causal_conv1d/depthwise_kernels.h"
 #include "causalconv/error.h"
 #include "causal_conv1d/depthwise_tiling.cuh"
@@ -237,8 +238,13 @@ __global__ void __launch_bounds__(kVectorThreads)
   }
 }
 
-// ---- channel-last kernel: x, dy, dx with unit channel stride ----
-// A block owns 32 channels (one per lane: each row of a tile is one coalesced access)
+// ---- channel-last kernels: x, dy, dx with unit channel stride ----
+// Dilation 1 and K <= ChannelLastTile::kMaxBackwardWidth: depthwise_backward_channel_last_unit
+// (depthwise_channel_last_kernel.cuh; 128 channels x time tiles staged by cp.async, a
+// register window per thread). Otherwise, reach up to kMaxChannelLastBackwardReach, the
+// general kernel below.
+//
+// General kernel: a block owns 32 channels (one per lane: each row of a tile is one coalesced access)
 // and kChannelLastSteps time steps of one sequence; its 8 warps interleave over time.
 // It stages x (with the causal halo before and, for silu, after) and g = dy * silu'
 // (with the look-ahead halo) in shared memory, writes dx, and writes the tile's
@@ -354,7 +360,44 @@ bool channel_last_applies(const DepthwiseBackwardParams& p) {
 }
 
 template <typename T>
+ChannelLastGrid channel_last_unit_grid(const DepthwiseBackwardParams& p) {
+  const int64_t sx[2] = {p.x_stride[0], p.x_stride[2]}, sdy[2] = {p.dy_stride[0], p.dy_stride[2]},
+                sdx[2] = {p.dx_stride[0], p.dx_stride[2]};
+  const bool vectors =
+      vector_aligned<T>(p.x, sx, 2) && vector_aligned<T>(p.dy, sdy, 2) && (!p.dx || vector_aligned<T>(p.dx, sdx, 2));
+  return make_channel_last_grid<T>(p.batch, p.channels, p.length, p.width, p.dilation, vectors, true);
+}
+
+// Only with channel_last_applies: dilation 1, a width with a kernel, a grid that fits.
+template <typename T>
+bool channel_last_unit_applies(const DepthwiseBackwardParams& p) {
+  return p.dilation == 1 && p.width <= ChannelLastTile::kMaxBackwardWidth &&
+         p.batch * channel_last_unit_grid<T>(p).blocks() <= kMaxGridX;
+}
+
+template <typename T, int kWidth>
+void launch_channel_last_unit(const DepthwiseBackwardParams& p, const ChannelLastGrid& g, float* partials,
+                              cudaStream_t stream) {
+  const size_t smem = channel_last_backward_smem_bytes<T>(kWidth);
+  auto kernel = p.silu ? depthwise_backward_channel_last_unit<T, kWidth, true>
+                       : depthwise_backward_channel_last_unit<T, kWidth, false>;
+  check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)),
+             "causal_conv1d backward (depthwise, channel-last)");
+  kernel<<<unsigned(p.batch * g.blocks()), ChannelLastTile::kThreads, smem, stream>>>(p, g, partials);
+}
+
+template <typename T>
 void launch_channel_last(const DepthwiseBackwardParams& p, float* partials, cudaStream_t stream) {
+  if (channel_last_unit_applies<T>(p)) {
+    const ChannelLastGrid g = channel_last_unit_grid<T>(p);
+    static_assert(ChannelLastTile::kMaxBackwardWidth == 4, "one case per width");
+    switch (p.width) {
+      case 2: launch_channel_last_unit<T, 2>(p, g, partials, stream); break;
+      case 3: launch_channel_last_unit<T, 3>(p, g, partials, stream); break;
+      case 4: launch_channel_last_unit<T, 4>(p, g, partials, stream); break;
+    }
+    return;
+  }
   const ChannelLastTiling t = make_channel_last_tiling(p);
   const size_t smem = channel_last_smem_bytes(p, t.halo);
   if (smem > 48 * 1024)
@@ -419,7 +462,9 @@ __global__ void __launch_bounds__(Tile::kThreads)
 
 template <typename T>
 int64_t parts_per_channel(const DepthwiseBackwardParams& p) {
-  if (channel_last_applies<T>(p)) return p.batch * make_channel_last_tiling(p).time_tiles;
+  if (channel_last_applies<T>(p))
+    return p.batch * (channel_last_unit_applies<T>(p) ? channel_last_unit_grid<T>(p).ranges
+                                                      : make_channel_last_tiling(p).time_tiles);
   if (window_applies<T>(p)) return p.batch * window_spans_per_row<T>(p);
   const DepthwiseTiling t =
       make_depthwise_tiling(p.batch, p.channels, p.length, p.width, p.dilation, kBackwardTilesPerBlock);

@@ -3,16 +3,18 @@
 // Window kernel (channel-first rows, 16-byte aligned, dilation 1, K <= 8): each
 // thread loads 16-byte vectors of inputs plus their halos into registers and slides
 // the K taps over them (K is a template argument).
-// Channel-last kernel (stride(1) == 1, 16-byte aligned): each thread makes a block
-// of time steps x one 16-byte vector of channels; taps re-read x through L1.
+// Channel-last kernel (stride(1) == 1, reach <= kMaxChannelLastReach): a block stages a
+// time tile x 128 channels plus the causal halo in shared memory; each thread slides the
+// taps down a run of steps of 4 channels (depthwise_channel_last_kernel.cuh).
 // Tiled kernel (other rows with unit time stride): a block stages one time tile of
 // one sequence plus its causal halo in shared memory as fp32, then each thread makes
 // Tile::kPerThread outputs, interleaved so that neighbouring threads touch
 // neighbouring addresses in global and shared memory.
-// Direct kernel (anything else): one output per thread, threads walking the
-// unit-stride dim.
+// Direct kernel (anything else, e.g. channel-last data with a longer reach): one output
+// per thread, threads walking the unit-stride dim.
 #include <algorithm>
 
+#include "causal_conv1d/depthwise_channel_last_kernel.cuh"
 #include "causal_conv1d/depthwise_kernels.h"
 #include "causal_conv1d/depthwise_tiling.cuh"
 #include "common/cuda_math.cuh"
@@ -129,79 +131,42 @@ bool try_launch_window(const DepthwiseForwardParams& p, bool channel_last, cudaS
   return true;
 }
 
-// ---- channel-last kernel ----
-// A thread makes kChannelLastSteps time steps of one 16-byte vector of channels
-// (neighbouring threads: neighbouring channel vectors); taps re-read x through L1, any
-// width and dilation. (Loading each input step once for K <= 4 was slower on the H200:
-// 0.306 vs 0.259 ms at bf16 B4 D4096 L8192 K4; it needed 116 registers.)
-template <typename T>
-constexpr int kChannelLastSteps = 64 / Vec16<T>::kElems;  // time steps per thread: 64 accumulators
-
-template <typename T>
-__global__ void __launch_bounds__(kVectorThreads)
-    depthwise_forward_channel_last(DepthwiseForwardParams p, int64_t channel_vectors, int64_t time_chunks,
-                                   int64_t work) {
-  constexpr int kVec = Vec16<T>::kElems;
-  constexpr int kSteps = kChannelLastSteps<T>;
-  const int64_t id = int64_t(blockIdx.x) * kVectorThreads + threadIdx.x;
-  if (id >= work) return;
-  const int64_t rest = div_nonneg(id, channel_vectors);  // neighbouring threads: neighbouring channels
-  const int64_t c0 = (id - rest * channel_vectors) * kVec;
-  const int64_t b = div_nonneg(rest, time_chunks);
-  const int64_t t0 = (rest - b * time_chunks) * kSteps;
-  const T* x = static_cast<const T*>(p.x) + b * p.x_stride[0] + c0;
-  const T* weight = static_cast<const T*>(p.weight) + c0 * p.w_stride[0];
-  const int steps = int(min(int64_t(kSteps), p.length - t0));
-
-  float acc[kSteps][kVec];
-#pragma unroll
-  for (int v = 0; v < kVec; ++v) {
-    const float bias = p.bias ? to_float(static_cast<const T*>(p.bias)[(c0 + v) * p.bias_stride]) : 0.0f;
-#pragma unroll
-    for (int s = 0; s < kSteps; ++s) acc[s][v] = bias;
-  }
-#pragma unroll 1
-  for (int64_t k = 0; k < p.width; ++k) {
-    float w[kVec];
-#pragma unroll
-    for (int v = 0; v < kVec; ++v) w[v] = to_float(weight[v * p.w_stride[0] + k * p.w_stride[1]]);
-    const int64_t first = t0 - (p.width - 1 - k) * p.dilation;  // input step of output t0
-#pragma unroll
-    for (int s = 0; s < kSteps; ++s) {
-      if (s < steps && first + s >= 0) {
-        float xv[kVec];
-        load_vec16(x + (first + s) * p.x_stride[2], xv);
-#pragma unroll
-        for (int v = 0; v < kVec; ++v) acc[s][v] = fmaf(w[v], xv[v], acc[s][v]);
-      }
-    }
-  }
-  T* y = static_cast<T*>(p.y) + b * p.y_stride[0] + c0;
-#pragma unroll
-  for (int s = 0; s < kSteps; ++s) {
-    if (s < steps) {
-      if (p.silu) {
-#pragma unroll
-        for (int v = 0; v < kVec; ++v) acc[s][v] = silu(acc[s][v]);
-      }
-      store_vec16(y + (t0 + s) * p.y_stride[2], acc[s]);
-    }
-  }
+// ---- channel-last kernel (depthwise_channel_last_kernel.cuh) ----
+template <typename T, int kWidth>
+void launch_channel_last(const DepthwiseForwardParams& p, const ChannelLastGrid& g, cudaStream_t stream) {
+  const size_t smem = channel_last_forward_smem_bytes<T>(kWidth, g.halo);
+  if (smem > 48 * 1024)
+    check_cuda(cudaFuncSetAttribute(depthwise_forward_channel_last<T, kWidth>,
+                                    cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)),
+               "causal_conv1d forward (depthwise, channel-last)");
+  depthwise_forward_channel_last<T, kWidth>
+      <<<unsigned(p.batch * g.blocks()), ChannelLastTile::kThreads, smem, stream>>>(p, g);
 }
 
+// Unit channel stride of x and y and reach (K-1)*d <= kMaxChannelLastReach (the staged
+// halo); any alignment (unaligned rows or C % Vec16 != 0 stage element by element).
 template <typename T>
 bool try_launch_channel_last(const DepthwiseForwardParams& p, bool channel_last, cudaStream_t stream) {
-  constexpr int64_t kVec = Vec16<T>::kElems;
+  if (!channel_last || (p.width - 1) * p.dilation > kMaxChannelLastReach) return false;
   const int64_t strides_x[2] = {p.x_stride[0], p.x_stride[2]}, strides_y[2] = {p.y_stride[0], p.y_stride[2]};
-  if (!channel_last || p.channels % kVec != 0 || !vector_aligned<T>(p.x, strides_x, 2) ||
-      !vector_aligned<T>(p.y, strides_y, 2))
-    return false;
-  const int64_t channel_vectors = p.channels / kVec;
-  const int64_t time_chunks = (p.length + kChannelLastSteps<T> - 1) / kChannelLastSteps<T>;
-  const int64_t work = p.batch * time_chunks * channel_vectors;
-  if (work / kVectorThreads >= kMaxGridX) return false;
-  const unsigned blocks = unsigned((work + kVectorThreads - 1) / kVectorThreads);
-  depthwise_forward_channel_last<T><<<blocks, kVectorThreads, 0, stream>>>(p, channel_vectors, time_chunks, work);
+  const bool vectors = vector_aligned<T>(p.x, strides_x, 2) && vector_aligned<T>(p.y, strides_y, 2);
+  const ChannelLastGrid g =
+      make_channel_last_grid<T>(p.batch, p.channels, p.length, p.width, p.dilation, vectors, false);
+  if (p.batch * g.blocks() > kMaxGridX) return false;
+  if (p.dilation != 1 || p.width > ChannelLastTile::kMaxUnrolledWidth) {
+    launch_channel_last<T, 0>(p, g, stream);
+    return true;
+  }
+  switch (p.width) {
+    case 2: launch_channel_last<T, 2>(p, g, stream); break;
+    case 3: launch_channel_last<T, 3>(p, g, stream); break;
+    case 4: launch_channel_last<T, 4>(p, g, stream); break;
+    case 5: launch_channel_last<T, 5>(p, g, stream); break;
+    case 6: launch_channel_last<T, 6>(p, g, stream); break;
+    case 7: launch_channel_last<T, 7>(p, g, stream); break;
+    case 8: launch_channel_last<T, 8>(p, g, stream); break;
+    default: return false;
+  }
   return true;
 }
 

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <type_traits>
 
 #include "common/cuda_math.cuh"
 
@@ -108,6 +109,29 @@ __device__ __forceinline__ uint4 span_vector_after(const uint4 (&v)[kVectors], i
   const uint4 same = shfl_vec16(v[e], src);
   const uint4 later = e + 1 < kVectors ? shfl_vec16(v[e + 1 < kVectors ? e + 1 : e], src) : outside;
   return lane + s < 32 ? same : later;
+}
+
+// ---- quads: 4 consecutive elements (8 bytes of 16-bit values, 16 bytes of fp32), one
+// lane's channels in the channel-last kernels (a warp: 128 channels of one time step).
+template <typename T>
+using QuadRaw = typename std::conditional<sizeof(T) == 4, uint4, uint2>::type;
+
+// src and dst: aligned to the quad's size.
+template <typename T>
+__device__ __forceinline__ void load_quad(const T* src, float (&out)[4]) {
+  const QuadRaw<T> raw = *reinterpret_cast<const QuadRaw<T>*>(src);
+  const T* e = reinterpret_cast<const T*>(&raw);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) out[i] = to_float(e[i]);
+}
+
+template <typename T>
+__device__ __forceinline__ void store_quad(T* dst, const float (&in)[4]) {
+  QuadRaw<T> raw;
+  T* e = reinterpret_cast<T*>(&raw);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) e[i] = from_float<T>(in[i]);
+  *reinterpret_cast<QuadRaw<T>*>(dst) = raw;
 }
 
 }  // namespace causalconv::detail

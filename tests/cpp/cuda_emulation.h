@@ -164,3 +164,14 @@ inline unsigned __shfl_sync(unsigned /*mask*/, unsigned v, int src_lane) {
 namespace causalconv::detail {
 inline float* b2b_shared_floats() { return causalconv::emulation::block_state->shared.data(); }
 }  // namespace causalconv::detail
+
+// Asynchronous copies (common/async_copy.cuh) complete at once on the CPU.
+#include <cstring>
+namespace causalconv::detail {
+inline void copy_async16(void* dst, const void* src) { std::memcpy(dst, src, 16); }
+inline void copy_async_wait_all() {}
+}  // namespace causalconv::detail
+
+namespace causalconv::detail {
+inline float* channel_last_shared() { return causalconv::emulation::block_state->shared.data(); }
+}  // namespace causalconv::detail

@@ -63,9 +63,14 @@ def test_layouts_bias_activation(dtype, layout, with_bias, activation, seeded):
         assert y.is_contiguous()
 
 
-def forward_into_poisoned(x, w, bias=None, dilation=1, activation=None, channel_last=False):
-    """Runs the core into a NaN-filled output, so unwritten elements fail the check."""
-    y = torch.full_like(x.transpose(1, 2) if channel_last else x, float("nan"))
+def forward_into_poisoned(x, w, bias=None, dilation=1, activation=None, channel_last=False, misaligned=False):
+    """Runs the core into a NaN-filled output, so unwritten elements fail the check.
+    misaligned (channel-last): the output starts one element into its buffer."""
+    if channel_last and misaligned:
+        b, c, length = x.shape
+        y = torch.full((b, length, c + 1), float("nan"), device=x.device, dtype=x.dtype)[..., 1:]
+    else:
+        y = torch.full_like(x.transpose(1, 2) if channel_last else x, float("nan"))
     y = y.transpose(1, 2) if channel_last else y
     code = {None: 0, "silu": 1}[activation]
     _C.causal_conv1d_forward(view(x), view(w), None if bias is None else view(bias), view(y), dilation, 0, code,
@@ -91,6 +96,58 @@ def test_vector_paths(dtype, k, layout, seeded):
         x, w, bias = make_inputs(2, channels, 300, 31, dtype, layout, with_bias=True)
         y = forward_into_poisoned(x, w, bias, 3, "silu", True)
         assert_close_to_reference(y, causalconv.reference.causal_conv1d(x, w, bias, 3, None, "silu"), dtype)
+
+
+def channel_last_misaligned(b, c, length, k, dtype):
+    """Channel-last x starting one element into its buffer (rows not 16-byte aligned)."""
+    x = torch.randn(b, length, c + 1, device="cuda", dtype=dtype)[..., 1:].transpose(1, 2)
+    w = torch.randn(c, k, device="cuda", dtype=dtype) / k**0.5
+    return x, w, torch.randn(c, device="cuda", dtype=dtype)
+
+
+@requires_cuda
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("k,dilation", [(2, 1), (3, 1), (4, 1), (7, 1), (8, 1), (9, 1), (16, 1), (64, 1), (256, 1),
+                                        (4, 2), (4, 5), (52, 5), (64, 5)])
+def test_channel_last_forward_paths(dtype, k, dilation, seeded):
+    # The channel-last kernel: 128-channel tiles (C = 200: a partial second tile; C = 3 and 21:
+    # not a multiple of the 16-byte vector, element staging), time tiles of 64/128 steps and
+    # the causal halo (L = 1, L < K, several tiles), registers for K <= 8 at dilation 1, a
+    # tap loop otherwise; reach (K-1)*d up to 255 (52 x 5), beyond it the direct kernel (64 x 5).
+    for channels, length in ((200, 300), (3, 1), (21, 5), (136, 129)):
+        for misaligned in (False, True):
+            if misaligned:
+                x, w, bias = channel_last_misaligned(2, channels, length, k, dtype)
+            else:
+                x, w, bias = make_inputs(2, channels, length, k, dtype, "channel_last", with_bias=True)
+            for activation in (None, "silu"):
+                y = forward_into_poisoned(x, w, bias, dilation, activation, True, misaligned)
+                ref = causalconv.reference.causal_conv1d(x, w, bias, dilation, None, activation)
+                assert_close_to_reference(y, ref, dtype, f"C={channels} L={length} misaligned={misaligned} "
+                                                         f"activation={activation}")
+
+
+@requires_cuda
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("k", [2, 3, 4])
+def test_channel_last_backward_unit_dilation(dtype, k, seeded):
+    # K <= 4, dilation 1: the tiled channel-last backward (128 channels x time tiles, per-block
+    # partials). Partial channel tiles, C not a multiple of 8, misaligned rows, L = 1, L < K.
+    for channels, length in ((200, 300), (21, 77), (8, 1), (136, 2)):
+        for activation in (None, "silu"):
+            x, w, bias = make_inputs(2, channels, length, k, dtype, "channel_last", with_bias=True)
+            check_grads(x, w, bias, 1, activation)
+            x, w, bias = channel_last_misaligned(2, channels, length, k, dtype)
+            check_grads(x, w, bias, 1, activation)
+
+
+@requires_cuda
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_channel_last_backward_tile_walks(dtype, seeded):
+    # Enough blocks that each walks several time tiles (bf16: 2, fp32: 4 per block), with
+    # the weight gradients carried across them.
+    x, w, bias = make_inputs(2, 1024, 16384, 4, dtype, "channel_last", with_bias=True)
+    check_grads(x, w, bias, 1, "silu")
 
 
 @requires_cuda
@@ -233,17 +290,18 @@ def test_grads_channel_last(dtype, k, dilation, seeded):
 
 @requires_cuda
 @pytest.mark.parametrize("activation", [None, "silu"])
-def test_channel_last_backward_writes_every_element(activation, seeded):
-    x, w, bias = make_inputs(3, 40, 300, 5, torch.float32, "channel_last", with_bias=True)
+@pytest.mark.parametrize("k,dilation", [(5, 2), (4, 1)])  # the general and the tiled (K <= 4, d = 1) kernel
+def test_channel_last_backward_writes_every_element(activation, k, dilation, seeded):
+    x, w, bias = make_inputs(3, 40, 300, k, torch.float32, "channel_last", with_bias=True)
     dy = torch.randn(3, 300, 40, device="cuda").transpose(1, 2)
     dx = torch.full((3, 300, 40), float("nan"), device="cuda").transpose(1, 2)
     dw, db = torch.full_like(w, float("nan")), torch.full_like(bias, float("nan"))
     code = {None: 0, "silu": 1}[activation]
-    args = (view(x), view(w), view(bias), view(dy), view(dx), view(dw), view(db), 2, 0, code)
+    args = (view(x), view(w), view(bias), view(dy), view(dx), view(dw), view(db), dilation, 0, code)
     nbytes = _C.causal_conv1d_backward_workspace_bytes(*args)
     ws = torch.full((nbytes // 4 + 1,), float("nan"), device="cuda")
     _C.causal_conv1d_backward(*args, view(ws), torch.cuda.current_stream().cuda_stream)
-    ref = causalconv.reference.causal_conv1d_backward(x, w, bias, dy, 2, None, activation)
+    ref = causalconv.reference.causal_conv1d_backward(x, w, bias, dy, dilation, None, activation)
     assert_close_to_reference(dx, ref[0], torch.float32, "dx")
     assert_close_to_reference(dw, ref[1], torch.float32, "dweight", reduction=True)
     assert_close_to_reference(db, ref[2], torch.float32, "dbias", reduction=True)

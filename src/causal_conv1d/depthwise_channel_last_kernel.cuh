@@ -1,0 +1,392 @@
+// Depthwise causal conv on channel-last data (unit channel stride; x_blc.transpose(1, 2)):
+// the forward, and the fused backward (dx plus per-block weight-gradient partials, reduced
+// in a fixed order by depthwise_backward.cu).
+//
+// A block owns 128 channels of one sequence, lane l channels 4l..4l+3, so every warp
+// access to a time step covers the block's 128 channels (256 or 512 contiguous bytes),
+// and time tiles of 8 warps x kRun steps, warp w taking steps [w kRun, (w+1) kRun). It
+// stages a tile's input steps plus the causal halo in shared memory as stored (raw 16-bit
+// or fp32 values): 16-byte cp.async copies, all in flight at once, when rows are 16-byte
+// aligned; element copies otherwise. Each thread then slides its taps down its run of
+// steps: with the width a template argument and dilation 1, every staged step is read
+// from shared memory and decoded once per thread.
+//
+// Device code only (plus host-side sizing), so tests/cpp compiles it as host C++ under
+// cuda_emulation.h and checks it on machines without a GPU.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+
+#include "causal_conv1d/depthwise_kernels.h"
+#include "common/async_copy.cuh"
+#include "common/cuda_math.cuh"
+#include "common/vector_access.cuh"
+
+namespace causalconv::detail {
+
+// Largest reach (K-1)*d staged as a halo (fp32: (255 + 64) steps x 512 bytes = 160 KB);
+// beyond it the forward takes the direct kernel.
+constexpr int64_t kMaxChannelLastReach = kMaxChannelLastBackwardReach;
+
+struct ChannelLastTile {
+  static constexpr int kThreads = 256;
+  static constexpr int kWarps = kThreads / 32;
+  static constexpr int kChannels = 32 * 4;  // per block: 4 per lane
+  // Forward: the largest width kept in registers (templated); wider ones loop over taps.
+  static constexpr int kMaxUnrolledWidth = 8;
+  // Backward (dilation 1): widths with a kernel here; the rest take the general kernel.
+  static constexpr int kMaxBackwardWidth = 4;
+  // Backward: at most this many time tiles per block; fewer while the grid has fewer
+  // than kMinBackwardBlocks blocks (fixed numbers: the partials' count and order, and so
+  // the weight gradients' bits, depend only on the shape).
+  static constexpr int64_t kMaxTilesPerBlock = 8;
+  static constexpr int64_t kMinBackwardBlocks = 1024;
+};
+
+// Steps per thread: 16 for 16-bit types, 8 for fp32 (tiles of 128 or 64 steps, 32 KB).
+template <typename T>
+constexpr int channel_last_run() {
+  return sizeof(T) == 2 ? 16 : 8;
+}
+template <typename T>
+constexpr int channel_last_tile_steps() {
+  return ChannelLastTile::kWarps * channel_last_run<T>();
+}
+
+struct ChannelLastGrid {
+  int64_t channel_tiles;    // ceil(C / 128)
+  int64_t time_tiles;       // ceil(L / tile steps)
+  int64_t tiles_per_block;  // time tiles walked by one block (forward: 1)
+  int64_t ranges;           // blocks along a sequence: ceil(time_tiles / tiles_per_block)
+  int64_t halo;             // (K-1) * d
+  bool vectors;             // rows 16-byte aligned, C % Vec16 == 0: cp.async staging, quad stores
+  int64_t blocks() const { return channel_tiles * ranges; }  // times the batch
+};
+
+template <typename T>
+inline ChannelLastGrid make_channel_last_grid(int64_t batch, int64_t channels, int64_t length, int64_t width,
+                                              int64_t dilation, bool vectors, bool backward) {
+  ChannelLastGrid g{};
+  g.channel_tiles = (channels + ChannelLastTile::kChannels - 1) / ChannelLastTile::kChannels;
+  g.time_tiles = (length + channel_last_tile_steps<T>() - 1) / channel_last_tile_steps<T>();
+  g.tiles_per_block = backward ? ChannelLastTile::kMaxTilesPerBlock : 1;
+  const auto ranges = [&] { return (g.time_tiles + g.tiles_per_block - 1) / g.tiles_per_block; };
+  while (g.tiles_per_block > 1 && batch * g.channel_tiles * ranges() < ChannelLastTile::kMinBackwardBlocks)
+    g.tiles_per_block /= 2;
+  g.ranges = ranges();
+  g.halo = (width - 1) * dilation;
+  g.vectors = vectors && channels % Vec16<T>::kElems == 0;
+  return g;
+}
+
+// Forward shared memory: weights [K][128] fp32 (unrolled widths only), then the input
+// steps [halo + tile][128] as stored.
+template <typename T>
+inline size_t channel_last_forward_smem_bytes(int64_t width, int64_t halo) {
+  const int64_t w = width <= ChannelLastTile::kMaxUnrolledWidth ? width : 0;
+  return size_t(ChannelLastTile::kChannels) *
+         (sizeof(float) * size_t(w) + sizeof(T) * size_t(halo + channel_last_tile_steps<T>()));
+}
+
+// Backward shared memory (dilation 1, H = K-1): weights [K][128] fp32, x [H + tile + H][128]
+// and dy [tile + H][128] as stored; after the last tile the per-warp weight-gradient sums
+// [warps][K+1][128] fp32 reuse the x and dy space.
+template <typename T>
+inline size_t channel_last_backward_smem_bytes(int64_t width) {
+  const int64_t halo = width - 1, tile = channel_last_tile_steps<T>();
+  const size_t staged = sizeof(T) * size_t((tile + 2 * halo) + (tile + halo));
+  const size_t sums = sizeof(float) * size_t(ChannelLastTile::kWarps * (width + 1));
+  return size_t(ChannelLastTile::kChannels) * (sizeof(float) * size_t(width) + std::max(staged, sums));
+}
+
+#ifndef CAUSALCONV_CUDA_EMULATION
+// The block's dynamic shared memory (16-byte aligned).
+__device__ __forceinline__ float* channel_last_shared() {
+  extern __shared__ float4 channel_last_smem[];
+  return reinterpret_cast<float*>(channel_last_smem);
+}
+#endif
+
+// dst[r][c] = src[(first + r) * t_stride + c] for r < rows, c < 128, as stored; zero for
+// steps outside [0, n) and channels from valid_channels on. src: channel c0 of one sequence.
+template <typename T>
+__device__ __forceinline__ void stage_channel_last(T* dst, const T* src, int64_t t_stride, int64_t first, int rows,
+                                                   int64_t n, int valid_channels, bool vectors) {
+  constexpr int kC = ChannelLastTile::kChannels;
+  if (vectors) {  // valid_channels is a multiple of the vector
+    constexpr int kVec = Vec16<T>::kElems, kRowVectors = kC / kVec;
+    for (int i = int(threadIdx.x); i < rows * kRowVectors; i += ChannelLastTile::kThreads) {
+      const int r = i / kRowVectors, c = (i % kRowVectors) * kVec;
+      const int64_t t = first + r;
+      T* d = dst + r * kC + c;
+      if (t >= 0 && t < n && c < valid_channels)
+        copy_async16(d, src + t * t_stride + c);
+      else
+        *reinterpret_cast<uint4*>(d) = make_uint4(0, 0, 0, 0);
+    }
+    copy_async_wait_all();
+  } else {
+    for (int i = int(threadIdx.x); i < rows * kC; i += ChannelLastTile::kThreads) {
+      const int r = i / kC, c = i % kC;
+      const int64_t t = first + r;
+      dst[r * kC + c] = t >= 0 && t < n && c < valid_channels ? src[t * t_stride + c] : from_float<T>(0.0f);
+    }
+  }
+}
+
+// A lane's 4 channels of one step; valid: how many of them exist (<= 0: none).
+template <typename T>
+__device__ __forceinline__ void store_channel_last(T* dst, const float (&v)[4], int valid, bool vectors) {
+  if (vectors && valid >= 4) {
+    store_quad(dst, v);
+  } else {
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+      if (i < valid) dst[i] = from_float<T>(v[i]);
+  }
+}
+
+// Block b -> (batch, position along the sequence, channel tile), channel tiles fastest:
+// neighbouring blocks read neighbouring channels of the same time steps.
+struct ChannelLastBlock {
+  int64_t batch, along, c0;
+  int valid_channels;  // of the block's 128
+};
+
+__device__ __forceinline__ ChannelLastBlock locate_channel_last_block(const ChannelLastGrid& g, int64_t channels,
+                                                                      int64_t along_count) {
+  const int64_t block = blockIdx.x;
+  const int64_t rest = div_nonneg(block, g.channel_tiles);
+  const int64_t c0 = (block - rest * g.channel_tiles) * ChannelLastTile::kChannels;
+  const int64_t b = div_nonneg(rest, along_count);
+  return {b, rest - b * along_count, c0, int(std::min(int64_t(ChannelLastTile::kChannels), channels - c0))};
+}
+
+// Weights of the block's channels as w_s[k][128] in fp32 (zero past the last channel).
+template <typename T, int kWidth>
+__device__ __forceinline__ void stage_channel_last_weights(float* w_s, const void* weight, const int64_t (&stride)[2],
+                                                           int64_t c0, int valid_channels) {
+  const T* w = static_cast<const T*>(weight);
+  for (int i = int(threadIdx.x); i < kWidth * ChannelLastTile::kChannels; i += ChannelLastTile::kThreads) {
+    const int c = i / kWidth, k = i % kWidth;  // neighbouring threads: neighbouring taps of a channel
+    w_s[k * ChannelLastTile::kChannels + c] =
+        c < valid_channels ? to_float(w[(c0 + c) * stride[0] + k * stride[1]]) : 0.0f;
+  }
+}
+
+template <typename T>
+__device__ __forceinline__ void load_channel_last_bias(float (&bias)[4], const void* b, int64_t stride, int64_t c,
+                                                       int valid) {
+#pragma unroll
+  for (int i = 0; i < 4; ++i) bias[i] = b && i < valid ? to_float(static_cast<const T*>(b)[(c + i) * stride]) : 0.0f;
+}
+
+// ---- forward ----
+// kWidth > 0: that width with dilation 1, taps and the input window in registers.
+// kWidth == 0: any width and dilation; taps in an outer loop, weights read per tap.
+template <typename T, int kWidth>
+__global__ void __launch_bounds__(ChannelLastTile::kThreads)
+    depthwise_forward_channel_last(DepthwiseForwardParams p, ChannelLastGrid g) {
+  using Tile = ChannelLastTile;
+  constexpr int kC = Tile::kChannels, kRun = channel_last_run<T>(), kSteps = channel_last_tile_steps<T>();
+  const int halo = int(g.halo);
+  const int lane = int(threadIdx.x) % 32, warp = int(threadIdx.x) / 32;
+  const ChannelLastBlock blk = locate_channel_last_block(g, p.channels, g.time_tiles);
+  const int64_t t0 = blk.along * kSteps;
+  float* w_s = channel_last_shared();                   // [kWidth][kC]
+  T* x_s = reinterpret_cast<T*>(w_s + kWidth * kC);     // [halo + kSteps][kC]: step t0 - halo + r
+  if constexpr (kWidth > 0) stage_channel_last_weights<T, kWidth>(w_s, p.weight, p.w_stride, blk.c0, blk.valid_channels);
+  stage_channel_last(x_s, static_cast<const T*>(p.x) + blk.batch * p.x_stride[0] + blk.c0, p.x_stride[2],
+                     t0 - halo, halo + kSteps, p.length, blk.valid_channels, g.vectors);
+  __syncthreads();
+
+  const int lane_valid = blk.valid_channels - 4 * lane;
+  float bias[4];
+  load_channel_last_bias<T>(bias, p.bias, p.bias_stride, blk.c0 + 4 * lane, lane_valid);
+  const int j0 = warp * kRun;                    // this thread's first step in the tile
+  const T* xr = x_s + j0 * kC + 4 * lane;  // output j0 + s, tap k: x_s row j0 + s + k d
+  T* y = static_cast<T*>(p.y) + blk.batch * p.y_stride[0] + blk.c0 + 4 * lane + (t0 + j0) * p.y_stride[2];
+  const int steps = int(std::min(int64_t(kRun), p.length - t0 - j0));  // outputs inside the sequence (may be <= 0)
+
+  if constexpr (kWidth > 0) {
+    float w[kWidth][4];
+#pragma unroll
+    for (int k = 0; k < kWidth; ++k)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) w[k][i] = w_s[k * kC + 4 * lane + i];
+    float win[kWidth][4];  // win[k]: x_s row j0 + s + k
+#pragma unroll
+    for (int k = 1; k < kWidth; ++k) load_quad(xr + (k - 1) * kC, win[k]);
+#pragma unroll
+    for (int s = 0; s < kRun; ++s) {
+#pragma unroll
+      for (int k = 0; k + 1 < kWidth; ++k)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) win[k][i] = win[k + 1][i];
+      load_quad(xr + (s + kWidth - 1) * kC, win[kWidth - 1]);
+      float out[4];
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        float acc = bias[i];
+#pragma unroll
+        for (int k = 0; k < kWidth; ++k) acc = fmaf(w[k][i], win[k][i], acc);
+        out[i] = p.silu ? silu(acc) : acc;
+      }
+      if (s < steps) store_channel_last(y + s * p.y_stride[2], out, lane_valid, g.vectors);
+    }
+  } else {
+    float acc[kRun][4];
+#pragma unroll
+    for (int s = 0; s < kRun; ++s)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) acc[s][i] = bias[i];
+    const T* weight = static_cast<const T*>(p.weight) + (blk.c0 + 4 * lane) * p.w_stride[0];
+    const int dil = int(p.dilation);  // halo <= the launcher's reach limit, so this fits
+#pragma unroll 1
+    for (int k = 0; k < int(p.width); ++k) {
+      float wk[4];
+#pragma unroll
+      for (int i = 0; i < 4; ++i) wk[i] = i < lane_valid ? to_float(weight[i * p.w_stride[0] + k * p.w_stride[1]]) : 0.0f;
+      const T* xk = xr + k * dil * kC;
+#pragma unroll
+      for (int s = 0; s < kRun; ++s) {
+        float xv[4];
+        load_quad(xk + s * kC, xv);
+#pragma unroll
+        for (int i = 0; i < 4; ++i) acc[s][i] = fmaf(wk[i], xv[i], acc[s][i]);
+      }
+    }
+#pragma unroll
+    for (int s = 0; s < kRun; ++s) {
+      if (p.silu) {
+#pragma unroll
+        for (int i = 0; i < 4; ++i) acc[s][i] = silu(acc[s][i]);
+      }
+      if (s < steps) store_channel_last(y + s * p.y_stride[2], acc[s], lane_valid, g.vectors);
+    }
+  }
+}
+
+// ---- backward (dilation 1, H = K-1) ----
+// A block walks g.tiles_per_block consecutive time tiles. Per tile it stages x over
+// [t0 - H, t0 + tile + H) (the part after the tile only with silu: the pre-activation of
+// g's look-ahead) and dy over [t0, t0 + tile + H). Each thread streams down its run:
+// step i's x enters a K-step register window, g[i] = dy[i] * silu'(pre[i]) enters a
+// K-step window of g, the weight gradients take g[i] * x[i - (K-1-k)] for i in the run,
+// and dx[i - H] = sum_k w[k] g[i - k] once the window holds it. g is thus evaluated for
+// kRun + H steps per kRun outputs (the look-ahead), with no second pass and no g in
+// shared memory. The weight-gradient sums stay in registers across the tiles; at the end
+// the block adds its 8 warps in order and writes one partial per (channel, tap) and bias.
+template <typename T, int kWidth, bool kSilu>
+__global__ void __launch_bounds__(ChannelLastTile::kThreads, 2)
+    depthwise_backward_channel_last_unit(DepthwiseBackwardParams p, ChannelLastGrid g, float* partials) {
+  using Tile = ChannelLastTile;
+  constexpr int kC = Tile::kChannels, kRun = channel_last_run<T>(), kSteps = channel_last_tile_steps<T>();
+  constexpr int kHalo = kWidth - 1;
+  constexpr int kXRows = kHalo + kSteps + kHalo, kDyRows = kSteps + kHalo;
+  const int lane = int(threadIdx.x) % 32, warp = int(threadIdx.x) / 32;
+  const ChannelLastBlock blk = locate_channel_last_block(g, p.channels, g.ranges);
+  float* w_s = channel_last_shared();                  // [kWidth][kC]
+  T* x_s = reinterpret_cast<T*>(w_s + kWidth * kC);    // [kXRows][kC]: step t0 - H + r
+  T* dy_s = x_s + kXRows * kC;                         // [kDyRows][kC]: step t0 + r
+  stage_channel_last_weights<T, kWidth>(w_s, p.weight, p.w_stride, blk.c0, blk.valid_channels);
+  __syncthreads();
+
+  const int lane_valid = blk.valid_channels - 4 * lane;
+  float w[kWidth][4], bias[4];
+#pragma unroll
+  for (int k = 0; k < kWidth; ++k)
+#pragma unroll
+    for (int i = 0; i < 4; ++i) w[k][i] = w_s[k * kC + 4 * lane + i];
+  load_channel_last_bias<T>(bias, p.bias, p.bias_stride, blk.c0 + 4 * lane, lane_valid);
+  const T* x = static_cast<const T*>(p.x) + blk.batch * p.x_stride[0] + blk.c0;
+  const T* dy = static_cast<const T*>(p.dy) + blk.batch * p.dy_stride[0] + blk.c0;
+  T* dx = p.dx ? static_cast<T*>(p.dx) + blk.batch * p.dx_stride[0] + blk.c0 + 4 * lane : nullptr;
+  const int j0 = warp * kRun;
+  const T* xr = x_s + j0 * kC + 4 * lane;   // row j0 + r: x at step t0 + j0 - H + r
+  const T* dyr = dy_s + j0 * kC + 4 * lane;  // row j0 + r: dy at step t0 + j0 + r
+
+  float dw[kWidth + 1][4] = {};  // slot kWidth: the bias gradient
+  const int64_t first_tile = blk.along * g.tiles_per_block;
+  const int64_t end_tile = std::min(g.time_tiles, first_tile + g.tiles_per_block);
+#pragma unroll 1
+  for (int64_t tile = first_tile; tile < end_tile; ++tile) {
+    const int64_t t0 = tile * kSteps;
+    __syncthreads();  // the previous tile's reads are done
+    stage_channel_last(x_s, x, p.x_stride[2], t0 - kHalo, kSilu ? kXRows : kXRows - kHalo, p.length,
+                       blk.valid_channels, g.vectors);
+    stage_channel_last(dy_s, dy, p.dy_stride[2], t0, kDyRows, p.length, blk.valid_channels, g.vectors);
+    __syncthreads();
+
+    const int steps = int(std::min(int64_t(kRun), p.length - t0 - j0));  // dx rows inside the sequence
+    float xw[kWidth][4];      // xw[k]: x at step i - (K-1-k), i the newest step
+    float gw[kWidth][4] = {};  // gw[k]: g at step i - (K-1-k)
+#pragma unroll
+    for (int k = 1; k < kWidth; ++k) load_quad(xr + (k - 1) * kC, xw[k]);
+#pragma unroll
+    for (int m = 0; m < kRun + kHalo; ++m) {  // newest step i = t0 + j0 + m
+#pragma unroll
+      for (int k = 0; k + 1 < kWidth; ++k)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          xw[k][i] = xw[k + 1][i];
+          gw[k][i] = gw[k + 1][i];
+        }
+      if (kSilu || m < kRun) load_quad(xr + (m + kHalo) * kC, xw[kWidth - 1]);
+      float gv[4];
+      load_quad(dyr + m * kC, gv);
+      if (kSilu) {
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          float pre = bias[i];
+#pragma unroll
+          for (int k = 0; k < kWidth; ++k) pre = fmaf(w[k][i], xw[k][i], pre);
+          gv[i] *= silu_derivative(pre);
+        }
+      }
+#pragma unroll
+      for (int i = 0; i < 4; ++i) gw[kWidth - 1][i] = gv[i];
+      if (m < kRun) {  // step i is this thread's: weight gradients (zero past the sequence: dy was)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+#pragma unroll
+          for (int k = 0; k < kWidth; ++k) dw[k][i] = fmaf(gv[i], xw[k][i], dw[k][i]);
+          dw[kWidth][i] += gv[i];
+        }
+      }
+      if (m >= kHalo && dx) {  // dx at step i - H: sum_k w[k] g[i - k]
+        const int s = m - kHalo;
+        float out[4];
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          float acc = 0.0f;
+#pragma unroll
+          for (int k = 0; k < kWidth; ++k) acc = fmaf(w[k][i], gw[kWidth - 1 - k][i], acc);
+          out[i] = acc;
+        }
+        if (s < steps) store_channel_last(dx + (t0 + j0 + s) * p.dx_stride[2], out, lane_valid, g.vectors);
+      }
+    }
+  }
+
+  if (!partials) return;
+  __syncthreads();  // done with x_s and dy_s: the warps' sums go there
+  float* sums = w_s + kWidth * kC;  // [warps][kWidth + 1][kC]
+#pragma unroll
+  for (int k = 0; k <= kWidth; ++k)
+#pragma unroll
+    for (int i = 0; i < 4; ++i) sums[(warp * (kWidth + 1) + k) * kC + 4 * lane + i] = dw[k][i];
+  __syncthreads();
+  const int64_t parts = p.batch * g.ranges, part = blk.batch * g.ranges + blk.along;
+  for (int e = int(threadIdx.x); e < (kWidth + 1) * kC; e += Tile::kThreads) {
+    const int c = e / (kWidth + 1), k = e % (kWidth + 1);  // neighbouring threads: neighbouring slots
+    if (c >= blk.valid_channels) continue;
+    float total = 0.0f;
+#pragma unroll
+    for (int v = 0; v < Tile::kWarps; ++v) total += sums[(v * (kWidth + 1) + k) * kC + c];
+    partials[((blk.c0 + c) * parts + part) * (kWidth + 1) + k] = total;
+  }
+}
+
+}  // namespace causalconv::detail

@@ -1,0 +1,352 @@
+// The channel-last depthwise kernels (forward, and the dilation-1 backward with its
+// per-block weight-gradient partials) run on the CPU under tests/cpp/cuda_emulation.h,
+// against the fp64 reference: staging (cp.async and element paths), halos, causal
+// padding, partial channel tiles, tile walks and the partials' layout, element by
+// element. (On the GPU: tests/python/test_causal_conv1d_depthwise.py, test_channel_last_*.)
+#include "cuda_emulation.h"  // first: it sets up the emulated CUDA built-ins
+
+#define depthwise_forward_channel_last depthwise_forward_channel_last_emulated
+#define depthwise_backward_channel_last_unit depthwise_backward_channel_last_unit_emulated
+#include "causal_conv1d/depthwise_channel_last_kernel.cuh"
+#undef depthwise_forward_channel_last
+#undef depthwise_backward_channel_last_unit
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <random>
+#include <type_traits>
+#include <vector>
+
+#include "b2b_test_data.h"
+#include "causalconv/reference.h"
+#include "host_tensor.h"
+
+namespace causalconv {
+namespace {
+
+using test::HostTensor;
+using test::widen;
+namespace emu = causalconv::emulation;
+
+struct Case {
+  int64_t batch, channels, length, width, dilation;
+  bool bias, silu;
+  bool aligned = true;              // 16-byte aligned rows (cp.async staging) where C allows
+  int64_t tiles_per_block = 0;      // backward: 0 = the launcher's choice
+};
+
+// A channel-last (B, C, L) tensor in storage type T: element (b, c, t) at
+// b * stride_b + t * stride_t + c, rows padded past C and sequences past L; unaligned:
+// the data starts one element into the buffer. Inputs are filled with NaN (a kernel
+// reading padding fails its comparison), outputs with a finite sentinel (a kernel
+// writing padding, even NaN, is caught).
+constexpr double kPoison = std::numeric_limits<double>::quiet_NaN(), kSentinel = 1234.0;
+
+template <typename T>
+struct ChannelLast {
+  int64_t batch, channels, length, stride_t, stride_b, offset;
+  double fill;
+  std::vector<T> buffer;
+  ChannelLast(int64_t b, int64_t c, int64_t l, bool aligned, double fill_value)
+      : batch(b), channels(c), length(l), stride_t((c + 7) / 8 * 8 + 8), stride_b((l + 1) * stride_t),
+        offset(aligned ? 0 : 1), fill(widen(test::round_to(T{}, fill_value))),
+        buffer(size_t(b * stride_b + offset + 8), test::round_to(T{}, fill_value)) {}
+  T* data() { return buffer.data() + offset; }
+  T& at(int64_t b, int64_t c, int64_t t) { return data()[b * stride_b + t * stride_t + c]; }
+  void load(HostTensor& h) {  // rounds h to T in place
+    for (int64_t b = 0; b < batch; ++b)
+      for (int64_t c = 0; c < channels; ++c)
+        for (int64_t t = 0; t < length; ++t) {
+          at(b, c, t) = test::round_to(T{}, h(b, c, t));
+          h(b, c, t) = widen(at(b, c, t));
+        }
+  }
+  bool padding_untouched() {
+    for (int64_t i = 0; i < int64_t(buffer.size()); ++i) {
+      const int64_t j = i - offset, b = j / stride_b, t = (j % stride_b) / stride_t, c = j % stride_t;
+      const bool element = j >= 0 && b < batch && t < length && c < channels;
+      const double v = widen(buffer[size_t(i)]);
+      if (!element && !(v == fill || (std::isnan(v) && std::isnan(fill)))) return false;
+    }
+    return true;
+  }
+};
+
+template <typename T>
+std::vector<T> rounded(HostTensor& h) {  // a contiguous (C, K) or (C) tensor, rounded to T in place
+  std::vector<T> out(size_t(h.numel()));
+  for (int64_t i = 0; i < h.numel(); ++i) {
+    out[size_t(i)] = test::round_to(T{}, h.flat(i));
+    h.flat(i) = widen(out[size_t(i)]);
+  }
+  return out;
+}
+
+template <typename T>
+double ulp() {
+  return std::is_same_v<T, float> ? std::ldexp(1.0, -23) : std::is_same_v<T, __half> ? std::ldexp(1.0, -10)
+                                                                                      : std::ldexp(1.0, -7);
+}
+
+template <typename T>
+DType dtype_of() {
+  return std::is_same_v<T, float> ? DType::f32 : std::is_same_v<T, __half> ? DType::f16 : DType::bf16;
+}
+
+template <typename T>
+bool aligned_rows(const T* base, int64_t stride_b, int64_t stride_t) {
+  const int64_t strides[2] = {stride_b, stride_t};
+  return detail::vector_aligned<T>(base, strides, 2);
+}
+
+// Element by element: the rounding to T of the result plus fp32 accumulation error
+// relative to the terms' magnitude (mag).
+template <typename T>
+int64_t count_bad(const char* what, ChannelLast<T>& got, const HostTensor& ref, const HostTensor& mag) {
+  int64_t bad = 0;
+  for (int64_t b = 0; b < got.batch; ++b)
+    for (int64_t c = 0; c < got.channels; ++c)
+      for (int64_t t = 0; t < got.length; ++t) {
+        const double g = widen(got.at(b, c, t)), r = ref(b, c, t);
+        if (!(std::abs(g - r) <= ulp<T>() * std::abs(r) + 2e-6 * mag(b, c, t) + 1e-7)) {
+          if (bad < 5) ADD_FAILURE() << what << "[" << b << "," << c << "," << t << "] = " << g << ", expected " << r;
+          ++bad;
+        }
+      }
+  return bad;
+}
+
+// Sum of |w[k] x[t - (K-1-k)d]| (+|bias|): the scale of a forward output's rounding error.
+HostTensor forward_magnitude(const HostTensor& x, const HostTensor& w, const HostTensor* bias, int64_t dilation) {
+  const int64_t B = x.size(0), C = x.size(1), L = x.size(2), K = w.size(1);
+  HostTensor mag({B, C, L});
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t c = 0; c < C; ++c)
+      for (int64_t t = 0; t < L; ++t) {
+        double m = bias ? std::abs((*bias)(c)) : 0.0;
+        for (int64_t k = 0; k < K; ++k) {
+          const int64_t s = t - (K - 1 - k) * dilation;
+          if (s >= 0) m += std::abs(w(c, k) * x(b, c, s));
+        }
+        mag(b, c, t) = m;
+      }
+  return mag;
+}
+
+template <typename T>
+void run_forward(const Case& cs) {
+  SCOPED_TRACE(::testing::Message() << "forward B" << cs.batch << " C" << cs.channels << " L" << cs.length << " K"
+                                    << cs.width << " d" << cs.dilation << " bias " << cs.bias << " silu " << cs.silu
+                                    << " aligned " << cs.aligned);
+  const int64_t B = cs.batch, C = cs.channels, L = cs.length, K = cs.width;
+  std::random_device seed;
+  HostTensor x({B, C, L}), w({C, K}), bias({C});
+  x.fill_uniform(seed());
+  w.fill_uniform(seed());
+  bias.fill_uniform(seed());
+  ChannelLast<T> x_e(B, C, L, cs.aligned, kPoison), y_e(B, C, L, cs.aligned, kSentinel);
+  x_e.load(x);
+  const std::vector<T> w_e = rounded<T>(w), bias_e = rounded<T>(bias);
+
+  detail::DepthwiseForwardParams p{};
+  p.x = x_e.data();
+  p.weight = w_e.data();
+  p.bias = cs.bias ? bias_e.data() : nullptr;
+  p.y = y_e.data();
+  p.dtype = dtype_of<T>();
+  p.batch = B;
+  p.channels = C;
+  p.length = L;
+  p.width = K;
+  p.dilation = cs.dilation;
+  p.x_stride[0] = p.y_stride[0] = x_e.stride_b;
+  p.x_stride[1] = p.y_stride[1] = 1;
+  p.x_stride[2] = p.y_stride[2] = x_e.stride_t;
+  p.w_stride[0] = K;
+  p.w_stride[1] = 1;
+  p.bias_stride = 1;
+  p.silu = cs.silu;
+  const bool vectors = aligned_rows(x_e.data(), x_e.stride_b, x_e.stride_t);
+  EXPECT_EQ(vectors, cs.aligned);
+  const detail::ChannelLastGrid g = detail::make_channel_last_grid<T>(B, C, L, K, cs.dilation, vectors, false);
+  const bool unrolled = cs.dilation == 1 && K <= detail::ChannelLastTile::kMaxUnrolledWidth;
+  const size_t smem = detail::channel_last_forward_smem_bytes<T>(K, g.halo);
+  emu::launch({unsigned(B * g.blocks()), 1, 1}, detail::ChannelLastTile::kThreads, smem, [&] {
+    switch (unrolled ? K : 0) {
+      case 2: detail::depthwise_forward_channel_last_emulated<T, 2>(p, g); break;
+      case 3: detail::depthwise_forward_channel_last_emulated<T, 3>(p, g); break;
+      case 4: detail::depthwise_forward_channel_last_emulated<T, 4>(p, g); break;
+      case 5: detail::depthwise_forward_channel_last_emulated<T, 5>(p, g); break;
+      case 6: detail::depthwise_forward_channel_last_emulated<T, 6>(p, g); break;
+      case 7: detail::depthwise_forward_channel_last_emulated<T, 7>(p, g); break;
+      case 8: detail::depthwise_forward_channel_last_emulated<T, 8>(p, g); break;
+      default: detail::depthwise_forward_channel_last_emulated<T, 0>(p, g); break;
+    }
+  });
+
+  HostTensor y_ref({B, C, L});
+  CausalConv1dForwardArgs args{x.view(), w.view(), std::nullopt, y_ref.view(), cs.dilation, C,
+                               cs.silu ? Activation::silu : Activation::none};
+  if (cs.bias) args.bias = bias.view();
+  reference::causal_conv1d_forward(args);
+  EXPECT_EQ(count_bad("y", y_e, y_ref, forward_magnitude(x, w, cs.bias ? &bias : nullptr, cs.dilation)), 0);
+  EXPECT_TRUE(y_e.padding_untouched()) << "wrote outside the output's elements";
+}
+
+template <typename T>
+void run_backward(const Case& cs) {
+  SCOPED_TRACE(::testing::Message() << "backward B" << cs.batch << " C" << cs.channels << " L" << cs.length << " K"
+                                    << cs.width << " bias " << cs.bias << " silu " << cs.silu << " aligned "
+                                    << cs.aligned << " tiles/block " << cs.tiles_per_block);
+  ASSERT_EQ(cs.dilation, 1);
+  const int64_t B = cs.batch, C = cs.channels, L = cs.length, K = cs.width;
+  std::random_device seed;
+  HostTensor x({B, C, L}), w({C, K}), bias({C}), dy({B, C, L});
+  x.fill_uniform(seed());
+  w.fill_uniform(seed());
+  bias.fill_uniform(seed());
+  dy.fill_uniform(seed());
+  ChannelLast<T> x_e(B, C, L, cs.aligned, kPoison), dy_e(B, C, L, cs.aligned, kPoison),
+      dx_e(B, C, L, cs.aligned, kSentinel);
+  x_e.load(x);
+  dy_e.load(dy);
+  const std::vector<T> w_e = rounded<T>(w), bias_e = rounded<T>(bias);
+
+  detail::DepthwiseBackwardParams p{};
+  p.x = x_e.data();
+  p.weight = w_e.data();
+  p.bias = cs.bias ? bias_e.data() : nullptr;
+  p.dy = dy_e.data();
+  p.dx = dx_e.data();
+  p.dtype = dtype_of<T>();
+  p.batch = B;
+  p.channels = C;
+  p.length = L;
+  p.width = K;
+  p.dilation = 1;
+  for (int64_t* s : {p.x_stride, p.dy_stride, p.dx_stride}) {
+    s[0] = x_e.stride_b;
+    s[1] = 1;
+    s[2] = x_e.stride_t;
+  }
+  p.w_stride[0] = K;
+  p.w_stride[1] = 1;
+  p.bias_stride = 1;
+  p.silu = cs.silu;
+  const bool vectors = aligned_rows(x_e.data(), x_e.stride_b, x_e.stride_t);
+  EXPECT_EQ(vectors, cs.aligned);
+  detail::ChannelLastGrid g = detail::make_channel_last_grid<T>(B, C, L, K, 1, vectors, true);
+  if (cs.tiles_per_block > 0) {
+    g.tiles_per_block = cs.tiles_per_block;
+    g.ranges = (g.time_tiles + g.tiles_per_block - 1) / g.tiles_per_block;
+  }
+  const int64_t parts = B * g.ranges;
+  std::vector<float> partials(size_t(C * parts * (K + 1)), std::numeric_limits<float>::quiet_NaN());
+  emu::launch({unsigned(B * g.blocks()), 1, 1}, detail::ChannelLastTile::kThreads,
+              detail::channel_last_backward_smem_bytes<T>(K), [&] {
+                const auto run = [&](auto width) {
+                  constexpr int kWidth = decltype(width)::value;
+                  if (cs.silu)
+                    detail::depthwise_backward_channel_last_unit_emulated<T, kWidth, true>(p, g, partials.data());
+                  else
+                    detail::depthwise_backward_channel_last_unit_emulated<T, kWidth, false>(p, g, partials.data());
+                };
+                static_assert(detail::ChannelLastTile::kMaxBackwardWidth == 4, "one case per width");
+                switch (K) {
+                  case 2: run(std::integral_constant<int, 2>{}); break;
+                  case 3: run(std::integral_constant<int, 3>{}); break;
+                  case 4: run(std::integral_constant<int, 4>{}); break;
+                }
+              });
+
+  HostTensor dx_ref({B, C, L}), dw_ref({C, K}), db_ref({C});
+  CausalConv1dBackwardArgs args{x.view(), w.view(), std::nullopt, dy.view(), dx_ref.view(), dw_ref.view(),
+                                db_ref.view(), 1, C, cs.silu ? Activation::silu : Activation::none};
+  if (cs.bias) args.bias = bias.view();
+  reference::causal_conv1d_backward(args);
+
+  // dx: sum over taps of w * g with |silu'| <= 1.1.
+  HostTensor dx_mag({B, C, L});
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t c = 0; c < C; ++c)
+      for (int64_t t = 0; t < L; ++t) {
+        double m = 0;
+        for (int64_t k = 0; k < K; ++k)
+          if (t + (K - 1 - k) < L) m += 1.1 * std::abs(w(c, k) * dy(b, c, t + (K - 1 - k)));
+        dx_mag(b, c, t) = m;
+      }
+  EXPECT_EQ(count_bad("dx", dx_e, dx_ref, dx_mag), 0);
+  EXPECT_TRUE(dx_e.padding_untouched()) << "wrote outside dx's elements";
+
+  // Weight gradients: the partials summed in the reduction kernel's order, in fp32.
+  int64_t bad = 0;
+  for (int64_t c = 0; c < C; ++c)
+    for (int64_t k = 0; k <= K; ++k) {
+      float sum = 0.0f;
+      for (int64_t q = 0; q < parts; ++q) {
+        const float v = partials[size_t((c * parts + q) * (K + 1) + k)];
+        ASSERT_FALSE(std::isnan(v)) << "partial (" << c << ", " << q << ", " << k << ") not written";
+        sum += v;
+      }
+      double ref = k < K ? dw_ref(c, k) : db_ref(c), mag = 0;
+      for (int64_t b = 0; b < B; ++b)
+        for (int64_t t = 0; t < L; ++t) {
+          const int64_t s = t - (K - 1 - k);
+          mag += 1.1 * std::abs(dy(b, c, t)) * (k == K ? 1.0 : s >= 0 ? std::abs(x(b, c, s)) : 0.0);
+        }
+      if (!(std::abs(sum - ref) <= 1e-5 * mag + 1e-6)) {  // fp32 sums of up to B*L terms
+        if (bad < 5) ADD_FAILURE() << (k < K ? "dweight[" : "dbias[") << c << "," << k << "] = " << sum << ", expected " << ref;
+        ++bad;
+      }
+    }
+  EXPECT_EQ(bad, 0);
+}
+
+// Forward: every width path (unrolled K <= 8 with dilation 1, the tap loop otherwise),
+// L = 1, L < K, partial channel tiles (C % 128 != 0, C % 8 != 0), unaligned rows,
+// several time tiles, dilation 2 and 5, bias and silu on and off.
+template <typename T>
+void forward_cases() {
+  const int64_t tile = detail::channel_last_tile_steps<T>();
+  for (int64_t k : {2, 3, 4, 5, 7, 8, 16, 31, 64, 128, 256}) {
+    run_forward<T>({1, 136, tile + 5, k, 1, true, k % 2 == 0});
+    if (k <= 8) run_forward<T>({2, 24, 2 * tile + 1, k, 1, false, true, false});  // element staging
+  }
+  run_forward<T>({1, 16, 1, 4, 1, true, true});          // L = 1
+  run_forward<T>({2, 40, 3, 8, 1, true, false});         // L < K
+  run_forward<T>({1, 21, 40, 3, 1, true, true});  // C % 8 != 0: element staging on aligned rows, partial quads
+  run_forward<T>({1, 256, 2 * tile, 4, 1, false, true}); // two full channel tiles
+  run_forward<T>({2, 48, tile + 9, 4, 2, true, true});   // dilation 2 (tap loop)
+  run_forward<T>({1, 130, 70, 5, 5, false, false});      // dilation 5
+  run_forward<T>({1, 8, 30, 52, 5, true, true});         // reach 255: the longest staged halo
+}
+
+// Backward (dilation 1, K <= 4): tile walks (several tiles per block, a partial last
+// tile), L = 1, L < K, partial channel tiles, unaligned rows.
+template <typename T>
+void backward_cases() {
+  const int64_t tile = detail::channel_last_tile_steps<T>();
+  for (int64_t k : {2, 3, 4}) {
+    for (bool silu : {false, true}) {
+      run_backward<T>({2, 136, 2 * tile + 7, k, 1, silu, silu, true, 2});  // 3 tiles: 2 + 1 per sequence
+      run_backward<T>({1, 24, tile + 1, k, 1, !silu, silu, false});        // element staging
+    }
+  }
+  run_backward<T>({1, 16, 1, 4, 1, true, true});              // L = 1
+  run_backward<T>({2, 40, 2, 3, 1, true, true, true, 1});     // L < K
+  run_backward<T>({1, 21, 37, 2, 1, false, true});            // C % 8 != 0: element staging on aligned rows
+  run_backward<T>({1, 128, 3 * tile, 4, 1, true, true, true, 4});  // one block walks the whole sequence
+}
+
+TEST(DepthwiseChannelLastEmulated, ForwardFloat32) { forward_cases<float>(); }
+TEST(DepthwiseChannelLastEmulated, ForwardFloat16) { forward_cases<__half>(); }
+TEST(DepthwiseChannelLastEmulated, ForwardBFloat16) { forward_cases<__nv_bfloat16>(); }
+TEST(DepthwiseChannelLastEmulated, BackwardFloat32) { backward_cases<float>(); }
+TEST(DepthwiseChannelLastEmulated, BackwardFloat16) { backward_cases<__half>(); }
+TEST(DepthwiseChannelLastEmulated, BackwardBFloat16) { backward_cases<__nv_bfloat16>(); }
+
+}  // namespace
+}  // namespace causalconv
