@@ -75,14 +75,14 @@ detail::DepthwiseBackwardParams backward_params(const CausalConv1dBackwardArgs& 
   return p;
 }
 
-detail::DenseGeometry dense_geometry(const detail::ConvGeometry& g, DType dtype) {
-  return detail::DenseGeometry{g.batch, g.c_in,     g.c_out, g.length, g.width, g.dilation,
-                               g.groups, dtype, g.activation == Activation::silu};
+detail::DenseGeometry dense_geometry(const detail::ConvGeometry& g, DType dtype, int device) {
+  return detail::DenseGeometry{g.batch,  g.c_in, g.c_out, g.length, g.width, g.dilation, g.groups,
+                               dtype, g.activation == Activation::silu, device};
 }
 
 detail::DenseForwardParams dense_forward_params(const CausalConv1dForwardArgs& a, const detail::ConvGeometry& g) {
   detail::DenseForwardParams p{};
-  p.g = dense_geometry(g, a.x.dtype);
+  p.g = dense_geometry(g, a.x.dtype, a.x.device.index);
   p.x = a.x.data;
   p.weight = a.weight.data;
   p.bias = a.bias ? a.bias->data : nullptr;
@@ -96,7 +96,7 @@ detail::DenseForwardParams dense_forward_params(const CausalConv1dForwardArgs& a
 
 detail::DenseBackwardParams dense_backward_params(const CausalConv1dBackwardArgs& a, const detail::ConvGeometry& g) {
   detail::DenseBackwardParams p{};
-  p.g = dense_geometry(g, a.x.dtype);
+  p.g = dense_geometry(g, a.x.dtype, a.x.device.index);
   p.x = a.x.data;
   p.weight = a.weight.data;
   p.bias = a.bias ? a.bias->data : nullptr;
@@ -119,15 +119,15 @@ detail::DenseBackwardParams dense_backward_params(const CausalConv1dBackwardArgs
 // dense_tc_forward_supported), else the generic CUDA-core kernel.
 enum class DenseForwardKernel { wgmma, mma_sync, generic };
 
-DenseForwardKernel dense_forward_kernel(const detail::DenseForwardParams& p, int device) {
-  if (detail::dense_wgmma_forward_supported(p, device)) return DenseForwardKernel::wgmma;
+DenseForwardKernel dense_forward_kernel(const detail::DenseForwardParams& p) {
+  if (detail::dense_wgmma_forward_supported(p)) return DenseForwardKernel::wgmma;
   return detail::dense_tc_forward_supported(p.g) ? DenseForwardKernel::mma_sync : DenseForwardKernel::generic;
 }
 
 size_t forward_workspace_bytes(const CausalConv1dForwardArgs& a, const detail::ConvGeometry& g) {
   if (g.depthwise || g.batch * g.c_out * g.length == 0) return 0;
   const detail::DenseForwardParams p = dense_forward_params(a, g);
-  switch (dense_forward_kernel(p, a.x.device.index)) {
+  switch (dense_forward_kernel(p)) {
     case DenseForwardKernel::wgmma: return detail::dense_wgmma_forward_workspace_bytes(p);
     case DenseForwardKernel::mma_sync: return detail::dense_tc_forward_workspace_bytes(p.g);
     case DenseForwardKernel::generic: break;
@@ -159,7 +159,7 @@ void causal_conv1d_forward(const CausalConv1dForwardArgs& args, Workspace worksp
   }
   detail::DenseForwardParams p = dense_forward_params(args, g);
   p.workspace = workspace.data;
-  switch (dense_forward_kernel(p, args.x.device.index)) {
+  switch (dense_forward_kernel(p)) {
     case DenseForwardKernel::wgmma: detail::launch_dense_wgmma_forward(p, stream); break;
     case DenseForwardKernel::mma_sync: detail::launch_dense_tc_forward(p, stream); break;
     case DenseForwardKernel::generic: detail::launch_dense_forward_generic(p, stream); break;

@@ -400,7 +400,10 @@ bool tc_weight_grads(const DenseBackwardParams& p) {
 }
 
 // Parts of the weight-gradient reduction: fixed by the shape (and the kernel it picks).
+bool wgmma_weight_grads(const DenseBackwardParams& p) { return dense_wgmma_weight_grad_supported(p); }
+
 int64_t partial_parts(const DenseBackwardParams& p) {
+  if (wgmma_weight_grads(p)) return dense_wgmma_weight_grad_parts(p);
   return tc_weight_grads(p) ? dense_tc_weight_grad_parts(p.g) : weight_grad_parts(p.g);
 }
 
@@ -409,6 +412,7 @@ size_t partial_bytes(const DenseBackwardParams& p) {
   return align_up(sizeof(float) * size_t(partial_parts(p) * weight_grad_elements(p.g)));
 }
 
+bool wgmma_dx(const DenseBackwardParams& p) { return p.dx && dense_wgmma_dx_supported(p); }
 bool tc_dx(const DenseBackwardParams& p) {
   return p.dx && p.g.batch * p.g.length > 0 && dense_tc_dx_supported(p.g);
 }
@@ -419,9 +423,13 @@ bool tc_silu_grad(const DenseBackwardParams& p) {
 }
 
 // One region for the prepared weights of the silu gradient and then of dx (stream order).
+// The tensor-core kernels' scratch region, used in stream order by the silu gradient (prepared
+// weights), dx (prepared weights, staged gradient) and the weight gradients (staged x, gradient).
 size_t tc_weight_bytes(const DenseBackwardParams& p) {
-  return std::max(tc_dx(p) ? dense_tc_dx_workspace_bytes(p.g) : 0,
-                  tc_silu_grad(p) ? dense_tc_forward_workspace_bytes(p.g) : 0);
+  const size_t dx_bytes =
+      wgmma_dx(p) ? dense_wgmma_dx_workspace_bytes(p) : (tc_dx(p) ? dense_tc_dx_workspace_bytes(p.g) : 0);
+  const size_t dw_bytes = wgmma_weight_grads(p) ? dense_wgmma_weight_grad_workspace_bytes(p) : 0;
+  return std::max({dx_bytes, dw_bytes, tc_silu_grad(p) ? dense_tc_forward_workspace_bytes(p.g) : size_t(0)});
 }
 
 // The CUDA-core partials: every shape the tensor-core kernel does not take.
@@ -456,11 +464,14 @@ void launch_weight_grad_partials(const DenseBackwardParams& p, const G* g, const
 
 template <typename T, typename G>
 void weight_grads_typed(const DenseBackwardParams& p, const G* g, const int64_t (&g_stride)[3], float* partials,
-                        cudaStream_t stream) {
+                        void* tc_workspace, cudaStream_t stream) {
   const DenseGeometry& geo = p.g;
   if (geo.c_out == 0) return;
   const int64_t parts = partial_parts(p);
-  if (tc_weight_grads(p))
+  if (wgmma_weight_grads(p))
+    launch_dense_wgmma_weight_grad(p, g, std::is_same_v<G, float>, g_stride, partials, tc_workspace,
+                                   Stream{stream});
+  else if (tc_weight_grads(p))
     launch_dense_tc_weight_grad(p, g, std::is_same_v<G, float>, g_stride, partials, Stream{stream});
   else
     launch_weight_grad_partials<T, G>(p, g, g_stride, parts, partials, stream);
@@ -483,6 +494,10 @@ void weight_grads_typed(const DenseBackwardParams& p, const G* g, const int64_t 
 template <typename T, typename G>
 void dx_typed(const DenseBackwardParams& p, const G* g, const int64_t (&g_stride)[3], void* tc_workspace,
               cudaStream_t stream) {
+  if (wgmma_dx(p)) {
+    launch_dense_wgmma_dx(p, g, std::is_same_v<G, float>, g_stride, tc_workspace, Stream{stream});
+    return;
+  }
   if (tc_dx(p)) {
     launch_dense_tc_dx(p, g, std::is_same_v<G, float>, g_stride, tc_workspace, Stream{stream});
     return;
@@ -511,7 +526,7 @@ template <typename T, typename G>
 void backward_from(const DenseBackwardParams& p, const G* g, const int64_t (&g_stride)[3], float* partials,
                    void* tc_workspace, cudaStream_t stream) {
   if (p.dx) dx_typed<T, G>(p, g, g_stride, tc_workspace, stream);
-  if (p.dweight || p.dbias) weight_grads_typed<T, G>(p, g, g_stride, partials, stream);
+  if (p.dweight || p.dbias) weight_grads_typed<T, G>(p, g, g_stride, partials, tc_workspace, stream);
 }
 
 // Workspace: [fp32 gradient through silu][weight-gradient partials][tensor-core weights].

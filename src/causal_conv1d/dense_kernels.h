@@ -15,6 +15,7 @@ struct DenseGeometry {
   int64_t batch, c_in, c_out, length, width, dilation, groups;
   DType dtype;
   bool silu;
+  int device;  // CUDA device of the tensors (kernel choice by compute capability)
   int64_t in_per_group() const { return c_in / groups; }
   int64_t out_per_group() const { return c_out / groups; }
 };
@@ -54,13 +55,30 @@ bool dense_tc_forward_supported(const DenseGeometry& g);
 size_t dense_tc_forward_workspace_bytes(const DenseGeometry& g);
 void launch_dense_tc_forward(const DenseForwardParams& p, Stream stream);
 
-// The Hopper forward (dense_wgmma.cu): TMA + wgmma, warp-specialised, for sm_90a builds on
+// The Hopper kernel (dense_wgmma.cu): TMA + wgmma, warp-specialised, for sm_90a builds on
 // compute capability 9.0; groups of at least 32 source and 32 destination channels, any strides.
-// Its workspace: prepared weights, then a channel-last copy of x (bf16 hi and lo for fp32),
-// except for 16-bit channel-last x with aligned rows, which is read in place.
-bool dense_wgmma_forward_supported(const DenseForwardParams& p, int device);
+// It serves the forward and dx (the transposed convolution of dy, or of the fp32 gradient
+// through silu, which is rounded to the 16-bit dtype as in dense_tc.cu). Its workspace:
+// prepared weights, then a channel-last copy of the source (bf16 hi and lo for fp32); a 16-bit
+// channel-last forward x with aligned rows is read in place.
+bool dense_wgmma_forward_supported(const DenseForwardParams& p);
 size_t dense_wgmma_forward_workspace_bytes(const DenseForwardParams& p);
 void launch_dense_wgmma_forward(const DenseForwardParams& p, Stream stream);
+bool dense_wgmma_dx_supported(const DenseBackwardParams& p);
+size_t dense_wgmma_dx_workspace_bytes(const DenseBackwardParams& p);
+void launch_dense_wgmma_dx(const DenseBackwardParams& p, const void* grad, bool grad_fp32,
+                           const int64_t (&grad_stride)[3], void* workspace, Stream stream);
+// Weight gradients (and dbias) as a GEMM over B x L on the Hopper tensor cores: per-part fp32
+// partials in the layout above (dense_wgmma_weight_grad_parts parts), reduced in part order by
+// the caller. Its workspace (staged x and, unless dy's rows can be read in place, the gradient)
+// is separate from the partials; the gradient passed must be dy, or the fp32 gradient through
+// silu when the activation is silu (the workspace size assumes so).
+bool dense_wgmma_weight_grad_supported(const DenseBackwardParams& p);
+int64_t dense_wgmma_weight_grad_parts(const DenseBackwardParams& p);
+size_t dense_wgmma_weight_grad_workspace_bytes(const DenseBackwardParams& p);
+void launch_dense_wgmma_weight_grad(const DenseBackwardParams& p, const void* grad, bool grad_fp32,
+                                    const int64_t (&grad_stride)[3], float* partials, void* workspace,
+                                    Stream stream);
 
 // dx as the transposed convolution of grad (dy, or the fp32 gradient through silu):
 // the same kernel with transposed, flipped weights and a look-ahead window.

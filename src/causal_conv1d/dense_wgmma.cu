@@ -65,7 +65,8 @@ struct WgParams {
   int64_t tiles;
   int32_t batch, groups, out_g, length, width, dilation;
   int32_t c_chunks, o_tiles, t_tiles, o_pad;
-  int32_t w_lo_rows;  // row offset of the lo copy in the weight map (fp32)
+  int32_t w_lo_rows;   // row offset of the lo copy in the weight map (fp32)
+  int32_t shift_base;  // tap k reads source step t + shift_base + k*d
   bool silu;
 };
 
@@ -103,7 +104,7 @@ __device__ __forceinline__ void store_two_steps(T* dst, int64_t step_stride, flo
 
 template <typename T>
 __global__ void __launch_bounds__(kThreads, 1)
-    dense_wgmma_forward(const __grid_constant__ CUtensorMap w_map, const __grid_constant__ CUtensorMap x_map,
+    dense_wgmma_conv(const __grid_constant__ CUtensorMap w_map, const __grid_constant__ CUtensorMap x_map,
                         const WgParams p) {
 #ifdef CAUSALCONV_SM90A
   using Tr = WgTraits<T>;
@@ -133,7 +134,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       const TileCoords c = tile_coords(p, tile);
       for (int32_t k = 0; k < p.width; ++k) {
         const int32_t w_row = (c.g * p.width + k) * p.o_pad + c.m * kBM;
-        const int32_t t_first = c.tt * kBN - (p.width - 1 - k) * p.dilation;
+        const int32_t t_first = c.tt * kBN + p.shift_base + k * p.dilation;
         for (int32_t cc = 0; cc < p.c_chunks; ++cc, ++it) {
           const int slot = int(it % Tr::kStages);
           const uint32_t round = uint32_t(it / Tr::kStages);
@@ -216,40 +217,48 @@ __global__ void __launch_bounds__(kThreads, 1)
 
 // ---- pre-passes ----------------------------------------------------------------------
 
-// W'[copy][g][k][o < o_pad][s < s_pad] = W[g*D + o, s, k] (zero outside D x S); fp32: copy 0 = bf16 hi,
-// copy 1 = bf16 lo.
+// W'[copy][g][k][r < r_pad][c < c_pad]: row r = destination channel, column c = source channel of
+// group g, zero outside dst_g x src_g. Forward: W[g*D + r, c, k]; transposed (dx): W[g*D + c, r, K-1-k].
+// fp32: copy 0 = bf16 hi, copy 1 = bf16 lo.
 template <typename T>
 __global__ void __launch_bounds__(256)
-    prepare_wgmma_weights(const T* w, int64_t ws0, int64_t ws1, int64_t ws2, int64_t out_g, int64_t in_g,
-                          int64_t width, int64_t o_pad, int64_t s_pad, int64_t per_copy, uint16_t* out) {
+    prepare_wgmma_weights(const T* w, int64_t ws0, int64_t ws1, int64_t ws2, int64_t dst_g, int64_t src_g,
+                          int64_t width, bool transposed, int64_t r_pad, int64_t c_pad, int64_t per_copy,
+                          uint16_t* out) {
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < per_copy; i += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t s = i % s_pad;
-    int64_t r = i / s_pad;
-    const int64_t o = r % o_pad;
-    r /= o_pad;
-    const int64_t k = r % width, g = r / width;
-    const bool live = o < out_g && s < in_g;
+    const int64_t c = i % c_pad;
+    int64_t rest = i / c_pad;
+    const int64_t r = rest % r_pad;
+    rest /= r_pad;
+    const int64_t k = rest % width, g = rest / width;
+    const bool live = r < dst_g && c < src_g;
+    const int64_t at = transposed ? (g * src_g + c) * ws0 + r * ws1 + (width - 1 - k) * ws2
+                                  : (g * dst_g + r) * ws0 + c * ws1 + k * ws2;
     if constexpr (std::is_same_v<T, float>) {
-      const float v = live ? w[(g * out_g + o) * ws0 + s * ws1 + k * ws2] : 0.0f;
+      const float v = live ? w[at] : 0.0f;
       const __nv_bfloat16 hi = __float2bfloat16_rn(v);
       out[i] = __bfloat16_as_ushort(hi);
       out[per_copy + i] = __bfloat16_as_ushort(__float2bfloat16_rn(v - __bfloat162float(hi)));
     } else {
-      out[i] = live ? reinterpret_cast<const uint16_t*>(w)[(g * out_g + o) * ws0 + s * ws1 + k * ws2] : uint16_t(0);
+      out[i] = live ? reinterpret_cast<const uint16_t*>(w)[at] : uint16_t(0);
     }
   }
 }
 
-// The 16-bit operand value(s) of x: the stored bits, or fp32's bf16 hi and lo.
-template <typename T>
-__device__ __forceinline__ void operand_bits(T v, uint16_t& hi, uint16_t& lo) {
+// The 16-bit operand value(s) of a source value for dtype T: the stored bits; an fp32 gradient
+// rounded to T; or, for fp32 (T = float), the bf16 hi and lo halves.
+template <typename TS, typename T>
+__device__ __forceinline__ void operand_bits(TS v, uint16_t& hi, uint16_t& lo) {
+  lo = 0;
   if constexpr (std::is_same_v<T, float>) {
     const __nv_bfloat16 h = __float2bfloat16_rn(v);
     hi = __bfloat16_as_ushort(h);
     lo = __bfloat16_as_ushort(__float2bfloat16_rn(v - __bfloat162float(h)));
-  } else {
+  } else if constexpr (std::is_same_v<TS, T>) {
     hi = reinterpret_cast<const uint16_t&>(v);
-    lo = 0;
+  } else {
+    const T r = from_float<T>(v);
+    hi = reinterpret_cast<const uint16_t&>(r);
   }
 }
 
@@ -268,21 +277,22 @@ struct StageArgs {
   uint16_t* out;
 };
 
-// x (B, C, L), any strides -> out[copy * B + b][t][g][s < s8] (zero for s >= S): a channel-last copy
-// whose group rows start on 16 bytes; fp32 writes bf16 hi (copy 0) and lo (copy 1). A block
+// The source (x, or dy / the fp32 silu gradient for dx), (B, C, L), any strides ->
+// out[copy * B + b][t][g][s < s8] (zero for s >= S): a channel-last copy whose group rows start on
+// 16 bytes, in T's operand bits (fp32: bf16 hi in copy 0, lo in copy 1). A block
 // transposes 64 (padded) channels x 64 steps through shared memory: 16-byte loads along time
 // (a warp covers whole 128-byte row pieces), then 8 lanes gather the 64 channels of one step
 // and write them as 128 contiguous bytes.
-template <typename T>
+template <typename TS, typename T>
 __global__ void __launch_bounds__(kStageThreads) stage_channel_last(StageArgs a) {
   constexpr bool kSplit = std::is_same_v<T, float>;
-  constexpr int kVec = 16 / sizeof(T);  // elements per 16-byte load
+  constexpr int kVec = 16 / sizeof(TS);  // source elements per 16-byte load
   __shared__ alignas(16) uint16_t hi_s[kStageChannels][kStageSteps];
   __shared__ alignas(16) uint16_t lo_s[kSplit ? kStageChannels : 1][kStageSteps];
   const int32_t t0 = int32_t(blockIdx.x) * kStageSteps, ch0 = int32_t(blockIdx.y) * kStageChannels;
   const int64_t b = blockIdx.z;
   const int32_t row_elems = a.groups * a.s8;
-  const T* x = static_cast<const T*>(a.x) + b * a.xs0;
+  const TS* x = static_cast<const TS*>(a.x) + b * a.xs0;
 
   constexpr int kLoads = kStageChannels * kStageSteps / kVec / kStageThreads;
 #pragma unroll
@@ -291,19 +301,19 @@ __global__ void __launch_bounds__(kStageThreads) stage_channel_last(StageArgs a)
     const int cl = v / (kStageSteps / kVec), tl = v % (kStageSteps / kVec) * kVec;
     const int32_t ch = ch0 + cl, g = ch / a.s8, s = ch - g * a.s8, t = t0 + tl;
     const bool live = s < a.in_g && g < a.groups;
-    const T* row = x + (int64_t(g) * a.in_g + s) * a.xs1;
-    alignas(16) T vals[kVec];
+    const TS* row = x + (int64_t(g) * a.in_g + s) * a.xs1;
+    alignas(16) TS vals[kVec];
     if (live && a.vector_rows && t + kVec <= a.length) {
       *reinterpret_cast<uint4*>(vals) = *reinterpret_cast<const uint4*>(row + t);
     } else {
 #pragma unroll
-      for (int e = 0; e < kVec; ++e) vals[e] = live && t + e < a.length ? row[int64_t(t + e) * a.xs2] : T(0.0f);
+      for (int e = 0; e < kVec; ++e) vals[e] = live && t + e < a.length ? row[int64_t(t + e) * a.xs2] : TS(0.0f);
     }
     alignas(16) uint16_t hv[kVec], lv[kVec];
 #pragma unroll
-    for (int e = 0; e < kVec; ++e) operand_bits(vals[e], hv[e], lv[e]);
+    for (int e = 0; e < kVec; ++e) operand_bits<TS, T>(vals[e], hv[e], lv[e]);
     // One vector store per row piece (its 8 or 4 steps share a swizzled chunk).
-    using Piece = std::conditional_t<kSplit, uint2, uint4>;
+    using Piece = std::conditional_t<kVec == 4, uint2, uint4>;
     const int col = stage_column(cl, tl);
     *reinterpret_cast<Piece*>(&hi_s[cl][col]) = *reinterpret_cast<const Piece*>(hv);
     if constexpr (kSplit) *reinterpret_cast<Piece*>(&lo_s[cl][col]) = *reinterpret_cast<const Piece*>(lv);
@@ -330,40 +340,320 @@ __global__ void __launch_bounds__(kStageThreads) stage_channel_last(StageArgs a)
   }
 }
 
+// ---- weight gradients ----------------------------------------------------------------
+//
+//   dW[g*D + o, s, k] = sum_{b, t} G[b, g*D + o, t] * X[b, g*S + s, t - (K-1-k) d],   dbias[o] = sum G[b, o, t]
+//
+// A GEMM over B x L per (group, 128 outputs, 64 sources, up to 4 taps): M = o, N = s per tap,
+// reduction = time in units of 64 steps of one batch row. Per unit:
+//   A: G[b][o][t0, +64), 128 x 64, K-major (time is G's innermost axis; t0 is a multiple of 64);
+//   B_k: x rows t0 - (K-1-k)d + [0, 64) of the channel-last x staged for the forward, 64 sources
+//        each: N-major (tap shifts land on the outer time axis, any value).
+// The two consumer warpgroups keep one m64n64 accumulator set per tap (4 x 32 fp32). CTAs of
+// one part sum a fixed contiguous range of units and write fp32 partials in dense_generic.cu's
+// layout (parts x (C_out*S*K, then C_out)); its ordered reduction makes the result bitwise
+// reproducible. In the CTAs of the first source chunk and tap chunk, two idle producer warps
+// sum G's rows from the staged tiles (dbias).
+constexpr int kDwSteps = 64;
+constexpr int kDwTaps = 4;
+constexpr uint32_t kDwBBytes = kDwSteps * kBK * 2;  // 8 KiB: one tap's x rows
+
+template <typename T>
+struct DwTraits {
+  static constexpr bool kSplit = std::is_same_v<T, float>;
+  using Mma = std::conditional_t<kSplit, __nv_bfloat16, T>;
+  static constexpr int kCopies = kSplit ? 2 : 1;
+  static constexpr int kStages = kSplit ? 2 : 4;
+  static constexpr uint32_t kStageBytes = kCopies * (kATileBytes + kDwTaps * kDwBBytes);
+  static constexpr size_t kSmemBytes = size_t(kStages) * kStageBytes + 1024 + 2 * kStages * sizeof(uint64_t);
+};
+
+struct DwParams {
+  float* partials;
+  int64_t part_elems;  // C_out*S*K + C_out
+  int64_t units;       // batch * t_units
+  int32_t batch, groups, out_g, in_g, width, dilation;
+  int32_t o_tiles, c_chunks, k_chunks, t_units, parts;
+};
+
+// Sum of the 64 16-bit values of one 128-byte row of a staged tile (any order: the swizzle only
+// permutes 16-byte chunks within the row).
+template <typename Mma>
+__device__ __forceinline__ float row_sum(const uint8_t* row) {
+  float sum = 0.0f;
+#pragma unroll
+  for (int c = 0; c < 8; ++c) {
+    const uint4 v = reinterpret_cast<const uint4*>(row)[c];
+    const Mma* e = reinterpret_cast<const Mma*>(&v);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) sum += to_float(e[i]);
+  }
+  return sum;
+}
+
+template <typename T>
+__global__ void __launch_bounds__(kThreads, 1)
+    dense_wgmma_weight_grad(const __grid_constant__ CUtensorMap g_map, const __grid_constant__ CUtensorMap x_map,
+                            const DwParams p) {
+#ifdef CAUSALCONV_SM90A
+  using Tr = DwTraits<T>;
+  using Mma = typename Tr::Mma;
+  extern __shared__ uint8_t smem_raw[];
+  uint8_t* stages = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
+  uint64_t* full = reinterpret_cast<uint64_t*>(stages + Tr::kStages * Tr::kStageBytes);
+  uint64_t* empty = full + Tr::kStages;
+
+  int32_t rest = blockIdx.x;
+  const int32_t q = rest % p.k_chunks;
+  rest /= p.k_chunks;
+  const int32_t c = rest % p.c_chunks;
+  rest /= p.c_chunks;
+  const int32_t m = rest % p.o_tiles, g = rest / p.o_tiles;
+  const int32_t part = blockIdx.y;
+  const int taps = min(kDwTaps, p.width - q * kDwTaps);
+  const bool bias_tile = c == 0 && q == 0;
+  const int64_t u0 = part * p.units / p.parts, u1 = (part + 1) * p.units / p.parts;
+
+  const int warpgroup = threadIdx.x / 128, warp = (threadIdx.x % 128) / 32, lane = threadIdx.x % 32;
+  if (threadIdx.x == 0) {
+    sm90::tma_prefetch_descriptor(&g_map);
+    sm90::tma_prefetch_descriptor(&x_map);
+    for (int st = 0; st < Tr::kStages; ++st) {
+      sm90::mbarrier_init(&full[st], 1);
+      sm90::mbarrier_init(&empty[st], 8 + (bias_tile ? 2 : 0));  // consumer warps (+ the dbias warps)
+    }
+    sm90::mbarrier_init_fence();
+  }
+  __syncthreads();
+
+  if (warpgroup == 0) {
+    if (threadIdx.x == 0) {  // producer
+      const uint32_t bytes = Tr::kCopies * (kATileBytes + taps * kDwBBytes);
+      for (int64_t u = u0; u < u1; ++u) {
+        const int64_t it = u - u0;
+        const int slot = int(it % Tr::kStages);
+        const uint32_t round = uint32_t(it / Tr::kStages);
+        if (round > 0) sm90::mbarrier_wait(&empty[slot], (round - 1) & 1);
+        uint8_t* st = stages + slot * Tr::kStageBytes;
+        const int32_t b = int32_t(u / p.t_units), t0 = int32_t(u % p.t_units) * kDwSteps;
+        sm90::mbarrier_arrive_expect_tx(&full[slot], bytes);
+        for (int copy = 0; copy < Tr::kCopies; ++copy) {
+          sm90::tma_load_4d(st + copy * kATileBytes, &g_map, &full[slot], t0, m * kBM, g, b + copy * p.batch);
+          for (int j = 0; j < taps; ++j) {
+            const int32_t k = q * kDwTaps + j;
+            sm90::tma_load_4d(st + Tr::kCopies * kATileBytes + (copy * kDwTaps + j) * kDwBBytes, &x_map, &full[slot],
+                              c * kBK, g, t0 - (p.width - 1 - k) * p.dilation, b + copy * p.batch);
+          }
+        }
+      }
+    } else if (bias_tile && (warp == 1 || warp == 2)) {  // dbias: 64 threads x 2 rows of G
+      const int r0 = (threadIdx.x - 32) * 2;
+      float sums[2] = {0.0f, 0.0f};
+      for (int64_t u = u0; u < u1; ++u) {
+        const int64_t it = u - u0;
+        const int slot = int(it % Tr::kStages);
+        sm90::mbarrier_wait(&full[slot], uint32_t(it / Tr::kStages) & 1);
+        const uint8_t* st = stages + slot * Tr::kStageBytes;
+        for (int copy = 0; copy < Tr::kCopies; ++copy)
+          for (int h = 0; h < 2; ++h) sums[h] += row_sum<Mma>(st + copy * kATileBytes + (r0 + h) * 128);
+        __syncwarp();
+        if (lane == 0) sm90::mbarrier_arrive(&empty[slot]);
+      }
+      for (int h = 0; h < 2; ++h) {
+        const int32_t o = m * kBM + r0 + h;
+        if (o < p.out_g)
+          p.partials[part * p.part_elems + int64_t(p.groups) * p.out_g * p.in_g * p.width + int64_t(g) * p.out_g + o] =
+              sums[h];
+      }
+    }
+    return;
+  }
+
+  const int cw = warpgroup - 1;
+  float acc[kDwTaps][32];
+#pragma unroll
+  for (int j = 0; j < kDwTaps; ++j) {
+#pragma unroll
+    for (int i = 0; i < 32; ++i) acc[j][i] = 0.0f;
+    sm90::fence_registers(acc[j]);
+  }
+  for (int64_t u = u0; u < u1; ++u) {
+    const int64_t it = u - u0;
+    const int slot = int(it % Tr::kStages);
+    sm90::mbarrier_wait(&full[slot], uint32_t(it / Tr::kStages) & 1);
+    const uint32_t st = sm90::smem_u32(stages + slot * Tr::kStageBytes);
+    const uint32_t a_hi = st + cw * 64 * 128, b_hi = st + Tr::kCopies * kATileBytes;
+    sm90::wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < kDwSteps / 16; ++kk) {
+      const uint64_t da = sm90::smem_descriptor(a_hi + kk * 32, 16, 1024);
+#pragma unroll
+      for (int j = 0; j < kDwTaps; ++j) {
+        if (j >= taps) break;
+        const uint64_t db = sm90::smem_descriptor(b_hi + j * kDwBBytes + kk * 2048, kDwBBytes, 1024);
+        sm90::wgmma_m64n64k16_bt<Mma>(acc[j], da, db, 1);
+        if constexpr (Tr::kSplit) {
+          const uint64_t da_lo = sm90::smem_descriptor(a_hi + kATileBytes + kk * 32, 16, 1024);
+          const uint64_t db_lo =
+              sm90::smem_descriptor(b_hi + (kDwTaps + j) * kDwBBytes + kk * 2048, kDwBBytes, 1024);
+          sm90::wgmma_m64n64k16_bt<Mma>(acc[j], da, db_lo, 1);
+          sm90::wgmma_m64n64k16_bt<Mma>(acc[j], da_lo, db, 1);
+        }
+      }
+    }
+    sm90::wgmma_commit();
+    sm90::wgmma_wait<1>();
+    if (it > 0 && lane == 0) sm90::mbarrier_arrive(&empty[int((it - 1) % Tr::kStages)]);
+  }
+  sm90::wgmma_wait<0>();
+#pragma unroll
+  for (int j = 0; j < kDwTaps; ++j) sm90::fence_registers(acc[j]);
+  if (u1 > u0 && lane == 0) sm90::mbarrier_arrive(&empty[int((u1 - u0 - 1) % Tr::kStages)]);
+
+  // Accumulator 4i + 2h + e of tap j: output row 16*warp + lane/4 + 8h, source 8i + 2*(lane%4) + e.
+  float* out = p.partials + part * p.part_elems;
+#pragma unroll
+  for (int j = 0; j < kDwTaps; ++j) {
+    if (j >= taps) break;
+    const int32_t k = q * kDwTaps + j;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int32_t o = m * kBM + cw * 64 + warp * 16 + lane / 4 + 8 * h;
+      if (o >= p.out_g) continue;
+      float* row = out + (int64_t(g) * p.out_g + o) * p.in_g * p.width + k;
+#pragma unroll
+      for (int i = 0; i < 8; ++i)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const int32_t s = c * kBK + 8 * i + 2 * (lane % 4) + e;
+          if (s < p.in_g) row[int64_t(s) * p.width] = acc[j][4 * i + 2 * h + e];
+        }
+    }
+  }
+#endif
+}
+
+// The gradient (B, C, L), any strides -> out[copy * B + b][c][t < pitch] in T's operand bits (fp32:
+// bf16 hi in copy 0, lo in copy 1): rows TMA can read with time innermost.
+template <typename TS, typename T>
+__global__ void __launch_bounds__(256)
+    stage_rows(const TS* src, int64_t ss0, int64_t ss1, int64_t ss2, int64_t channels, int64_t length, int64_t pitch,
+               int64_t count, int64_t copy_elems, uint16_t* out) {
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < count; i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t t = i % length, row = i / length;
+    const int64_t ch = row % channels, b = row / channels;
+    uint16_t hi, lo;
+    operand_bits<TS, T>(src[b * ss0 + ch * ss1 + t * ss2], hi, lo);
+    out[row * pitch + t] = hi;
+    if constexpr (std::is_same_v<T, float>) out[copy_elems + row * pitch + t] = lo;
+  }
+}
+
 // ---- host side -----------------------------------------------------------------------
 
-// 16-bit channel-last x that TMA can read in place: unit channel stride, 16-byte aligned base,
-// time and batch strides, and group rows starting on 16 bytes.
-bool x_read_in_place(const DenseForwardParams& f) {
+// One convolution for the kernel: forward, or transposed for dx.
+//   dst[b, g*DG + r, t] = act(bias + sum_{c < SG, k < K} W'[g][k][r][c] * src[b, g*SG + c, t + shift_base + k*d])
+// forward:    src = x (SG = C_in/g), dst = y (DG = C_out/g), shift_base = -(K-1)d
+// transposed: src = dy or the fp32 gradient through silu (SG = C_out/g), dst = dx (DG = C_in/g),
+//             W' flipped and transposed, shift_base = 0 (a look-ahead window)
+struct WgJob {
+  const void* src;
+  bool src_fp32;  // an fp32 gradient for a 16-bit dtype: rounded to it while staging
+  int64_t src_stride[3];
+  const void* weight;
+  int64_t w_stride[3];
+  bool transposed;
+  const void* bias;  // forward only; nullptr: none
+  int64_t bias_stride;
+  void* dst;
+  int64_t dst_stride[3];
+  int64_t batch, length, dilation, groups, width, src_g, dst_g;
+  DType dtype;
+  bool silu;
+  void* workspace;
+};
+
+WgJob forward_job(const DenseForwardParams& f) {
   const DenseGeometry& g = f.g;
-  return g.dtype != DType::f32 && f.x_stride[1] == 1 && reinterpret_cast<uintptr_t>(f.x) % 16 == 0 &&
-         f.x_stride[2] > 0 && f.x_stride[2] % 8 == 0 && f.x_stride[0] >= 0 && f.x_stride[0] % 8 == 0 &&
-         (g.groups == 1 || g.in_per_group() % 8 == 0);
+  WgJob j{};
+  j.src = f.x;
+  j.weight = f.weight;
+  j.bias = f.bias;
+  j.bias_stride = f.bias_stride;
+  j.dst = f.y;
+  for (int d = 0; d < 3; ++d) {
+    j.src_stride[d] = f.x_stride[d];
+    j.w_stride[d] = f.w_stride[d];
+    j.dst_stride[d] = f.y_stride[d];
+  }
+  j.batch = g.batch;
+  j.length = g.length;
+  j.dilation = g.dilation;
+  j.groups = g.groups;
+  j.width = g.width;
+  j.src_g = g.in_per_group();
+  j.dst_g = g.out_per_group();
+  j.dtype = g.dtype;
+  j.silu = g.silu;
+  j.workspace = f.workspace;
+  return j;
+}
+
+WgJob dx_job(const DenseBackwardParams& b, const void* grad, bool grad_fp32, const int64_t (&grad_stride)[3],
+             void* workspace) {
+  const DenseGeometry& g = b.g;
+  WgJob j{};
+  j.src = grad;
+  j.src_fp32 = grad_fp32 && g.dtype != DType::f32;
+  j.weight = b.weight;
+  j.transposed = true;
+  j.dst = b.dx;
+  for (int d = 0; d < 3; ++d) {
+    j.src_stride[d] = grad_stride[d];
+    j.w_stride[d] = b.w_stride[d];
+    j.dst_stride[d] = b.dx_stride[d];
+  }
+  j.batch = g.batch;
+  j.length = g.length;
+  j.dilation = g.dilation;
+  j.groups = g.groups;
+  j.width = g.width;
+  j.src_g = g.out_per_group();
+  j.dst_g = g.in_per_group();
+  j.dtype = g.dtype;
+  j.workspace = workspace;
+  return j;
+}
+
+// A 16-bit channel-last source that TMA can read in place: unit channel stride, 16-byte aligned
+// base, time and batch strides, and group rows starting on 16 bytes.
+bool src_read_in_place(const WgJob& j) {
+  return j.dtype != DType::f32 && !j.src_fp32 && j.src_stride[1] == 1 &&
+         reinterpret_cast<uintptr_t>(j.src) % 16 == 0 && j.src_stride[2] > 0 && j.src_stride[2] % 8 == 0 &&
+         j.src_stride[0] >= 0 && j.src_stride[0] % 8 == 0 && (j.groups == 1 || j.src_g % 8 == 0);
 }
 
 struct WgLayout {
-  int64_t o_pad, s_pad, c_chunks, weight_elems;  // prepared weights; weight_elems per copy
-  int64_t s8, x_copy_elems;                      // staged x: group rows of s8 values (0: read in place)
+  int64_t r_pad, c_pad, c_chunks, weight_elems;  // prepared weights; weight_elems per copy
+  int64_t s8, src_copy_elems;                    // staged source: group rows of s8 values (0: read in place)
   size_t weight_bytes, bytes;
 };
 
 constexpr size_t align_up(size_t v, size_t a) { return (v + a - 1) / a * a; }
 
-WgLayout wg_layout(const DenseForwardParams& f) {
-  const DenseGeometry& g = f.g;
+WgLayout wg_layout(const WgJob& j) {
   WgLayout l{};
-  const int64_t S = g.in_per_group(), D = g.out_per_group();
-  const int copies = g.dtype == DType::f32 ? 2 : 1;
-  l.o_pad = (D + kBM - 1) / kBM * kBM;
-  l.c_chunks = (S + kBK - 1) / kBK;
-  l.s_pad = l.c_chunks * kBK;
-  l.weight_elems = g.groups * g.width * l.o_pad * l.s_pad;
+  const int copies = j.dtype == DType::f32 ? 2 : 1;
+  l.r_pad = (j.dst_g + kBM - 1) / kBM * kBM;
+  l.c_chunks = (j.src_g + kBK - 1) / kBK;
+  l.c_pad = l.c_chunks * kBK;
+  l.weight_elems = j.groups * j.width * l.r_pad * l.c_pad;
   l.weight_bytes = align_up(size_t(l.weight_elems) * 2 * copies, 256);
-  if (!x_read_in_place(f)) {
-    l.s8 = (S + 7) / 8 * 8;
-    l.x_copy_elems = g.batch * g.length * g.groups * l.s8;
+  if (!src_read_in_place(j)) {
+    l.s8 = (j.src_g + 7) / 8 * 8;
+    l.src_copy_elems = j.batch * j.length * j.groups * l.s8;
   }
-  l.bytes = l.weight_bytes + size_t(l.x_copy_elems) * 2 * copies;
+  l.bytes = l.weight_bytes + size_t(l.src_copy_elems) * 2 * copies;
   return l;
 }
 
@@ -410,112 +700,300 @@ CUtensorMap encode_tensor_map(const void* base, DType dtype, int rank, const uin
 }
 
 template <typename T>
-void launch_wgmma_forward(const DenseForwardParams& f, cudaStream_t stream, const char* what) {
+void launch_wgmma(const WgJob& j, cudaStream_t stream, const char* what) {
   using Tr = WgTraits<T>;
-  const DenseGeometry& g = f.g;
-  const WgLayout l = wg_layout(f);
-  const int64_t S = g.in_per_group(), D = g.out_per_group();
-  auto* weights = static_cast<uint16_t*>(f.workspace);
+  const WgLayout l = wg_layout(j);
+  auto* weights = static_cast<uint16_t*>(j.workspace);
   const unsigned prep_blocks = unsigned(std::min<int64_t>((l.weight_elems + 255) / 256, 4096));
-  prepare_wgmma_weights<T><<<prep_blocks, 256, 0, stream>>>(static_cast<const T*>(f.weight), f.w_stride[0],
-                                                              f.w_stride[1], f.w_stride[2], D, S, g.width, l.o_pad,
-                                                              l.s_pad, l.weight_elems, weights);
+  prepare_wgmma_weights<T><<<prep_blocks, 256, 0, stream>>>(static_cast<const T*>(j.weight), j.w_stride[0],
+                                                              j.w_stride[1], j.w_stride[2], j.dst_g, j.src_g, j.width,
+                                                              j.transposed, l.r_pad, l.c_pad, l.weight_elems, weights);
   check_launch(what);
 
-  // x as a 4-D map (S, G, L, B) of channel-last rows: a box never crosses into the next group.
-  const void* x_base = f.x;
-  uint64_t x_dims[4] = {uint64_t(S), uint64_t(g.groups), uint64_t(g.length), uint64_t(g.batch)};
-  uint64_t x_strides[3];
-  if (l.x_copy_elems == 0) {
-    x_strides[0] = uint64_t(g.groups > 1 ? S : f.x_stride[2]) * 2;  // a single group: any aligned value
-    x_strides[1] = uint64_t(f.x_stride[2]) * 2;
-    x_strides[2] = uint64_t(f.x_stride[0]) * 2;
+  // The source as a 4-D map (SG, G, L, B) of channel-last rows: a box never crosses into the next group.
+  const void* src_base = j.src;
+  uint64_t dims[4] = {uint64_t(j.src_g), uint64_t(j.groups), uint64_t(j.length), uint64_t(j.batch)};
+  uint64_t strides[3];
+  if (l.src_copy_elems == 0) {
+    strides[0] = uint64_t(j.groups > 1 ? j.src_g : j.src_stride[2]) * 2;  // a single group: any aligned value
+    strides[1] = uint64_t(j.src_stride[2]) * 2;
+    strides[2] = uint64_t(j.src_stride[0]) * 2;
   } else {
-    auto* staged = reinterpret_cast<uint16_t*>(static_cast<uint8_t*>(f.workspace) + l.weight_bytes);
-    StageArgs a{f.x,          f.x_stride[0],   f.x_stride[1],     f.x_stride[2],  int32_t(g.groups),
-                int32_t(S),   int32_t(l.s8),   int32_t(g.length), l.x_copy_elems, false,
+    auto* staged = reinterpret_cast<uint16_t*>(static_cast<uint8_t*>(j.workspace) + l.weight_bytes);
+    StageArgs a{j.src,       j.src_stride[0], j.src_stride[1],   j.src_stride[2],  int32_t(j.groups),
+                int32_t(j.src_g), int32_t(l.s8),  int32_t(j.length), l.src_copy_elems, false,
                 staged};
-    constexpr int64_t kVec = 16 / sizeof(T);
-    a.vector_rows = f.x_stride[2] == 1 && reinterpret_cast<uintptr_t>(f.x) % 16 == 0 && f.x_stride[1] % kVec == 0 &&
-                    f.x_stride[0] % kVec == 0;
-    const dim3 grid(unsigned((g.length + kStageSteps - 1) / kStageSteps),
-                    unsigned((g.groups * l.s8 + kStageChannels - 1) / kStageChannels), unsigned(g.batch));
-    stage_channel_last<T><<<grid, kStageThreads, 0, stream>>>(a);
+    const int64_t vec = j.dtype == DType::f32 || j.src_fp32 ? 4 : 8;  // source elements per 16 bytes
+    a.vector_rows = j.src_stride[2] == 1 && reinterpret_cast<uintptr_t>(j.src) % 16 == 0 &&
+                    j.src_stride[1] % vec == 0 && j.src_stride[0] % vec == 0;
+    const dim3 grid(unsigned((j.length + kStageSteps - 1) / kStageSteps),
+                    unsigned((j.groups * l.s8 + kStageChannels - 1) / kStageChannels), unsigned(j.batch));
+    if (j.src_fp32 && !Tr::kSplit)
+      stage_channel_last<float, T><<<grid, kStageThreads, 0, stream>>>(a);
+    else
+      stage_channel_last<T, T><<<grid, kStageThreads, 0, stream>>>(a);
     check_launch(what);
-    x_base = staged;
-    x_dims[0] = uint64_t(l.s8);
-    x_dims[3] = uint64_t(g.batch * Tr::kCopies);  // fp32: the lo copies follow the hi copies
-    x_strides[0] = uint64_t(l.s8) * 2;
-    x_strides[1] = uint64_t(g.groups * l.s8) * 2;
-    x_strides[2] = uint64_t(g.length * g.groups * l.s8) * 2;
+    src_base = staged;
+    dims[0] = uint64_t(l.s8);
+    dims[3] = uint64_t(j.batch * Tr::kCopies);  // fp32: the lo copies follow the hi copies
+    strides[0] = uint64_t(l.s8) * 2;
+    strides[1] = uint64_t(j.groups * l.s8) * 2;
+    strides[2] = uint64_t(j.length * j.groups * l.s8) * 2;
   }
-  const DType mma_dtype = Tr::kSplit ? DType::bf16 : g.dtype;
-  const uint32_t x_box[4] = {kBK, 1, kBN, 1};
-  const CUtensorMap x_map = encode_tensor_map(x_base, mma_dtype, 4, x_dims, x_strides, x_box, what);
-  const uint64_t w_dims[2] = {uint64_t(l.s_pad), uint64_t(l.weight_elems / l.s_pad * Tr::kCopies)};
-  const uint64_t w_strides[1] = {uint64_t(l.s_pad) * 2};
+  const DType mma_dtype = Tr::kSplit ? DType::bf16 : j.dtype;
+  const uint32_t box[4] = {kBK, 1, kBN, 1};
+  const CUtensorMap src_map = encode_tensor_map(src_base, mma_dtype, 4, dims, strides, box, what);
+  const uint64_t w_dims[2] = {uint64_t(l.c_pad), uint64_t(l.weight_elems / l.c_pad * Tr::kCopies)};
+  const uint64_t w_strides[1] = {uint64_t(l.c_pad) * 2};
   const uint32_t w_box[2] = {kBK, kBM};
   const CUtensorMap w_map = encode_tensor_map(weights, mma_dtype, 2, w_dims, w_strides, w_box, what);
 
   WgParams p{};
-  p.y = f.y;
-  p.bias = f.bias;
-  for (int d = 0; d < 3; ++d) p.y_stride[d] = f.y_stride[d];
-  p.bias_stride = f.bias_stride;
-  p.batch = int32_t(g.batch);
-  p.groups = int32_t(g.groups);
-  p.out_g = int32_t(D);
-  p.length = int32_t(g.length);
-  p.width = int32_t(g.width);
-  p.dilation = int32_t(g.dilation);
+  p.y = j.dst;
+  p.bias = j.bias;
+  for (int d = 0; d < 3; ++d) p.y_stride[d] = j.dst_stride[d];
+  p.bias_stride = j.bias_stride;
+  p.batch = int32_t(j.batch);
+  p.groups = int32_t(j.groups);
+  p.out_g = int32_t(j.dst_g);
+  p.length = int32_t(j.length);
+  p.width = int32_t(j.width);
+  p.dilation = int32_t(j.dilation);
   p.c_chunks = int32_t(l.c_chunks);
-  p.o_tiles = int32_t(l.o_pad / kBM);
-  p.t_tiles = int32_t((g.length + kBN - 1) / kBN);
-  p.o_pad = int32_t(l.o_pad);
-  p.w_lo_rows = int32_t(l.weight_elems / l.s_pad);
-  p.silu = g.silu;
-  p.tiles = int64_t(p.o_tiles) * p.t_tiles * g.batch * g.groups;
+  p.o_tiles = int32_t(l.r_pad / kBM);
+  p.t_tiles = int32_t((j.length + kBN - 1) / kBN);
+  p.o_pad = int32_t(l.r_pad);
+  p.w_lo_rows = int32_t(l.weight_elems / l.c_pad);
+  p.shift_base = j.transposed ? 0 : -int32_t((j.width - 1) * j.dilation);
+  p.silu = j.silu;
+  p.tiles = int64_t(p.o_tiles) * p.t_tiles * j.batch * j.groups;
 
   int device = 0, sms = 0;
   check_cuda(cudaGetDevice(&device), what);
   check_cuda(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device), what);
-  check_cuda(cudaFuncSetAttribute(dense_wgmma_forward<T>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+  check_cuda(cudaFuncSetAttribute(dense_wgmma_conv<T>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                   int(Tr::kSmemBytes)),
              what);
   const unsigned grid = unsigned(std::min<int64_t>(p.tiles, sms));
-  dense_wgmma_forward<T><<<grid, kThreads, Tr::kSmemBytes, stream>>>(w_map, x_map, p);
+  dense_wgmma_conv<T><<<grid, kThreads, Tr::kSmemBytes, stream>>>(w_map, src_map, p);
   check_launch(what);
 }
 
-}  // namespace
+void launch_job(const WgJob& j, Stream stream, const char* what) {
+  auto s = static_cast<cudaStream_t>(stream.handle);
+  switch (j.dtype) {
+    case DType::f32: launch_wgmma<float>(j, s, what); break;
+    case DType::f16: launch_wgmma<__half>(j, s, what); break;
+    case DType::bf16: launch_wgmma<__nv_bfloat16>(j, s, what); break;
+    case DType::f64: break;  // rejected by validation
+  }
+}
 
-bool dense_wgmma_forward_supported(const DenseForwardParams& f, int device) {
+bool job_supported(const WgJob& j, int device) {
 #ifndef CAUSALCONV_HAS_SM90A
-  (void)f;
+  (void)j;
   (void)device;
   return false;
 #else
-  const DenseGeometry& g = f.g;
-  const int64_t S = g.in_per_group(), D = g.out_per_group();
-  if (S < 32 || D < 32 || g.batch * g.length == 0) return false;  // tiles mostly padding: dense_tc.cu
-  if (g.length >= kMaxCoordinate || (g.width - 1) * g.dilation >= kMaxCoordinate) return false;
-  const WgLayout l = wg_layout(f);
-  if (l.weight_elems / l.s_pad * 2 >= kMaxCoordinate || 2 * g.batch >= kMaxCoordinate) return false;
-  if (l.x_copy_elems && (g.batch > 65535 || g.groups * l.s8 + kStageChannels >= kMaxCoordinate))
+  if (j.src_g < 32 || j.dst_g < 32 || j.batch * j.length == 0) return false;  // tiles mostly padding: dense_tc.cu
+  if (j.length >= kMaxCoordinate || (j.width - 1) * j.dilation >= kMaxCoordinate) return false;
+  const WgLayout l = wg_layout(j);
+  if (l.weight_elems / l.c_pad * 2 >= kMaxCoordinate || 2 * j.batch >= kMaxCoordinate) return false;
+  if (l.src_copy_elems && (j.batch > 65535 || j.groups * l.s8 + kStageChannels >= kMaxCoordinate))
     return false;  // the staging grid and its 32-bit channel index
   return tensor_map_encoder() != nullptr && device_is_sm90(device);
 #endif
 }
 
-size_t dense_wgmma_forward_workspace_bytes(const DenseForwardParams& f) { return wg_layout(f).bytes; }
+// ---- weight gradients: host side ----
+
+constexpr int64_t kDwTargetCtas = 264;  // two waves of one CTA per SM on an H100/H200
+
+// The gradient rows (dy, 16-bit, time innermost, 16-byte aligned) that TMA can read in place.
+bool grad_rows_in_place(DType dtype, const void* grad, bool grad_fp32, const int64_t (&gs)[3]) {
+  return dtype != DType::f32 && !grad_fp32 && gs[2] == 1 && reinterpret_cast<uintptr_t>(grad) % 16 == 0 &&
+         gs[1] > 0 && gs[1] % 8 == 0 && gs[0] >= 0 && gs[0] % 8 == 0;
+}
+
+struct WgDwLayout {
+  int64_t o_tiles, c_chunks, k_chunks, t_units, units, parts, part_elems;
+  int64_t s8, x_copy_elems;       // channel-last x, always staged
+  int64_t g_pitch, g_copy_elems;  // gradient rows (0: read in place)
+  size_t x_bytes, bytes;          // staging bytes (the partials live elsewhere)
+};
+
+WgDwLayout wg_dw_layout(const DenseBackwardParams& b, bool grad_in_place) {
+  const DenseGeometry& g = b.g;
+  const int64_t S = g.in_per_group(), D = g.out_per_group();
+  const int copies = g.dtype == DType::f32 ? 2 : 1;
+  WgDwLayout l{};
+  l.o_tiles = (D + kBM - 1) / kBM;
+  l.c_chunks = (S + kBK - 1) / kBK;
+  l.k_chunks = (g.width + kDwTaps - 1) / kDwTaps;
+  l.t_units = (g.length + kDwSteps - 1) / kDwSteps;
+  l.units = g.batch * l.t_units;
+  l.part_elems = g.c_out * S * g.width + g.c_out;
+  const int64_t ctas = g.groups * l.o_tiles * l.c_chunks * l.k_chunks;
+  const int64_t cap = std::max<int64_t>(1, (int64_t(1) << 26) / l.part_elems);  // <= 256 MiB of partials
+  l.parts = std::max<int64_t>(1, std::min({(kDwTargetCtas + ctas - 1) / ctas, l.units, cap, int64_t(65535)}));
+  l.s8 = (S + 7) / 8 * 8;
+  l.x_copy_elems = g.batch * g.length * g.groups * l.s8;
+  l.x_bytes = align_up(size_t(l.x_copy_elems) * 2 * copies, 256);
+  if (!grad_in_place) {
+    l.g_pitch = (g.length + 7) / 8 * 8;
+    l.g_copy_elems = g.batch * g.c_out * l.g_pitch;
+  }
+  l.bytes = l.x_bytes + size_t(l.g_copy_elems) * 2 * copies;
+  return l;
+}
+
+// What the backward passes as the gradient: dy, or the fp32 gradient through silu (contiguous).
+bool backward_grad_in_place(const DenseBackwardParams& b) {
+  return !b.g.silu && grad_rows_in_place(b.g.dtype, b.dy, false, b.dy_stride);
+}
+
+template <typename T>
+void launch_wgmma_weight_grad(const DenseBackwardParams& b, const void* grad, bool grad_fp32,
+                              const int64_t (&gs)[3], float* partials, void* workspace, cudaStream_t stream,
+                              const char* what) {
+  using Tr = DwTraits<T>;
+  const DenseGeometry& g = b.g;
+  const int64_t S = g.in_per_group(), D = g.out_per_group();
+  const bool in_place = grad_rows_in_place(g.dtype, grad, grad_fp32, gs);
+  const WgDwLayout l = wg_dw_layout(b, in_place);
+  const DType mma_dtype = Tr::kSplit ? DType::bf16 : g.dtype;
+
+  // x, channel-last (as the forward stages it).
+  auto* x_staged = static_cast<uint16_t*>(workspace);
+  StageArgs a{b.x,        b.x_stride[0],   b.x_stride[1],     b.x_stride[2],  int32_t(g.groups),
+              int32_t(S), int32_t(l.s8),   int32_t(g.length), l.x_copy_elems, false,
+              x_staged};
+  constexpr int64_t kVec = 16 / sizeof(T);
+  a.vector_rows = b.x_stride[2] == 1 && reinterpret_cast<uintptr_t>(b.x) % 16 == 0 && b.x_stride[1] % kVec == 0 &&
+                  b.x_stride[0] % kVec == 0;
+  const dim3 stage_grid(unsigned((g.length + kStageSteps - 1) / kStageSteps),
+                        unsigned((g.groups * l.s8 + kStageChannels - 1) / kStageChannels), unsigned(g.batch));
+  stage_channel_last<T, T><<<stage_grid, kStageThreads, 0, stream>>>(a);
+  check_launch(what);
+  const uint64_t x_dims[4] = {uint64_t(l.s8), uint64_t(g.groups), uint64_t(g.length),
+                              uint64_t(g.batch * Tr::kCopies)};
+  const uint64_t x_strides[3] = {uint64_t(l.s8) * 2, uint64_t(g.groups * l.s8) * 2,
+                                 uint64_t(g.length * g.groups * l.s8) * 2};
+  const uint32_t x_box[4] = {kBK, 1, kDwSteps, 1};
+  const CUtensorMap x_map = encode_tensor_map(x_staged, mma_dtype, 4, x_dims, x_strides, x_box, what);
+
+  // The gradient as (L, D, G, B) rows with time innermost.
+  const void* g_base = grad;
+  uint64_t g_dims[4] = {uint64_t(g.length), uint64_t(D), uint64_t(g.groups), uint64_t(g.batch)};
+  uint64_t g_strides[3] = {uint64_t(gs[1]) * 2, uint64_t(D * gs[1]) * 2, uint64_t(gs[0]) * 2};
+  if (!in_place) {
+    auto* g_staged = reinterpret_cast<uint16_t*>(reinterpret_cast<uint8_t*>(workspace) + l.x_bytes);
+    const int64_t count = g.batch * g.c_out * g.length;
+    const unsigned blocks = unsigned(std::min<int64_t>((count + 255) / 256, 132 * 64));
+    if (grad_fp32)
+      stage_rows<float, T><<<blocks, 256, 0, stream>>>(static_cast<const float*>(grad), gs[0], gs[1], gs[2], g.c_out,
+                                                       g.length, l.g_pitch, count, l.g_copy_elems, g_staged);
+    else
+      stage_rows<T, T><<<blocks, 256, 0, stream>>>(static_cast<const T*>(grad), gs[0], gs[1], gs[2], g.c_out,
+                                                   g.length, l.g_pitch, count, l.g_copy_elems, g_staged);
+    check_launch(what);
+    g_base = g_staged;
+    g_dims[3] = uint64_t(g.batch * Tr::kCopies);
+    g_strides[0] = uint64_t(l.g_pitch) * 2;
+    g_strides[1] = uint64_t(D * l.g_pitch) * 2;
+    g_strides[2] = uint64_t(g.c_out * l.g_pitch) * 2;
+  }
+  const uint32_t g_box[4] = {kDwSteps, kBM, 1, 1};
+  const CUtensorMap g_map = encode_tensor_map(g_base, mma_dtype, 4, g_dims, g_strides, g_box, what);
+
+  DwParams p{};
+  p.partials = partials;
+  p.part_elems = l.part_elems;
+  p.units = l.units;
+  p.batch = int32_t(g.batch);
+  p.groups = int32_t(g.groups);
+  p.out_g = int32_t(D);
+  p.in_g = int32_t(S);
+  p.width = int32_t(g.width);
+  p.dilation = int32_t(g.dilation);
+  p.o_tiles = int32_t(l.o_tiles);
+  p.c_chunks = int32_t(l.c_chunks);
+  p.k_chunks = int32_t(l.k_chunks);
+  p.t_units = int32_t(l.t_units);
+  p.parts = int32_t(l.parts);
+  check_cuda(cudaFuncSetAttribute(dense_wgmma_weight_grad<T>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                  int(Tr::kSmemBytes)),
+             what);
+  const dim3 grid(unsigned(g.groups * l.o_tiles * l.c_chunks * l.k_chunks), unsigned(l.parts));
+  dense_wgmma_weight_grad<T><<<grid, kThreads, Tr::kSmemBytes, stream>>>(g_map, x_map, p);
+  check_launch(what);
+}
+
+}  // namespace
+
+bool dense_wgmma_forward_supported(const DenseForwardParams& f) { return job_supported(forward_job(f), f.g.device); }
+
+size_t dense_wgmma_forward_workspace_bytes(const DenseForwardParams& f) { return wg_layout(forward_job(f)).bytes; }
 
 void launch_dense_wgmma_forward(const DenseForwardParams& f, Stream stream) {
+  launch_job(forward_job(f), stream, "causal_conv1d forward (dense, Hopper tensor cores)");
+}
+
+// dx's workspace does not depend on the gradient's strides: its source is always staged (a
+// gradient through silu is fp32; dy is rarely channel-last).
+bool dense_wgmma_dx_supported(const DenseBackwardParams& b) {
+  const int64_t unit[3] = {0, 0, 1};
+  return b.dx && job_supported(dx_job(b, nullptr, true, unit, nullptr), b.g.device);
+}
+
+size_t dense_wgmma_dx_workspace_bytes(const DenseBackwardParams& b) {
+  const int64_t unit[3] = {0, 0, 1};
+  return wg_layout(dx_job(b, nullptr, true, unit, nullptr)).bytes;
+}
+
+void launch_dense_wgmma_dx(const DenseBackwardParams& b, const void* grad, bool grad_fp32,
+                           const int64_t (&grad_stride)[3], void* workspace, Stream stream) {
+  launch_job(dx_job(b, grad, grad_fp32, grad_stride, workspace), stream,
+             "causal_conv1d backward (dense dx, Hopper tensor cores)");
+}
+
+bool dense_wgmma_weight_grad_supported(const DenseBackwardParams& b) {
+#ifndef CAUSALCONV_HAS_SM90A
+  (void)b;
+  return false;
+#else
+  const DenseGeometry& g = b.g;
+  const int64_t S = g.in_per_group(), D = g.out_per_group();
+  if (!(b.dweight || b.dbias) || S < 32 || D < 32 || g.batch * g.length == 0) return false;
+  if (g.length >= kMaxCoordinate || (g.width - 1) * g.dilation >= kMaxCoordinate || 2 * g.batch >= kMaxCoordinate)
+    return false;
+  const WgDwLayout l = wg_dw_layout(b, backward_grad_in_place(b));
+  if (g.batch > 65535 || g.groups * l.s8 + kStageChannels >= kMaxCoordinate ||
+      g.groups * l.o_tiles * l.c_chunks * l.k_chunks > 2147483647 || D >= kMaxCoordinate)
+    return false;
+  return tensor_map_encoder() != nullptr && device_is_sm90(g.device);
+#endif
+}
+
+int64_t dense_wgmma_weight_grad_parts(const DenseBackwardParams& b) {
+  return wg_dw_layout(b, backward_grad_in_place(b)).parts;
+}
+
+size_t dense_wgmma_weight_grad_workspace_bytes(const DenseBackwardParams& b) {
+  return wg_dw_layout(b, backward_grad_in_place(b)).bytes;
+}
+
+void launch_dense_wgmma_weight_grad(const DenseBackwardParams& b, const void* grad, bool grad_fp32,
+                                    const int64_t (&grad_stride)[3], float* partials, void* workspace,
+                                    Stream stream) {
   auto s = static_cast<cudaStream_t>(stream.handle);
-  constexpr const char* what = "causal_conv1d forward (dense, Hopper tensor cores)";
-  switch (f.g.dtype) {
-    case DType::f32: launch_wgmma_forward<float>(f, s, what); break;
-    case DType::f16: launch_wgmma_forward<__half>(f, s, what); break;
-    case DType::bf16: launch_wgmma_forward<__nv_bfloat16>(f, s, what); break;
+  constexpr const char* what = "causal_conv1d backward (dense weight gradients, Hopper tensor cores)";
+  switch (b.g.dtype) {
+    case DType::f32: launch_wgmma_weight_grad<float>(b, grad, grad_fp32, grad_stride, partials, workspace, s, what); break;
+    case DType::f16: launch_wgmma_weight_grad<__half>(b, grad, grad_fp32, grad_stride, partials, workspace, s, what); break;
+    case DType::bf16:
+      launch_wgmma_weight_grad<__nv_bfloat16>(b, grad, grad_fp32, grad_stride, partials, workspace, s, what);
+      break;
     case DType::f64: break;  // rejected by validation
   }
 }

@@ -80,7 +80,7 @@ __device__ __forceinline__ void tma_prefetch_descriptor(const void* map) {
 
 // ---- wgmma ----
 
-// Shared-memory matrix descriptor, 128-byte swizzle, for a K-major operand: rows of 64 16-bit
+// Shared-memory matrix descriptor, 128-byte swizzle. For a K-major operand: rows of 64 16-bit
 // values along the reduction (128 bytes), one row per M or N index, 8-row groups 1024 bytes
 // apart (`stride`); `leading` is unused in this mode. Step the start address by 32 bytes per
 // 16 reduction values.
@@ -97,9 +97,10 @@ __device__ __forceinline__ void wgmma_wait() {
 }
 
 // Keeps the compiler from moving accumulator reads/writes across wgmma boundaries.
-__device__ __forceinline__ void fence_registers(float (&d)[128]) {
+template <int N>
+__device__ __forceinline__ void fence_registers(float (&d)[N]) {
 #pragma unroll
-  for (int i = 0; i < 128; ++i) asm volatile("" : "+f"(d[i])::"memory");
+  for (int i = 0; i < N; ++i) asm volatile("" : "+f"(d[i])::"memory");
 }
 
 // D[64 x 256] (+)= A[64 x 16] * B[16 x 256], both operands K-major in shared memory, fp32
@@ -162,6 +163,47 @@ __device__ __forceinline__ void wgmma_m64n256k16<__half>(float (&d)[128], uint64
         "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]),
         "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]),
         "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
+      : "l"(desc_a), "l"(desc_b), "r"(accumulate));
+#endif
+}
+
+// D[64 x 64] (+)= A[64 x 16] * B[16 x 64]: A K-major; B N-major (rows of 64 N values, one per
+// reduction index, 8-row groups 1024 bytes apart: descriptor stride 1024, step 2048 bytes per 16
+// reduction values; with N = 64 there is one 128-byte group along N, so `leading` is unused).
+template <typename T>
+__device__ __forceinline__ void wgmma_m64n64k16_bt(float (&d)[32], uint64_t desc_a, uint64_t desc_b,
+                                                    uint32_t accumulate);
+
+template <>
+__device__ __forceinline__ void wgmma_m64n64k16_bt<__nv_bfloat16>(float (&d)[32], uint64_t desc_a, uint64_t desc_b,
+                                                                   uint32_t accumulate) {
+#ifdef CAUSALCONV_SM90A
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
+      "%32, %33, p, 1, 1, 0, 1;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+      : "l"(desc_a), "l"(desc_b), "r"(accumulate));
+#endif
+}
+
+template <>
+__device__ __forceinline__ void wgmma_m64n64k16_bt<__half>(float (&d)[32], uint64_t desc_a, uint64_t desc_b,
+                                                            uint32_t accumulate) {
+#ifdef CAUSALCONV_SM90A
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 "
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
+      "%32, %33, p, 1, 1, 0, 1;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
       : "l"(desc_a), "l"(desc_b), "r"(accumulate));
 #endif
 }

@@ -131,8 +131,8 @@ def test_tensor_core_shapes(dtype, shape, seeded):
                                    (2, 64, 320, 520, 7, 1, 1), (1, 512, 64, 256, 2, 5, 1),
                                    (2, 160, 96, 4104, 3, 700, 1)],
                          ids=lambda s: "B{}_{}to{}_L{}_K{}_d{}_g{}".format(*s))
-def test_hopper_forward_shapes(dtype, shape, seeded):
-    # Shapes the Hopper (TMA + wgmma) forward takes on an H100/H200 (>= 32 channels per group).
+def test_hopper_shapes(dtype, shape, seeded):
+    # Shapes the Hopper (TMA + wgmma) forward and dx take on an H100/H200 (>= 32 channels per group).
     # Ragged on purpose: 48 source channels per group (a 64-channel box reaching past its group),
     # 40/80/96/320 outputs (partial 128-row tiles), L not a multiple of the 256-step tile, L = 8
     # (one partial tile), a reach (K-1)*d of 1400 steps (whole tiles of causal zeros).
@@ -146,6 +146,9 @@ def test_hopper_forward_shapes(dtype, shape, seeded):
     check_forward(x_cl, w, bias, dilation, groups)
     wide = torch.randn(b, length, c_in + 1, device="cuda", dtype=dtype)
     check_forward(wide[:, :, 1:].transpose(1, 2), w, bias, dilation, groups)
+    # dx: the transposed convolution of dy (16-bit) or of the fp32 gradient through silu.
+    check_grads(x, w, bias, dilation, groups)
+    check_grads(x, w, bias, dilation, groups, "silu")
 
 
 @requires_cuda
