@@ -47,16 +47,51 @@ constexpr uint32_t kATileBytes = kBM * kBK * 2;          // 16 KiB
 constexpr uint32_t kBTileBytes = kBN * kBK * 2;          // 32 KiB
 constexpr int64_t kMaxCoordinate = int64_t(1) << 30;     // TMA coordinates are int32
 
-template <typename T>
-struct WgTraits {
+// The stage ring of a warp-specialised kernel whose stages hold kBytesPerCopy of 16-bit
+// operands per copy (fp32: two copies, bf16 hi and lo): 192 KiB of stages either way, each
+// 1024-byte aligned (the swizzle's period), then a `full` and an `empty` mbarrier per stage.
+template <typename T, uint32_t kBytesPerCopy>
+struct RingTraits {
   static constexpr bool kSplit = std::is_same_v<T, float>;
   using Mma = std::conditional_t<kSplit, __nv_bfloat16, T>;  // operand type of the MMA
   static constexpr int kCopies = kSplit ? 2 : 1;
   static constexpr int kStages = kSplit ? 2 : 4;
-  static constexpr uint32_t kStageBytes = kCopies * (kATileBytes + kBTileBytes);
-  // Stages 1024-byte aligned (the swizzle pattern's period), then the barriers.
+  static constexpr uint32_t kStageBytes = kCopies * kBytesPerCopy;
   static constexpr size_t kSmemBytes = size_t(kStages) * kStageBytes + 1024 + 2 * kStages * sizeof(uint64_t);
 };
+
+template <typename T>
+using WgTraits = RingTraits<T, kATileBytes + kBTileBytes>;
+
+struct Ring {
+  uint8_t* stages;
+  uint64_t* full;   // completed by the producer's TMA bytes
+  uint64_t* empty;  // completed by the consumers' arrivals
+};
+
+// Carves the ring out of dynamic shared memory; thread 0 initialises its barriers and
+// prefetches the two tensor maps, then the block synchronises.
+template <typename Tr>
+__device__ __forceinline__ Ring start_ring(uint8_t* smem_raw, uint32_t empty_arrivals, const CUtensorMap* map_a,
+                                           const CUtensorMap* map_b) {
+  Ring r;
+  r.stages = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
+  r.full = reinterpret_cast<uint64_t*>(r.stages + Tr::kStages * Tr::kStageBytes);
+  r.empty = r.full + Tr::kStages;
+#ifdef CAUSALCONV_SM90A
+  if (threadIdx.x == 0) {
+    sm90::tma_prefetch_descriptor(map_a);
+    sm90::tma_prefetch_descriptor(map_b);
+    for (int s = 0; s < Tr::kStages; ++s) {
+      sm90::mbarrier_init(&r.full[s], 1);
+      sm90::mbarrier_init(&r.empty[s], empty_arrivals);
+    }
+    sm90::mbarrier_init_fence();
+  }
+  __syncthreads();
+#endif
+  return r;
+}
 
 struct WgParams {
   void* y;
@@ -110,21 +145,12 @@ __global__ void __launch_bounds__(kThreads, 1)
   using Tr = WgTraits<T>;
   using Mma = typename Tr::Mma;
   extern __shared__ uint8_t smem_raw[];
-  uint8_t* stages = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
-  uint64_t* full = reinterpret_cast<uint64_t*>(stages + Tr::kStages * Tr::kStageBytes);
-  uint64_t* empty = full + Tr::kStages;
+  const Ring ring = start_ring<Tr>(smem_raw, kConsumerWarps, &w_map, &x_map);  // one arrival per consumer warp
+  uint8_t* const stages = ring.stages;
+  uint64_t* const full = ring.full;
+  uint64_t* const empty = ring.empty;
 
   const int warpgroup = threadIdx.x / 128;
-  if (threadIdx.x == 0) {
-    sm90::tma_prefetch_descriptor(&w_map);
-    sm90::tma_prefetch_descriptor(&x_map);
-    for (int s = 0; s < Tr::kStages; ++s) {
-      sm90::mbarrier_init(&full[s], 1);                // the producer's expect_tx arrival
-      sm90::mbarrier_init(&empty[s], kConsumerWarps);  // one arrival per consumer warp
-    }
-    sm90::mbarrier_init_fence();
-  }
-  __syncthreads();
 
   const int32_t stages_per_tile = p.width * p.c_chunks;
   if (warpgroup == 0) {
@@ -340,6 +366,25 @@ __global__ void __launch_bounds__(kStageThreads) stage_channel_last(StageArgs a)
   }
 }
 
+// Launches stage_channel_last for a (B, C, L) source of TS values (T's, or an fp32 gradient).
+template <typename T>
+void launch_stage_channel_last(const void* src, bool src_fp32, const int64_t (&ss)[3], int64_t groups,
+                               int64_t per_group, int64_t s8, int64_t length, int64_t batch, int64_t copy_elems,
+                               uint16_t* out, cudaStream_t stream, const char* what) {
+  StageArgs a{src,           ss[0],         ss[1],           ss[2],      int32_t(groups), int32_t(per_group),
+              int32_t(s8),   int32_t(length), copy_elems,    false,      out};
+  const int64_t vec = std::is_same_v<T, float> || src_fp32 ? 4 : 8;  // source elements per 16 bytes
+  a.vector_rows =
+      ss[2] == 1 && reinterpret_cast<uintptr_t>(src) % 16 == 0 && ss[1] % vec == 0 && ss[0] % vec == 0;
+  const dim3 grid(unsigned((length + kStageSteps - 1) / kStageSteps),
+                  unsigned((groups * s8 + kStageChannels - 1) / kStageChannels), unsigned(batch));
+  if (src_fp32 && !std::is_same_v<T, float>)
+    stage_channel_last<float, T><<<grid, kStageThreads, 0, stream>>>(a);
+  else
+    stage_channel_last<T, T><<<grid, kStageThreads, 0, stream>>>(a);
+  check_launch(what);
+}
+
 // ---- weight gradients ----------------------------------------------------------------
 //
 //   dW[g*D + o, s, k] = sum_{b, t} G[b, g*D + o, t] * X[b, g*S + s, t - (K-1-k) d],   dbias[o] = sum G[b, o, t]
@@ -359,14 +404,7 @@ constexpr int kDwTaps = 4;
 constexpr uint32_t kDwBBytes = kDwSteps * kBK * 2;  // 8 KiB: one tap's x rows
 
 template <typename T>
-struct DwTraits {
-  static constexpr bool kSplit = std::is_same_v<T, float>;
-  using Mma = std::conditional_t<kSplit, __nv_bfloat16, T>;
-  static constexpr int kCopies = kSplit ? 2 : 1;
-  static constexpr int kStages = kSplit ? 2 : 4;
-  static constexpr uint32_t kStageBytes = kCopies * (kATileBytes + kDwTaps * kDwBBytes);
-  static constexpr size_t kSmemBytes = size_t(kStages) * kStageBytes + 1024 + 2 * kStages * sizeof(uint64_t);
-};
+using DwTraits = RingTraits<T, kATileBytes + kDwTaps * kDwBBytes>;
 
 struct DwParams {
   float* partials;
@@ -399,10 +437,6 @@ __global__ void __launch_bounds__(kThreads, 1)
   using Tr = DwTraits<T>;
   using Mma = typename Tr::Mma;
   extern __shared__ uint8_t smem_raw[];
-  uint8_t* stages = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
-  uint64_t* full = reinterpret_cast<uint64_t*>(stages + Tr::kStages * Tr::kStageBytes);
-  uint64_t* empty = full + Tr::kStages;
-
   int32_t rest = blockIdx.x;
   const int32_t q = rest % p.k_chunks;
   rest /= p.k_chunks;
@@ -415,16 +449,11 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int64_t u0 = part * p.units / p.parts, u1 = (part + 1) * p.units / p.parts;
 
   const int warpgroup = threadIdx.x / 128, warp = (threadIdx.x % 128) / 32, lane = threadIdx.x % 32;
-  if (threadIdx.x == 0) {
-    sm90::tma_prefetch_descriptor(&g_map);
-    sm90::tma_prefetch_descriptor(&x_map);
-    for (int st = 0; st < Tr::kStages; ++st) {
-      sm90::mbarrier_init(&full[st], 1);
-      sm90::mbarrier_init(&empty[st], 8 + (bias_tile ? 2 : 0));  // consumer warps (+ the dbias warps)
-    }
-    sm90::mbarrier_init_fence();
-  }
-  __syncthreads();
+  // Arrivals per stage: the consumer warps, and the dbias warps in the tiles that sum dbias.
+  const Ring ring = start_ring<Tr>(smem_raw, kConsumerWarps + (bias_tile ? 2 : 0), &g_map, &x_map);
+  uint8_t* const stages = ring.stages;
+  uint64_t* const full = ring.full;
+  uint64_t* const empty = ring.empty;
 
   if (warpgroup == 0) {
     if (threadIdx.x == 0) {  // producer
@@ -573,9 +602,21 @@ struct WgJob {
   void* workspace;
 };
 
+// The fields a job takes from the geometry alone.
+WgJob geometry_job(const DenseGeometry& g) {
+  WgJob j{};
+  j.batch = g.batch;
+  j.length = g.length;
+  j.dilation = g.dilation;
+  j.groups = g.groups;
+  j.width = g.width;
+  j.dtype = g.dtype;
+  return j;
+}
+
 WgJob forward_job(const DenseForwardParams& f) {
   const DenseGeometry& g = f.g;
-  WgJob j{};
+  WgJob j = geometry_job(g);
   j.src = f.x;
   j.weight = f.weight;
   j.bias = f.bias;
@@ -586,14 +627,8 @@ WgJob forward_job(const DenseForwardParams& f) {
     j.w_stride[d] = f.w_stride[d];
     j.dst_stride[d] = f.y_stride[d];
   }
-  j.batch = g.batch;
-  j.length = g.length;
-  j.dilation = g.dilation;
-  j.groups = g.groups;
-  j.width = g.width;
   j.src_g = g.in_per_group();
   j.dst_g = g.out_per_group();
-  j.dtype = g.dtype;
   j.silu = g.silu;
   j.workspace = f.workspace;
   return j;
@@ -602,7 +637,7 @@ WgJob forward_job(const DenseForwardParams& f) {
 WgJob dx_job(const DenseBackwardParams& b, const void* grad, bool grad_fp32, const int64_t (&grad_stride)[3],
              void* workspace) {
   const DenseGeometry& g = b.g;
-  WgJob j{};
+  WgJob j = geometry_job(g);
   j.src = grad;
   j.src_fp32 = grad_fp32 && g.dtype != DType::f32;
   j.weight = b.weight;
@@ -613,14 +648,8 @@ WgJob dx_job(const DenseBackwardParams& b, const void* grad, bool grad_fp32, con
     j.w_stride[d] = b.w_stride[d];
     j.dst_stride[d] = b.dx_stride[d];
   }
-  j.batch = g.batch;
-  j.length = g.length;
-  j.dilation = g.dilation;
-  j.groups = g.groups;
-  j.width = g.width;
   j.src_g = g.out_per_group();
   j.dst_g = g.in_per_group();
-  j.dtype = g.dtype;
   j.workspace = workspace;
   return j;
 }
@@ -720,19 +749,8 @@ void launch_wgmma(const WgJob& j, cudaStream_t stream, const char* what) {
     strides[2] = uint64_t(j.src_stride[0]) * 2;
   } else {
     auto* staged = reinterpret_cast<uint16_t*>(static_cast<uint8_t*>(j.workspace) + l.weight_bytes);
-    StageArgs a{j.src,       j.src_stride[0], j.src_stride[1],   j.src_stride[2],  int32_t(j.groups),
-                int32_t(j.src_g), int32_t(l.s8),  int32_t(j.length), l.src_copy_elems, false,
-                staged};
-    const int64_t vec = j.dtype == DType::f32 || j.src_fp32 ? 4 : 8;  // source elements per 16 bytes
-    a.vector_rows = j.src_stride[2] == 1 && reinterpret_cast<uintptr_t>(j.src) % 16 == 0 &&
-                    j.src_stride[1] % vec == 0 && j.src_stride[0] % vec == 0;
-    const dim3 grid(unsigned((j.length + kStageSteps - 1) / kStageSteps),
-                    unsigned((j.groups * l.s8 + kStageChannels - 1) / kStageChannels), unsigned(j.batch));
-    if (j.src_fp32 && !Tr::kSplit)
-      stage_channel_last<float, T><<<grid, kStageThreads, 0, stream>>>(a);
-    else
-      stage_channel_last<T, T><<<grid, kStageThreads, 0, stream>>>(a);
-    check_launch(what);
+    launch_stage_channel_last<T>(j.src, j.src_fp32, j.src_stride, j.groups, j.src_g, l.s8, j.length, j.batch,
+                                 l.src_copy_elems, staged, stream, what);
     src_base = staged;
     dims[0] = uint64_t(l.s8);
     dims[3] = uint64_t(j.batch * Tr::kCopies);  // fp32: the lo copies follow the hi copies
@@ -865,16 +883,8 @@ void launch_wgmma_weight_grad(const DenseBackwardParams& b, const void* grad, bo
 
   // x, channel-last (as the forward stages it).
   auto* x_staged = static_cast<uint16_t*>(workspace);
-  StageArgs a{b.x,        b.x_stride[0],   b.x_stride[1],     b.x_stride[2],  int32_t(g.groups),
-              int32_t(S), int32_t(l.s8),   int32_t(g.length), l.x_copy_elems, false,
-              x_staged};
-  constexpr int64_t kVec = 16 / sizeof(T);
-  a.vector_rows = b.x_stride[2] == 1 && reinterpret_cast<uintptr_t>(b.x) % 16 == 0 && b.x_stride[1] % kVec == 0 &&
-                  b.x_stride[0] % kVec == 0;
-  const dim3 stage_grid(unsigned((g.length + kStageSteps - 1) / kStageSteps),
-                        unsigned((g.groups * l.s8 + kStageChannels - 1) / kStageChannels), unsigned(g.batch));
-  stage_channel_last<T, T><<<stage_grid, kStageThreads, 0, stream>>>(a);
-  check_launch(what);
+  launch_stage_channel_last<T>(b.x, false, b.x_stride, g.groups, S, l.s8, g.length, g.batch, l.x_copy_elems,
+                               x_staged, stream, what);
   const uint64_t x_dims[4] = {uint64_t(l.s8), uint64_t(g.groups), uint64_t(g.length),
                               uint64_t(g.batch * Tr::kCopies)};
   const uint64_t x_strides[3] = {uint64_t(l.s8) * 2, uint64_t(g.groups * l.s8) * 2,
