@@ -1,25 +1,27 @@
-// Dense/grouped causal conv forward on Hopper (sm_90a): TMA + wgmma, warp-specialised.
+// Dense/grouped causal conv on Hopper (sm_90a): TMA + wgmma, warp-specialised. Two kernels:
+// the convolution (forward, and dx as the transposed convolution) and the weight gradients.
 //
 //   Y[b, g*D + o, t] = act(bias + sum_{k<K, s<S} W[g*D + o, s, k] * X[b, g*S + s, t - (K-1-k) d])
 //
-// An implicit GEMM per (batch, group): M = D output channels, N = time, reduction = K taps x S
-// source channels. CTA tile 128 (o) x 256 (t), three warpgroups: a producer (one thread issues
-// the TMA copies) and two consumers (64 rows each: m64n256k16 wgmma, 128 fp32 accumulators per
-// thread). One reduction stage = one tap k x 64 source channels, both operands K-major:
+// Convolution: an implicit GEMM per (batch, group): M = D output channels, N = time, reduction =
+// K taps x S source channels. CTA tile 128 (o) x 256 (t), three warpgroups: a producer (one
+// thread issues the TMA copies) and two consumers (64 rows each: m64n256k16 wgmma, 128 fp32
+// accumulators per thread). One reduction stage = one tap k x 64 source channels, both operands
+// K-major:
 //   A: prepared weights W'[g][k][o][s] (workspace), a 128 x 64 tile (TMA box {64, 128});
-//   B: x channel-last, rows X[b][t][g][s] for t in [t0 - (K-1-k)d, +256), 64 channels each
-//      (one TMA box {64, 1, 256, 1} of a 4-D map (S, G, L, B)). TMA fills zeros outside [0, L)
-//      and past the group's channels: the causal padding costs nothing.
+//   B: the source channel-last, rows X[b][t][g][s] for t in [t0 + shift(k), +256), 64 channels
+//      each (one TMA box {64, 1, 256, 1} of a 4-D map (S, G, L, B)). TMA fills zeros outside
+//      [0, L) and past the group's channels: the causal (and dx's look-ahead) padding is free.
 // Time must be an outer TMA dimension: a copy's innermost start coordinate has to be a whole
-// 16 bytes, and tap shifts are arbitrary. So channel-first x goes through a pre-pass that writes
-// a channel-last copy into the workspace (channel-last 16-bit x with aligned rows is read in
-// place). Each tap reads its shifted rows through L2.
+// 16 bytes, and tap shifts are arbitrary. So a channel-first source goes through a pre-pass
+// that writes a channel-last copy into the workspace (channel-last 16-bit x with aligned rows
+// is read in place). Each tap reads its shifted rows through L2.
 //
 // fp32: both operands split into bf16 hi + lo, 3 products (hi*hi + hi*lo + lo*hi) into the same
 // fp32 accumulators (as dense_tc.cu); the pre-pass writes both copies; a stage carries both.
 //
-// CTAs are persistent and walk the tiles; the producer runs ahead into the next tile while the
-// consumers store the previous one. Stages: 4 x 48 KiB (16-bit), 2 x 96 KiB (fp32 split).
+// Convolution CTAs are persistent and walk the tiles; the producer runs ahead into the next
+// tile while the consumers store the previous one. Stages: 4 x 48 KiB (16-bit), 2 x 96 KiB (fp32).
 #include <cudaTypedefs.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -139,13 +141,13 @@ __device__ __forceinline__ void store_two_steps(T* dst, int64_t step_stride, flo
 
 template <typename T>
 __global__ void __launch_bounds__(kThreads, 1)
-    dense_wgmma_conv(const __grid_constant__ CUtensorMap w_map, const __grid_constant__ CUtensorMap x_map,
-                        const WgParams p) {
+    dense_wgmma_conv(const __grid_constant__ CUtensorMap w_map, const __grid_constant__ CUtensorMap src_map,
+                     const WgParams p) {
 #ifdef CAUSALCONV_SM90A
   using Tr = WgTraits<T>;
   using Mma = typename Tr::Mma;
   extern __shared__ uint8_t smem_raw[];
-  const Ring ring = start_ring<Tr>(smem_raw, kConsumerWarps, &w_map, &x_map);  // one arrival per consumer warp
+  const Ring ring = start_ring<Tr>(smem_raw, kConsumerWarps, &w_map, &src_map);  // one arrival per consumer warp
   uint8_t* const stages = ring.stages;
   uint64_t* const full = ring.full;
   uint64_t* const empty = ring.empty;
@@ -169,8 +171,8 @@ __global__ void __launch_bounds__(kThreads, 1)
           sm90::mbarrier_arrive_expect_tx(&full[slot], Tr::kStageBytes);
           for (int copy = 0; copy < Tr::kCopies; ++copy) {
             sm90::tma_load_2d(st + copy * kATileBytes, &w_map, &full[slot], cc * kBK, w_row + copy * p.w_lo_rows);
-            sm90::tma_load_4d(st + Tr::kCopies * kATileBytes + copy * kBTileBytes, &x_map, &full[slot], cc * kBK, c.g,
-                              t_first, c.b + copy * p.batch);
+            sm90::tma_load_4d(st + Tr::kCopies * kATileBytes + copy * kBTileBytes, &src_map, &full[slot], cc * kBK,
+                              c.g, t_first, c.b + copy * p.batch);
           }
         }
       }
