@@ -1,11 +1,14 @@
-"""Launch a few named cases once each (forward, and backward with `bwd`), for Nsight Compute.
+"""Run a few named cases for profiling: once each for Nsight Compute, or with `--timeline`
+under torch.profiler, which shows where the time of a whole eager call goes (host and every
+kernel, ours and torch's).
 
     ncu --clock-control none -k regex:'depthwise|dense' --section SpeedOfLight \
         python3 scripts/profile_cases.py [bwd] CASE...
+    python3 scripts/profile_cases.py --timeline bwd dw-k7 dw-k4
 
-Cases: dw-k4 (bf16 B4 C4096 L8192 K4), dw-k7 (bf16 B1 C4096 L8192 K7), dw-cl (bf16 B4 C4096
-L8192 K4 channel-last), dw-k128 (bf16 B1 C4096 L8192 K128), dense-seed (bf16 B32 C256->256
-L8192 K4), dense-seed-fp32.
+Cases: dw-k4 (bf16 B4 C4096 L8192 K4), dw-k7 (bf16 B1 C4096 L8192 K7), dw-small (bf16 B8 C2048
+L2048 K4), dw-cl (bf16 B4 C4096 L8192 K4 channel-last), dw-k128 (bf16 B1 C4096 L8192 K128),
+dense-seed (bf16 B32 C256->256 L8192 K4), dense-seed-fp32.
 """
 
 import sys
@@ -17,21 +20,50 @@ import causalconv
 CASES = {  # name: (dtype, batch, c_in, c_out or None for depthwise, length, width, channel_last)
     "dw-k4": (torch.bfloat16, 4, 4096, None, 8192, 4, False),
     "dw-k7": (torch.bfloat16, 1, 4096, None, 8192, 7, False),
+    "dw-small": (torch.bfloat16, 8, 2048, None, 2048, 4, False),
     "dw-cl": (torch.bfloat16, 4, 4096, None, 8192, 4, True),
     "dw-k128": (torch.bfloat16, 1, 4096, None, 8192, 128, False),
     "dense-seed": (torch.bfloat16, 32, 256, 256, 8192, 4, False),
     "dense-seed-fp32": (torch.float32, 32, 256, 256, 8192, 4, False),
 }
 
-backward = "bwd" in sys.argv
-for name in (a for a in sys.argv[1:] if a != "bwd"):
+
+def make_case(name: str, backward: bool):
     dtype, batch, c_in, c_out, length, width, channel_last = CASES[name]
     shape = (batch, length, c_in) if channel_last else (batch, c_in, length)
     x = torch.randn(*shape, device="cuda", dtype=dtype)
     x = (x.transpose(1, 2) if channel_last else x).requires_grad_(backward)
     w_shape = (c_in, width) if c_out is None else (c_out, c_in, width)
     w = (torch.randn(*w_shape, device="cuda", dtype=dtype) / width).requires_grad_(backward)
+    return x, w
+
+
+def run(x, w, backward: bool):
     y = causalconv.causal_conv1d(x, w)
     if backward:
-        y.backward(torch.randn_like(y))
-torch.cuda.synchronize()
+        y.backward(torch.ones_like(y))
+
+
+def main(args):
+    backward, timeline = "bwd" in args, "--timeline" in args
+    names = [a for a in args if a not in ("bwd", "--timeline")]
+    for name in names:
+        x, w = make_case(name, backward)
+        if not timeline:
+            run(x, w, backward)
+            continue
+        for _ in range(3):  # warm-up: workspace allocations, lazy initialisation
+            run(x, w, backward)
+        torch.cuda.synchronize()
+        activities = [torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]
+        with torch.profiler.profile(activities=activities) as prof:
+            for _ in range(5):
+                run(x, w, backward)
+            torch.cuda.synchronize()
+        print(f"==== {name} ({'forward+backward' if backward else 'forward'}), 5 calls")
+        print(prof.key_averages().table(sort_by="device_time_total", row_limit=15, max_name_column_width=60))
+    torch.cuda.synchronize()
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
