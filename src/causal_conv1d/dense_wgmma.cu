@@ -312,7 +312,7 @@ struct StageArgs {
 // (a warp covers whole 128-byte row pieces), then 8 lanes gather the 64 channels of one step
 // and write them as 128 contiguous bytes.
 template <typename TS, typename T>
-__global__ void __launch_bounds__(kStageThreads) stage_channel_last(StageArgs a) {
+__global__ void __launch_bounds__(kStageThreads) copy_to_channel_last(StageArgs a) {
   constexpr bool kSplit = std::is_same_v<T, float>;
   constexpr int kVec = 16 / sizeof(TS);  // source elements per 16-byte load
   __shared__ alignas(16) uint16_t hi_s[kStageChannels][kStageSteps];
@@ -368,9 +368,9 @@ __global__ void __launch_bounds__(kStageThreads) stage_channel_last(StageArgs a)
   }
 }
 
-// Launches stage_channel_last for a (B, C, L) source of TS values (T's, or an fp32 gradient).
+// Launches copy_to_channel_last for a (B, C, L) source of TS values (T's, or an fp32 gradient).
 template <typename T>
-void launch_stage_channel_last(const void* src, bool src_fp32, const int64_t (&ss)[3], int64_t groups,
+void launch_copy_to_channel_last(const void* src, bool src_fp32, const int64_t (&ss)[3], int64_t groups,
                                int64_t per_group, int64_t s8, int64_t length, int64_t batch, int64_t copy_elems,
                                uint16_t* out, cudaStream_t stream, const char* what) {
   StageArgs a{src,           ss[0],         ss[1],           ss[2],      int32_t(groups), int32_t(per_group),
@@ -381,9 +381,9 @@ void launch_stage_channel_last(const void* src, bool src_fp32, const int64_t (&s
   const dim3 grid(unsigned((length + kStageSteps - 1) / kStageSteps),
                   unsigned((groups * s8 + kStageChannels - 1) / kStageChannels), unsigned(batch));
   if (src_fp32 && !std::is_same_v<T, float>)
-    stage_channel_last<float, T><<<grid, kStageThreads, 0, stream>>>(a);
+    copy_to_channel_last<float, T><<<grid, kStageThreads, 0, stream>>>(a);
   else
-    stage_channel_last<T, T><<<grid, kStageThreads, 0, stream>>>(a);
+    copy_to_channel_last<T, T><<<grid, kStageThreads, 0, stream>>>(a);
   check_launch(what);
 }
 
@@ -751,7 +751,7 @@ void launch_wgmma(const WgJob& j, cudaStream_t stream, const char* what) {
     strides[2] = uint64_t(j.src_stride[0]) * 2;
   } else {
     auto* staged = reinterpret_cast<uint16_t*>(static_cast<uint8_t*>(j.workspace) + l.weight_bytes);
-    launch_stage_channel_last<T>(j.src, j.src_fp32, j.src_stride, j.groups, j.src_g, l.s8, j.length, j.batch,
+    launch_copy_to_channel_last<T>(j.src, j.src_fp32, j.src_stride, j.groups, j.src_g, l.s8, j.length, j.batch,
                                  l.src_copy_elems, staged, stream, what);
     src_base = staged;
     dims[0] = uint64_t(l.s8);
@@ -885,7 +885,7 @@ void launch_wgmma_weight_grad(const DenseBackwardParams& b, const void* grad, bo
 
   // x, channel-last (as the forward stages it).
   auto* x_staged = static_cast<uint16_t*>(workspace);
-  launch_stage_channel_last<T>(b.x, false, b.x_stride, g.groups, S, l.s8, g.length, g.batch, l.x_copy_elems,
+  launch_copy_to_channel_last<T>(b.x, false, b.x_stride, g.groups, S, l.s8, g.length, g.batch, l.x_copy_elems,
                                x_staged, stream, what);
   const uint64_t x_dims[4] = {uint64_t(l.s8), uint64_t(g.groups), uint64_t(g.length),
                               uint64_t(g.batch * Tr::kCopies)};
