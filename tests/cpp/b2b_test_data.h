@@ -5,10 +5,14 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <gtest/gtest.h>
+
+#include <cmath>
 #include <cstdint>
 #include <limits>
 #include <vector>
 
+#include "causalconv/reference.h"
 #include "host_tensor.h"
 
 namespace causalconv::test {
@@ -73,5 +77,50 @@ struct Weight {
     return h;
   }
 };
+
+// The fp64 reference forward of one set of inputs.
+inline HostTensor b2b_forward_reference(const HostTensor& x, const HostTensor& wp, const HostTensor& wm,
+                                        const HostTensor& skip) {
+  HostTensor out({x.sizes()[0], wm.sizes()[0], x.sizes()[2]});
+  reference::b2b_causal_conv1d_forward({x.view(), wp.view(), wm.view(), skip.view(), out.view()});
+  return out;
+}
+
+// The fp64 reference forward and backward of one set of inputs.
+struct B2BReference {
+  HostTensor out, dx, dwp, dwm, dskip;
+
+  B2BReference(const HostTensor& x, const HostTensor& wp, const HostTensor& wm, const HostTensor& skip,
+               const HostTensor& dout)
+      : out(b2b_forward_reference(x, wp, wm, skip)), dx(x.sizes()), dwp(wp.sizes()), dwm(wm.sizes()),
+        dskip(skip.sizes()) {
+    reference::b2b_causal_conv1d_backward({x.view(), wp.view(), wm.view(), skip.view(), dout.view(), dx.view(),
+                                           dwp.view(), dwm.view(), dskip.view()});
+  }
+};
+
+inline HostTensor absolute(const HostTensor& t) {
+  HostTensor a(t.sizes());
+  for (int64_t n = 0; n < t.numel(); ++n) a.flat(n) = std::fabs(t.flat(n));
+  return a;
+}
+
+// The same reference on the inputs' absolute values: every output and gradient is a sum of
+// products of inputs, so this bounds each element's sum of |terms| -- the scale its rounding
+// errors have, however much the terms cancel (tiny shapes: a few terms, often nearly opposite).
+inline B2BReference b2b_magnitudes(const HostTensor& x, const HostTensor& wp, const HostTensor& wm,
+                                   const HostTensor& skip, const HostTensor& dout) {
+  return B2BReference(absolute(x), absolute(wp), absolute(wm), absolute(skip), absolute(dout));
+}
+
+// ||got - ref|| <= rel * (||ref|| + ||magnitude||) + absolute * sqrt(n): relative error, with the
+// terms' scale standing in for ||ref|| when they cancel, plus an absolute allowance (fp16's
+// subnormal spacing for outputs that small).
+inline void expect_close(const HostTensor& got, const HostTensor& ref, const HostTensor& magnitude, double rel,
+                         double absolute_allowance, const char* what) {
+  const double allowed = rel * (l2_norm(ref) + l2_norm(magnitude)) +
+                         absolute_allowance * std::sqrt(double(ref.numel()));
+  EXPECT_LE(l2_distance(got, ref), allowed) << what << " (relative L2 " << rel_l2(got, ref) << ")";
+}
 
 }  // namespace causalconv::test
