@@ -47,8 +47,8 @@ struct B2BTcBackwardLayout {
   static constexpr int kZdChunks = (kDpChunks + 2 * (kMaxBlocks - 1) + 15) / 16 * 16;  // z, dh, dout, max
   static constexpr int kXChunks = kZdChunks + kP - 1;                                // each x tile, max
   static constexpr int kXUnits = 2 * kXChunks, kGUnits = 2 * kZdChunks;
-  static constexpr int kX0 = 0, kX1 = kX0 + 32 * kXChunks, kX2 = kX1 + 32 * kXChunks;
-  static constexpr int kG = kX2 + 32 * kXChunks;  // dout
+  static constexpr int kX0 = 0;                    // [3] x rows 3c, 3c+1, 3c+2
+  static constexpr int kG = kX0 + 3 * 32 * kXChunks;  // dout
   static constexpr int kZ = kG + 32 * kZdChunks;
   static constexpr int kDh = kZ + 32 * kZdChunks;
   static constexpr int kDp = kDh + 32 * kZdChunks;       // [3] rows of kDpChunks
@@ -61,14 +61,16 @@ struct B2BTcBackwardLayout {
   static constexpr int kMixerFragsT = kMixerFrags + 512 * kMaxBlocks;     // Um
   static constexpr int kProjFrags = kMixerFragsT + 512 * kMaxBlocks;      // [3][kP][32]: Tp_j
   static constexpr int kProjFragsT = kProjFrags + 3 * 512 * kP;           // Up_j
-  static constexpr int kMixerFilter = kProjFragsT + 3 * 512 * kP;         // lag-ordered (toeplitz_lag_filter)
-  static constexpr int kProjFilters = kMixerFilter + 2 * toeplitz_lag_filter_size<kMaxBlocks>();  // [3]
+  static constexpr int kSlotSums = kProjFragsT + 3 * 512 * kP;           // float [slots]
   static constexpr int kMaxSlots = 3 * 32 + 256 + 1;                      // b2b_backward_slots(32, 256)
-  static constexpr int kSlotSums = kProjFilters + 3 * 2 * toeplitz_lag_filter_size<kP>();  // float [slots]
   static constexpr int kSkipSums = kSlotSums + 4 * kMaxSlots;             // float [kWarps]
   static constexpr int kBytes = kSkipSums + 4 * ToeplitzTile::kWarps;
+  // The lag-ordered filters (toeplitz_lag_filter), read only to build the fragments before
+  // the first tile is staged, also go over the tile buffers (3 blocks per SM at kMaxBlocks 17).
+  static constexpr int kMixerFilter = 0;
+  static constexpr int kProjFilters = kMixerFilter + 2 * toeplitz_lag_filter_size<kMaxBlocks>();  // [3]
   static_assert(kLag + 1024 * kLagBlocks <= kTileEnd, "the lag blocks fit over the tile buffers");
-  static_assert(kMixerFilter % 16 == 0 && kProjFilters % 16 == 0, "16-byte aligned regions");
+  static_assert(kProjFilters + 3 * 2 * toeplitz_lag_filter_size<kP>() <= kTileEnd, "so do the filters");
 };
 
 template <typename T, int kMaxBlocks>
@@ -89,12 +91,11 @@ __global__ void __launch_bounds__(ToeplitzTile::kThreads)
   const int tasks = blocks + 3 * pblocks;  // lag blocks: dwm's, then dwp row j's
 
   unsigned char* smem = toeplitz_shared();
-  unsigned char* xs[3] = {smem + Layout::kX0, smem + Layout::kX1, smem + Layout::kX2};
+  auto x_tile = [&](int j) { return smem + Layout::kX0 + 32 * Layout::kXChunks * j; };  // x[3c + j]
   unsigned char* g_s = smem + Layout::kG;
   unsigned char* z_s = smem + Layout::kZ;
   unsigned char* dh_s = smem + Layout::kDh;
-  unsigned char* dps[3] = {smem + Layout::kDp, smem + Layout::kDp + 32 * Layout::kDpChunks,
-                           smem + Layout::kDp + 64 * Layout::kDpChunks};
+  auto dp_tile = [&](int j) { return smem + Layout::kDp + 32 * Layout::kDpChunks * j; };
   float* lag_s = reinterpret_cast<float*>(smem + Layout::kLag);
   uint4* mix_frag = reinterpret_cast<uint4*>(smem + Layout::kMixerFrags);
   uint4* mix_frag_t = reinterpret_cast<uint4*>(smem + Layout::kMixerFragsT);
@@ -109,16 +110,8 @@ __global__ void __launch_bounds__(ToeplitzTile::kThreads)
   const int64_t b = div_nonneg(int64_t(blockIdx.x), p.dim);
   const int64_t c = int64_t(blockIdx.x) - b * p.dim;
   const int64_t n = p.length;
-  const T* x[3];
-  T* dx[3];
-  bool x_aligned[3], dx_aligned[3];
-#pragma unroll
-  for (int j = 0; j < 3; ++j) {
-    x[j] = static_cast<const T*>(p.x) + b * p.x_stride[0] + (3 * c + j) * p.x_stride[1];
-    dx[j] = static_cast<T*>(p.dx) + b * p.dx_stride[0] + (3 * c + j) * p.dx_stride[1];
-    x_aligned[j] = (reinterpret_cast<uintptr_t>(x[j]) & 15) == 0;
-    dx_aligned[j] = (reinterpret_cast<uintptr_t>(dx[j]) & 3) == 0;
-  }
+  const T* x0 = static_cast<const T*>(p.x) + b * p.x_stride[0] + 3 * c * p.x_stride[1];  // row j at + j stride
+  T* dx0 = static_cast<T*>(p.dx) + b * p.dx_stride[0] + 3 * c * p.dx_stride[1];
   const T* dout = static_cast<const T*>(p.dout) + b * p.dout_stride[0] + c * p.dout_stride[1];
   const bool dout_aligned = (reinterpret_cast<uintptr_t>(dout) & 15) == 0;
 
@@ -144,8 +137,11 @@ __global__ void __launch_bounds__(ToeplitzTile::kThreads)
     const int64_t j0 = tile * Tile::kOutputs;  // < n
     __syncthreads();  // the previous tile's lag sums are read: the buffers are free
 #pragma unroll
-    for (int j = 0; j < 3; ++j)
-      toeplitz_stage<Layout::kXUnits>(xs[j], x[j], x_aligned[j], j0 - 16 * (halo + phalo), x_units, n);
+    for (int j = 0; j < 3; ++j) {
+      const T* row = x0 + j * p.x_stride[1];
+      const bool aligned = (reinterpret_cast<uintptr_t>(row) & 15) == 0;
+      toeplitz_stage<Layout::kXUnits>(x_tile(j), row, aligned, j0 - 16 * (halo + phalo), x_units, n);
+    }
     toeplitz_stage<Layout::kGUnits>(g_s, dout, dout_aligned, j0 - 16 * halo, g_units, n);
     cp_async_commit();
     cp_async_wait<0>();
@@ -155,9 +151,9 @@ __global__ void __launch_bounds__(ToeplitzTile::kThreads)
 #pragma unroll 1
     for (int pair = warp; pair < zd_chunks / 16; pair += Tile::kWarps) {
       float u[2][4], v[2][4], gate[2][4];
-      toeplitz_mma_tiles_shared<kHalf, false, 2>(u, proj_frag + 32 * kP, xs[1], pblocks, 16 * pair + phalo, lane);
-      toeplitz_mma_tiles_shared<kHalf, false, 2>(v, proj_frag + 64 * kP, xs[2], pblocks, 16 * pair + phalo, lane);
-      toeplitz_mma_tiles_shared<kHalf, false, 2>(gate, proj_frag, xs[0], pblocks, 16 * pair + phalo, lane);
+      toeplitz_mma_tiles_shared<kHalf, false, 2>(u, proj_frag + 32 * kP, x_tile(1), pblocks, 16 * pair + phalo, lane);
+      toeplitz_mma_tiles_shared<kHalf, false, 2>(v, proj_frag + 64 * kP, x_tile(2), pblocks, 16 * pair + phalo, lane);
+      toeplitz_mma_tiles_shared<kHalf, false, 2>(gate, proj_frag, x_tile(0), pblocks, 16 * pair + phalo, lane);
 #pragma unroll
       for (int t = 0; t < 2; ++t)
 #pragma unroll
@@ -179,9 +175,9 @@ __global__ void __launch_bounds__(ToeplitzTile::kThreads)
       float h[2][4], dz[2][4], a1[2][4], v[2][4];
       toeplitz_mma_tiles_shared<kHalf, false, 2>(h, mix_frag, z_s, blocks, 16 * pair + halo, lane);
       toeplitz_mma_tiles_shared<kHalf, true, 2>(dz, mix_frag_t, dh_s, blocks, 16 * pair + halo, lane);
-      toeplitz_mma_tiles_shared<kHalf, false, 2>(a1, proj_frag + 32 * kP, xs[1], pblocks, 16 * pair + halo + phalo,
+      toeplitz_mma_tiles_shared<kHalf, false, 2>(a1, proj_frag + 32 * kP, x_tile(1), pblocks, 16 * pair + halo + phalo,
                                                  lane);
-      toeplitz_mma_tiles_shared<kHalf, false, 2>(v, proj_frag + 64 * kP, xs[2], pblocks, 16 * pair + halo + phalo,
+      toeplitz_mma_tiles_shared<kHalf, false, 2>(v, proj_frag + 64 * kP, x_tile(2), pblocks, 16 * pair + halo + phalo,
                                                  lane);
 #pragma unroll
       for (int t = 0; t < 2; ++t)
@@ -193,9 +189,9 @@ __global__ void __launch_bounds__(ToeplitzTile::kThreads)
           const float dhr = to_float(*reinterpret_cast<const T*>(dh_s + in));
           const float gv = to_float(*reinterpret_cast<const T*>(g_s + in));
           const float dzv = fmaf(skip, dhr, dz[t][e]);
-          *reinterpret_cast<T*>(dps[0] + off) = from_float<T>(gv * fmaf(skip, zr, h[t][e]));
-          *reinterpret_cast<T*>(dps[1] + off) = from_float<T>(dzv * v[t][e]);
-          *reinterpret_cast<T*>(dps[2] + off) = from_float<T>(dzv * a1[t][e]);
+          *reinterpret_cast<T*>(dp_tile(0) + off) = from_float<T>(gv * fmaf(skip, zr, h[t][e]));
+          *reinterpret_cast<T*>(dp_tile(1) + off) = from_float<T>(dzv * v[t][e]);
+          *reinterpret_cast<T*>(dp_tile(2) + off) = from_float<T>(dzv * a1[t][e]);
         }
     }
     __syncthreads();
@@ -204,9 +200,10 @@ __global__ void __launch_bounds__(ToeplitzTile::kThreads)
 #pragma unroll 1
     for (int j = 0; j < 3; ++j) {
       float acc[Tile::kWarpTiles][4];
-      toeplitz_mma_tiles_shared<kHalf, true, Tile::kWarpTiles>(acc, proj_frag_t + 32 * kP * j, dps[j], pblocks,
+      toeplitz_mma_tiles_shared<kHalf, true, Tile::kWarpTiles>(acc, proj_frag_t + 32 * kP * j, dp_tile(j), pblocks,
                                                                warp * Tile::kWarpChunks, lane);
-      const bool fast = dx_aligned[j] && j0 + Tile::kOutputs <= n;
+      T* dx = dx0 + j * p.dx_stride[1];
+      const bool fast = (reinterpret_cast<uintptr_t>(dx) & 3) == 0 && j0 + Tile::kOutputs <= n;
 #pragma unroll
       for (int t = 0; t < Tile::kWarpTiles; ++t) {
         T vals[4];
@@ -214,7 +211,7 @@ __global__ void __launch_bounds__(ToeplitzTile::kThreads)
         for (int e = 0; e < 4; ++e) vals[e] = from_float<T>(acc[t][e]);
         uint32_t pair[2];
         toeplitz_output_pairs(pair, vals, lane);
-        toeplitz_store_pairs(dx[j], j0, warp * Tile::kWarpChunks + 8 * t + 2 * q + (g & 1), g & ~1, pair, fast, n);
+        toeplitz_store_pairs(dx, j0, warp * Tile::kWarpChunks + 8 * t + 2 * q + (g & 1), g & ~1, pair, fast, n);
       }
     }
 
@@ -237,7 +234,7 @@ __global__ void __launch_bounds__(ToeplitzTile::kThreads)
           toeplitz_lag_block_mma<kHalf>(dw[l], dh_s, m + halo, z_s, m + halo - task, lane);
         } else {
           const int j = (task - blocks) / pblocks, a = task - blocks - j * pblocks;
-          toeplitz_lag_block_mma<kHalf>(dw[l], dps[j], m, xs[j], m + halo + phalo - a, lane);
+          toeplitz_lag_block_mma<kHalf>(dw[l], dp_tile(j), m, x_tile(j), m + halo + phalo - a, lane);
         }
       }
     }
