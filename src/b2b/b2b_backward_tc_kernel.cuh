@@ -27,7 +27,8 @@
 //
 // Accuracy. z, dh and the dp rows are rounded once each to the 16-bit type (relative
 // error <= 2^-9 bf16 / 2^-11 fp16, random in sign); each dx element sees at most three
-// such roundings on any path (z or dh, dp, the output), each weight-gradient term two.
+// such roundings on any path (z or dh, dp, the output), each dwm or dwp term two (dskip
+// sums the fp32 values: a single channel's sum cancels too much for rounded operands).
 // fp16 dh and dp overflow where they exceed 65504, as fp16 z does in the forward.
 #pragma once
 
@@ -47,11 +48,11 @@ struct B2BTcBackwardLayout {
   static constexpr int kZdChunks = (kDpChunks + 2 * (kMaxBlocks - 1) + 15) / 16 * 16;  // z, dh, dout, max
   static constexpr int kXChunks = kZdChunks + kP - 1;                                // each x tile, max
   static constexpr int kXUnits = 2 * kXChunks, kGUnits = 2 * kZdChunks;
-  static constexpr int kX0 = 0;                    // [3] x rows 3c, 3c+1, 3c+2
+  static constexpr int kX0 = 0;                       // [3] x rows 3c, 3c+1, 3c+2
   static constexpr int kG = kX0 + 3 * 32 * kXChunks;  // dout
   static constexpr int kZ = kG + 32 * kZdChunks;
   static constexpr int kDh = kZ + 32 * kZdChunks;
-  static constexpr int kDp = kDh + 32 * kZdChunks;       // [3] rows of kDpChunks
+  static constexpr int kDp = kDh + 32 * kZdChunks;    // [3] rows of kDpChunks
   static constexpr int kTileEnd = kDp + 3 * 32 * kDpChunks;
   // Lag blocks (float [16][16] each): dwm's, then dwp row j's. They alias the tile buffers
   // above once a tile's MMAs are done.
@@ -61,7 +62,7 @@ struct B2BTcBackwardLayout {
   static constexpr int kMixerFragsT = kMixerFrags + 512 * kMaxBlocks;     // Um
   static constexpr int kProjFrags = kMixerFragsT + 512 * kMaxBlocks;      // [3][kP][32]: Tp_j
   static constexpr int kProjFragsT = kProjFrags + 3 * 512 * kP;           // Up_j
-  static constexpr int kSlotSums = kProjFragsT + 3 * 512 * kP;           // float [slots]
+  static constexpr int kSlotSums = kProjFragsT + 3 * 512 * kP;            // float [slots]
   static constexpr int kMaxSlots = 3 * 32 + 256 + 1;                      // b2b_backward_slots(32, 256)
   static constexpr int kSkipSums = kSlotSums + 4 * kMaxSlots;             // float [kWarps]
   static constexpr int kBytes = kSkipSums + 4 * ToeplitzTile::kWarps;
