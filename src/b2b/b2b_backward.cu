@@ -1,13 +1,36 @@
 // Launchers of the fused b2b_causal_conv1d backward (the kernels: b2b_backward_kernel.cuh).
 #include "b2b/b2b_backward_kernel.cuh"
+#include "b2b/b2b_backward_tc_kernel.cuh"
 #include "b2b/b2b_kernels.h"
 #include "b2b/b2b_tiling.cuh"
 #include "common/cuda_runtime.h"
+
+#include <type_traits>
 
 namespace causalconv::detail {
 namespace {
 
 using Tile = B2BBackwardTile;
+
+// The tensor-core backward (b2b_backward_tc_kernel.cuh: fp16/bf16, Km >= 9, any Kp) is
+// written and emulation-tested but has not yet run on a GPU.
+// Enable after the GPU tests pass on an H100/H200; see docs/performance.md.
+constexpr bool kB2BTensorCoreBackward = false;
+
+// The tensor-core kernel's mixer-block capacity for a width-km mixer.
+int b2b_tc_max_blocks(int64_t km) {
+  const int blocks = toeplitz_blocks(int(km));
+  return blocks <= 3 ? 3 : blocks <= 5 ? 5 : blocks <= 9 ? 9 : 17;
+}
+
+size_t b2b_tc_backward_smem_bytes(int max_blocks) {
+  switch (max_blocks) {
+    case 3: return B2BTcBackwardLayout<3>::kBytes;
+    case 5: return B2BTcBackwardLayout<5>::kBytes;
+    case 9: return B2BTcBackwardLayout<9>::kBytes;
+    default: return B2BTcBackwardLayout<17>::kBytes;
+  }
+}
 
 // True when every 4-element group starting at a multiple of 4 of every row is aligned
 // to its size (rows at base + i * stride[0] + j * stride[1]).
@@ -32,6 +55,16 @@ void launch_typed(const B2BBackwardParams& p, const B2BBackwardPlan& plan, float
       case B2BBackwardPath::chunked_mixer16: launch(b2b_backward_chunked_kernel<T, 16>, plan.vectorised); break;
       case B2BBackwardPath::chunked_wide: launch(b2b_backward_chunked_kernel<T, 0>, plan.vectorised); break;
       case B2BBackwardPath::general: launch(b2b_backward_kernel<T>); break;
+      case B2BBackwardPath::tensor_core:
+        if constexpr (!std::is_same<T, float>::value) {
+          switch (plan.tc_max_blocks) {
+            case 3: launch(b2b_backward_tc_kernel<T, 3>); break;
+            case 5: launch(b2b_backward_tc_kernel<T, 5>); break;
+            case 9: launch(b2b_backward_tc_kernel<T, 9>); break;
+            default: launch(b2b_backward_tc_kernel<T, 17>); break;
+          }
+        }
+        break;
     }
     check_launch("b2b_causal_conv1d backward");
   }
@@ -45,6 +78,13 @@ void launch_typed(const B2BBackwardParams& p, const B2BBackwardPlan& plan, float
 B2BBackwardPlan plan_b2b_backward(const B2BBackwardParams& p) {
   static_assert(B2BBackwardChunkTile::kThreads == Tile::kThreads, "one block size for every path");
   B2BBackwardPlan plan{};
+  if (kB2BTensorCoreBackward && p.dtype != DType::f32 && p.mixer_width >= kB2BTcMinMixerWidth) {
+    plan.path = B2BBackwardPath::tensor_core;
+    plan.tiling = make_b2b_tiling(p.length, ToeplitzTile::kOutputs, kB2BTcBackwardTilesPerBlock);
+    plan.tc_max_blocks = b2b_tc_max_blocks(p.mixer_width);
+    plan.smem_bytes = b2b_tc_backward_smem_bytes(plan.tc_max_blocks);
+    return plan;
+  }
   if (p.proj_width > kB2BChunkProjTaps || p.mixer_width > kB2BChunkMaxMixerWidth) {
     plan.path = B2BBackwardPath::general;
     plan.tiling = make_b2b_tiling(p.length, Tile::kOutputs, kB2BBackwardTilesPerBlock);
@@ -66,7 +106,7 @@ B2BBackwardPlan plan_b2b_backward(const B2BBackwardParams& p) {
 }
 
 size_t b2b_backward_workspace_bytes(const B2BBackwardParams& p) {
-  const B2BBackwardPlan plan = plan_b2b_backward(p);
+  const B2BBackwardPlan plan = plan_b2b_backward(p);  // the dispatch's own plan: the two agree
   return sizeof(float) *
          size_t(p.dim * p.batch * plan.tiling.tile_blocks * b2b_backward_slots(p.proj_width, p.mixer_width));
 }

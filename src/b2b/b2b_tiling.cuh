@@ -185,4 +185,8 @@ constexpr int64_t kB2BTcMinMixerWidth = 9;
 // Projection widths Kp <= 32 need at most 3 Toeplitz blocks (b2b_forward_tc_kernel.cuh).
 constexpr int kB2BTcMaxProjBlocks = 3;
 
+// The tensor-core backward walks up to this many 2048-step tiles per block (one partial
+// of the weight gradients per block).
+constexpr int64_t kB2BTcBackwardTilesPerBlock = 4;
+
 }  // namespace causalconv::detail

@@ -376,6 +376,44 @@ __device__ __forceinline__ void toeplitz_mma_tiles_shared(float (&acc)[kTiles][4
   }
 }
 
+// Weight gradients as lag-block x time products (the dweight form of the tensor-core
+// backward): over 16 chunks of time, lag block a (lags 16a - 15 .. 16a + 15) gets
+//     D_a[c][c'] += sum_{j < 16} g[16(jg + j) + c] u[16(jg - a + j) + c'],
+// a 16x16 product with time as the K dimension, both operands by ldmatrix.trans from
+// swizzled tiles: g_chunk is jg's local chunk in g_s, u_chunk (jg - a)'s in u_s.
+// acc[h][e] is D_a[c][c'] at c = g + 8 (e >> 1), c' = 8h + 2q + (e & 1) (g, q: of the lane).
+template <bool kHalf>
+__device__ __forceinline__ void toeplitz_lag_block_mma(float (&acc)[2][4], const unsigned char* g_s, int g_chunk,
+                                                       const unsigned char* u_s, int u_chunk, int lane) {
+  const int mat = lane >> 3;
+  uint32_t ga[4], ub[4];  // A[c][chunk] (g), B[chunk][c'] (u)
+  ldmatrix_x4_trans(ga, g_s + toeplitz_unit_offset(g_chunk + (mat >> 1) * 8 + (lane & 7), mat & 1));
+  ldmatrix_x4_trans(ub, u_s + toeplitz_unit_offset(u_chunk + (mat & 1) * 8 + (lane & 7), mat >> 1));
+  mma_m16n8k16<kHalf>(acc[0], ga, ub[0], ub[1]);
+  mma_m16n8k16<kHalf>(acc[1], ga, ub[2], ub[3]);
+}
+
+// D_a of toeplitz_lag_block_mma, row-major fp32: block_s[16 c + c'].
+__device__ __forceinline__ void toeplitz_lag_block_store(float* block_s, const float (&acc)[2][4], int lane) {
+  const int g = lane >> 2, q = lane & 3;
+#pragma unroll
+  for (int h = 0; h < 2; ++h)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) block_s[16 * (g + 8 * (e >> 1)) + 8 * h + 2 * q + (e & 1)] = acc[h][e];
+}
+
+// sum_t g[t] u[t - s] for lag s >= 0 from the stored lag blocks D_0 .. D_{blocks-1}
+// (lag_s[256 a + 16 c + c']): the 16 terms with 16a + c - c' = s, c in order (a fixed
+// order, so the result is bitwise reproducible). The tap of a width-K filter is K-1-s.
+__device__ __forceinline__ float toeplitz_lag_sum(const float* lag_s, int blocks, int s) {
+  float sum = 0.0f;
+  for (int cc = 0; cc < 16; ++cc) {
+    const int d = s - cc, a = (d + 15) >> 4, c2 = 16 * a - d;  // a = ceil(d / 16), c2 in [0, 16)
+    if (a < blocks) sum += lag_s[256 * a + 16 * cc + c2];
+  }
+  return sum;
+}
+
 // One warp's share of a tile: output chunks warp * kWarpChunks + [0, 32), reading input
 // chunks j + halo_chunks - i of in_s (whose chunk 0 is halo_chunks before the tile).
 template <bool kHalf, int kMaxBlocks>

@@ -1,0 +1,260 @@
+// The tensor-core b2b backward (src/b2b/b2b_backward_tc_kernel.cuh) runs on the CPU under
+// tests/cpp/cuda_emulation.h + mma_emulation.h, called directly (the launcher's dispatch
+// to it is off until it has run on a GPU: kB2BTensorCoreBackward in b2b_backward.cu).
+// Checked element by element against an fp64 brute force of the operator's backward:
+// dx of all three rows, and dwp, dwm, dskip from the kernel's per-block partials summed
+// in the reduction kernel's order; the partials of two runs are bitwise equal.
+#include "cuda_emulation.h"  // first: it sets up the emulated CUDA built-ins
+#include "mma_emulation.h"
+
+#define b2b_backward_tc_kernel b2b_backward_tc_kernel_emulated
+#include "b2b/b2b_backward_tc_kernel.cuh"
+#undef b2b_backward_tc_kernel
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <vector>
+
+#include "b2b_test_data.h"
+#include "host_tensor.h"
+
+namespace causalconv {
+namespace {
+
+using test::Activation;
+using test::HostTensor;
+using test::Weight;
+using test::widen;
+namespace emu = causalconv::emulation;
+
+struct Case {
+  int64_t batch, dim, length, kp, km;
+  bool aligned = false;  // rows 16-byte aligned (cp.async staging); else odd strides (element path)
+  int64_t tiles_per_block = 4;
+};
+
+struct ErrorTally {
+  int64_t bad = 0;
+  double err2 = 0, ref2 = 0;
+  void add(double got, double want, double tol, const char* what, int64_t i, int64_t j, int64_t k) {
+    if (!(std::abs(got - want) <= tol)) {
+      if (bad < 5)
+        ADD_FAILURE() << what << "[" << i << "," << j << "," << k << "] = " << got << ", expected " << want
+                      << " (tolerance " << tol << ")";
+      ++bad;
+    }
+    err2 += (got - want) * (got - want);
+    ref2 += want * want;
+  }
+  double rel_l2() const { return std::sqrt(err2 / std::max(ref2, 1e-300)); }
+};
+
+template <typename T, int kMaxBlocks>
+void launch_emulated(const detail::B2BBackwardParams& p, const detail::B2BTiling& tiling, float* partials) {
+  emu::launch({unsigned(p.batch * p.dim), unsigned(tiling.tile_blocks), 1}, detail::ToeplitzTile::kThreads,
+              size_t(detail::B2BTcBackwardLayout<kMaxBlocks>::kBytes),
+              [&] { detail::b2b_backward_tc_kernel_emulated<T, kMaxBlocks>(p, tiling, partials); });
+}
+
+template <typename T>
+void run_case(const Case& cs) {
+  SCOPED_TRACE(::testing::Message() << "B" << cs.batch << " D" << cs.dim << " L" << cs.length << " Kp" << cs.kp
+                                    << " Km" << cs.km << " aligned " << cs.aligned);
+  const int64_t B = cs.batch, D = cs.dim, L = cs.length, Kp = cs.kp, Km = cs.km;
+  const int64_t pad = cs.aligned ? 8 - L % 8 : 3;  // >= 1 NaN slot after each row
+  HostTensor xh({B, 3 * D, L}), gh({B, D, L}), wph({3 * D, Kp}), wmh({D, Km}), skiph({D});
+  std::random_device seed;
+  xh.fill_uniform(seed());
+  gh.fill_uniform(seed());
+  wph.fill_uniform(seed());
+  wmh.fill_uniform(seed(), -1.0 / std::sqrt(double(Km)), 1.0 / std::sqrt(double(Km)));
+  skiph.fill_uniform(seed());
+  Activation<T> x(B, 3 * D, L, pad), dout(B, D, L, pad), dx(B, 3 * D, L, pad);
+  Weight<T> wp(3 * D, Kp), wm(D, Km), skip(D, 1);
+  x.load(xh);  // the host tensors now hold the rounded values
+  dout.load(gh);
+  wp.load(wph);
+  wm.load(wmh);
+  skip.load(skiph);
+
+  detail::B2BBackwardParams p{};
+  p.x = x.data.data();
+  p.weight_proj = wp.data.data();
+  p.weight_mixer = wm.data.data();
+  p.skip_bias = skip.data.data();
+  p.dout = dout.data.data();
+  p.dx = dx.data.data();
+  p.dtype = std::is_same<T, __half>::value ? DType::f16 : DType::bf16;
+  p.batch = B;
+  p.dim = D;
+  p.length = L;
+  p.proj_width = Kp;
+  p.mixer_width = Km;
+  for (auto* s : {p.x_stride, p.dx_stride}) s[0] = x.stride_b, s[1] = x.stride_c;
+  p.dout_stride[0] = dout.stride_b;
+  p.dout_stride[1] = dout.stride_c;
+  p.wp_stride[0] = 1;
+  p.wp_stride[1] = 3 * D;
+  p.wm_stride[0] = 1;
+  p.wm_stride[1] = D;
+  p.skip_stride = 1;
+
+  const detail::B2BTiling tiling =
+      detail::make_b2b_tiling(L, detail::ToeplitzTile::kOutputs, cs.tiles_per_block);
+  const int64_t slots = 3 * Kp + Km + 1, parts = B * tiling.tile_blocks;
+  std::vector<float> partials(size_t(D * parts * slots), std::numeric_limits<float>::quiet_NaN());
+  std::vector<float> again = partials;
+  auto run = [&](float* out) {
+    const int blocks = detail::toeplitz_blocks(int(Km));
+    if (blocks <= 3)
+      launch_emulated<T, 3>(p, tiling, out);
+    else if (blocks <= 5)
+      launch_emulated<T, 5>(p, tiling, out);
+    else if (blocks <= 9)
+      launch_emulated<T, 9>(p, tiling, out);
+    else
+      launch_emulated<T, 17>(p, tiling, out);
+  };
+  run(partials.data());
+  run(again.data());
+  EXPECT_EQ(std::memcmp(partials.data(), again.data(), partials.size() * sizeof(float)), 0)
+      << "weight-gradient partials differ between two runs";
+
+  // fp64 brute force, with magnitudes (the same formulas over absolute values) for the
+  // tolerances: z or dh, then dp, then dx are each rounded to T (<= ulp/2 relative), so
+  // |dx error| <= ulp * mag(dx) + ulp/2 |dx| to first order, plus fp32 accumulation.
+  const double ulp = std::is_same<T, __half>::value ? std::ldexp(1.0, -10) : std::ldexp(1.0, -7);
+  const size_t Ls = size_t(L);
+  std::vector<double> dwp(size_t(3 * D * Kp), 0.0), dwp_mag(dwp.size(), 0.0);
+  std::vector<double> dwm(size_t(D * Km), 0.0), dwm_mag(dwm.size(), 0.0), dsk(size_t(D), 0.0), dsk_mag(dsk.size(), 0.0);
+  ErrorTally dx_tally;
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t c = 0; c < D; ++c) {
+      std::vector<double> pr[3], z(Ls), za(Ls), h(Ls), ha(Ls), dh(Ls), dha(Ls), dz(Ls), dza(Ls);
+      std::vector<double> dp[3], dpa[3];
+      for (int j = 0; j < 3; ++j) {
+        pr[j].assign(Ls, 0.0);
+        dp[j].assign(Ls, 0.0);
+        dpa[j].assign(Ls, 0.0);
+        for (int64_t t = 0; t < L; ++t)
+          for (int64_t k = 0; k < Kp; ++k) {
+            const int64_t src = t - (Kp - 1 - k);
+            if (src >= 0) pr[j][size_t(t)] += wph(3 * c + j, k) * xh(b, 3 * c + j, src);
+          }
+      }
+      const double sk = skiph(c);
+      for (size_t t = 0; t < Ls; ++t) z[t] = pr[1][t] * pr[2][t], za[t] = std::abs(z[t]);
+      for (int64_t t = 0; t < L; ++t) {
+        double s = sk * z[size_t(t)], a = std::abs(sk) * za[size_t(t)];
+        for (int64_t k = 0; k < Km; ++k) {
+          const int64_t src = t - (Km - 1 - k);
+          if (src < 0) continue;
+          s += wmh(c, k) * z[size_t(src)];
+          a += std::abs(wmh(c, k)) * za[size_t(src)];
+        }
+        h[size_t(t)] = s, ha[size_t(t)] = a;
+        dh[size_t(t)] = gh(b, c, t) * pr[0][size_t(t)];
+        dha[size_t(t)] = std::abs(dh[size_t(t)]);
+      }
+      for (int64_t t = 0; t < L; ++t) {
+        double s = sk * dh[size_t(t)], a = std::abs(sk) * dha[size_t(t)];
+        for (int64_t k = 0; k < Km; ++k) {
+          const int64_t src = t + (Km - 1 - k);
+          if (src >= L) continue;
+          s += wmh(c, k) * dh[size_t(src)];
+          a += std::abs(wmh(c, k)) * dha[size_t(src)];
+        }
+        dz[size_t(t)] = s, dza[size_t(t)] = a;
+        const size_t u = size_t(t);
+        dp[0][u] = gh(b, c, t) * h[u], dpa[0][u] = std::abs(gh(b, c, t)) * ha[u];
+        dp[1][u] = dz[u] * pr[2][u], dpa[1][u] = dza[u] * std::abs(pr[2][u]);
+        dp[2][u] = dz[u] * pr[1][u], dpa[2][u] = dza[u] * std::abs(pr[1][u]);
+        dsk[size_t(c)] += dh[u] * z[u];
+        dsk_mag[size_t(c)] += dha[u] * za[u];
+        for (int64_t k = 0; k < Km; ++k) {
+          const int64_t src = t - (Km - 1 - k);
+          if (src < 0) continue;
+          dwm[size_t(c * Km + k)] += dh[u] * z[size_t(src)];
+          dwm_mag[size_t(c * Km + k)] += dha[u] * za[size_t(src)];
+        }
+      }
+      for (int j = 0; j < 3; ++j) {
+        const int64_t row = 3 * c + j;
+        for (int64_t t = 0; t < L; ++t) {
+          double want = 0, mag = 0;
+          for (int64_t k = 0; k < Kp; ++k) {
+            const int64_t src = t + (Kp - 1 - k);
+            if (src < L) {
+              want += wph(row, k) * dp[j][size_t(src)];
+              mag += std::abs(wph(row, k)) * dpa[j][size_t(src)];
+            }
+            const int64_t back = t - (Kp - 1 - k);
+            if (back >= 0) {
+              dwp[size_t(row * Kp + k)] += dp[j][size_t(t)] * xh(b, row, back);
+              dwp_mag[size_t(row * Kp + k)] += dpa[j][size_t(t)] * std::abs(xh(b, row, back));
+            }
+          }
+          const double tol = (1.25 * ulp + 1e-5) * mag + ulp * std::abs(want) + 1e-6;
+          dx_tally.add(widen(dx.at(b, row, t)), want, tol, "dx", b, row, t);
+        }
+        EXPECT_TRUE(std::isnan(widen(dx.data[size_t(b * dx.stride_b + row * dx.stride_c + L)])))
+            << "wrote past the end of dx row " << b << "," << row;
+      }
+    }
+  const double bound = std::is_same<T, __half>::value ? 2e-3 : 1e-2;  // tests/python/conftest.py
+  EXPECT_EQ(dx_tally.bad, 0) << "dx elements out of tolerance";
+  EXPECT_LE(dx_tally.rel_l2(), bound / 2);
+
+  // Weight gradients: each dwp and dwm term's operands carry up to two roundings to T
+  // (ulp/2 each); dskip sums the fp32 dh z.
+  ErrorTally dwp_tally, dwm_tally, dsk_tally;
+  for (int64_t c = 0; c < D; ++c)
+    for (int64_t s = 0; s < slots; ++s) {
+      float sum = 0.0f;  // as b2b_weight_grad_reduce: the channel's parts in order
+      for (int64_t part = 0; part < parts; ++part) sum += partials[size_t((c * parts + part) * slots + s)];
+      auto tol = [&](double mag) { return (1.25 * ulp + 1e-5) * mag + 1e-6; };
+      if (s < 3 * Kp) {
+        const int64_t row = 3 * c + s / Kp, k = s % Kp, i = row * Kp + k;
+        dwp_tally.add(sum, dwp[size_t(i)], tol(dwp_mag[size_t(i)]), "dweight_proj", row, k, 0);
+      } else if (s < 3 * Kp + Km) {
+        const size_t i = size_t(c * Km + s - 3 * Kp);
+        dwm_tally.add(sum, dwm[i], tol(dwm_mag[i]), "dweight_mixer", c, s - 3 * Kp, 0);
+      } else {
+        dsk_tally.add(sum, dsk[size_t(c)], 1e-5 * dsk_mag[size_t(c)] + 1e-6, "dskip_bias", c, 0, 0);  // fp32 dh, z
+      }
+    }
+  EXPECT_EQ(dwp_tally.bad + dwm_tally.bad + dsk_tally.bad, 0) << "weight-gradient elements out of tolerance";
+  if (std::getenv("B2B_TC_PRINT_ERRORS"))
+    std::printf("rel L2: dx %.2e dwp %.2e dwm %.2e dskip %.2e\n", dx_tally.rel_l2(), dwp_tally.rel_l2(),
+                dwm_tally.rel_l2(), dsk_tally.rel_l2());
+  EXPECT_LE(dwp_tally.rel_l2(), bound);
+  EXPECT_LE(dwm_tally.rel_l2(), bound);
+  EXPECT_LE(dsk_tally.rel_l2(), bound);
+}
+
+TEST(B2BTensorCoreBackwardEmulated, BFloat16) {
+  run_case<__nv_bfloat16>({1, 1, 1, 2, 16});                // L = 1
+  run_case<__nv_bfloat16>({1, 3, 15, 3, 9});                // odd D, L < 16, narrowest mixer
+  run_case<__nv_bfloat16>({2, 1, 2100, 3, 128});            // B 2, 2 tiles (partial second)
+  run_case<__nv_bfloat16>({1, 1, 300, 32, 256});            // L < Km, widest filters (3 projection blocks)
+  run_case<__nv_bfloat16>({1, 1, 4093, 4, 255, true});      // aligned rows: cp.async staging, 2 tiles
+  run_case<__nv_bfloat16>({1, 1, 5000, 3, 128, true, 1});   // one tile per block: 3 blocks along the row
+}
+
+TEST(B2BTensorCoreBackwardEmulated, Float16) {
+  run_case<__half>({1, 2, 700, 2, 16});
+  run_case<__half>({1, 1, 9000, 17, 64, true});  // 5 tiles, 2 blocks: block 0 walks tiles 0, 2, 4
+  run_case<__half>({8, 1, 40, 3, 9});            // B 8
+  run_case<__half>({1, 1, 2049, 18, 256});       // one step into the second tile, Kp 18
+}
+
+}  // namespace
+}  // namespace causalconv
