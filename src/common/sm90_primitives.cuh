@@ -17,7 +17,11 @@
 
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
 #define CAUSALCONV_SM90A 1
+#elif defined(CAUSALCONV_CUDA_EMULATION)
+#define CAUSALCONV_SM90A 1  // the host emulation below stands in for sm_90a
 #endif
+
+#ifndef CAUSALCONV_CUDA_EMULATION
 
 namespace causalconv::detail::sm90 {
 
@@ -209,3 +213,275 @@ __device__ __forceinline__ void wgmma_m64n64k16_bt<__half>(float (&d)[32], uint6
 }
 
 }  // namespace causalconv::detail::sm90
+
+#else  // CAUSALCONV_CUDA_EMULATION
+
+// ---- Host emulation (tests/cpp/cuda_emulation.h, included first, runs one OS thread per CUDA
+// thread). Same signatures; what each primitive does on the GPU, done synchronously:
+//  * shared addresses are offsets from the 1024-byte aligned address at or below the block's
+//    dynamic shared memory, so the 128-byte swizzle (a function of address bits [4:6] ^ [7:9])
+//    sees the same bits as the absolute address;
+//  * a tensor map is an EmulatedTensorMap stored in a CUtensorMap's bytes; a TMA load is done
+//    at once by the issuing thread (box written in the swizzled layout, zeros out of bounds),
+//    then completes its bytes on the mbarrier;
+//  * an mbarrier is its 64-bit word in shared memory (arrival count, pending arrivals, phase,
+//    transaction bytes), updated under one mutex; waits sleep on a condition variable;
+//  * wgmma: each thread computes its own accumulator fragment from the operands the
+//    descriptors address (products exact in fp32, summed in fp32, not in the hardware's order)
+//    and the MMA is complete on return. wgmma_wait is a barrier of the warp, so that a lane
+//    that signals a stage consumed (lane 0 arriving on `empty`) does so only after every lane
+//    of its warp has read it, as the hardware's wait guarantees for the warp.
+#include <cuda.h>  // CUtensorMap: 128 opaque bytes
+
+#include <condition_variable>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <type_traits>
+
+namespace causalconv::detail::sm90 {
+
+// What the test encodes in place of cuTensorMapEncodeTiled: a 16-bit tensor, dims innermost
+// first, byte strides of dims 1..rank-1, the box, the 128-byte swizzle (the only mode used).
+struct EmulatedTensorMap {
+  const void* base;
+  int32_t rank;
+  uint32_t box[4];
+  uint64_t dims[4];
+  uint64_t strides[3];
+  bool swizzle_128b;
+};
+static_assert(sizeof(EmulatedTensorMap) <= sizeof(CUtensorMap));
+
+inline CUtensorMap emulated_tensor_map(const EmulatedTensorMap& m) {
+  CUtensorMap map;
+  std::memset(&map, 0, sizeof map);
+  std::memcpy(&map, &m, sizeof m);
+  return map;
+}
+
+[[noreturn]] inline void emulation_fault(const char* what) {
+  std::fprintf(stderr, "sm90 emulation: %s\n", what);
+  std::abort();
+}
+
+inline uint8_t* emulated_dynamic_shared() {
+  return reinterpret_cast<uint8_t*>(causalconv::emulation::block_state->shared.data());
+}
+
+// The shared-memory address space's origin: 1024-byte aligned, at or below the dynamic buffer.
+inline uint8_t* shared_origin() {
+  return reinterpret_cast<uint8_t*>(reinterpret_cast<uintptr_t>(emulated_dynamic_shared()) & ~uintptr_t(1023));
+}
+
+inline uint32_t smem_u32(const void* p) {
+  const ptrdiff_t off = static_cast<const uint8_t*>(p) - shared_origin();
+  const auto& buffer = causalconv::emulation::block_state->shared;
+  if (off < 0 || static_cast<const uint8_t*>(p) > reinterpret_cast<const uint8_t*>(buffer.data() + buffer.size()) ||
+      off >= (ptrdiff_t(1) << 18))
+    emulation_fault("address outside the block's shared memory");
+  return uint32_t(off);
+}
+
+// The byte at shared address `address` after the 128-byte swizzle.
+inline uint8_t* swizzled(uint32_t address) { return shared_origin() + (address ^ (((address >> 7) & 7) << 4)); }
+
+// ---- mbarriers: bits 0-11 arrival count, 12-23 pending arrivals, 24 phase parity, 26-31 a
+// marker of initialisation, 32-63 transaction bytes outstanding (signed).
+struct MbarrierState {
+  uint32_t count, pending, phase;
+  int32_t tx;
+};
+inline std::mutex mbarrier_mutex;
+inline std::condition_variable mbarrier_cv;
+constexpr uint64_t kMbarrierMarker = uint64_t(0x2A) << 26;
+
+inline MbarrierState mbarrier_load(const uint64_t* bar) {
+  uint64_t w;
+  std::memcpy(&w, bar, 8);
+  if ((w & (uint64_t(0x3F) << 26)) != kMbarrierMarker) emulation_fault("mbarrier used before mbarrier.init");
+  return {uint32_t(w & 0xFFF), uint32_t(w >> 12) & 0xFFF, uint32_t(w >> 24) & 1, int32_t(uint32_t(w >> 32))};
+}
+
+// Stores the state, completing the phase when no arrivals and no bytes are outstanding.
+inline void mbarrier_store(uint64_t* bar, MbarrierState s) {
+  if (s.pending == 0 && s.tx == 0) {
+    s.phase ^= 1;
+    s.pending = s.count;
+    mbarrier_cv.notify_all();
+  }
+  const uint64_t w = uint64_t(s.count) | uint64_t(s.pending) << 12 | uint64_t(s.phase) << 24 | kMbarrierMarker |
+                     uint64_t(uint32_t(s.tx)) << 32;
+  std::memcpy(bar, &w, 8);
+}
+
+inline void mbarrier_init(uint64_t* bar, uint32_t count) {
+  if (count == 0 || count > 0xFFF) emulation_fault("mbarrier count out of range");
+  std::lock_guard<std::mutex> lock(mbarrier_mutex);
+  const uint64_t w = uint64_t(count) | uint64_t(count) << 12 | kMbarrierMarker;
+  std::memcpy(bar, &w, 8);
+}
+
+inline void mbarrier_init_fence() {}
+
+inline void mbarrier_update(uint64_t* bar, uint32_t arrivals, int32_t expect, int32_t complete) {
+  std::lock_guard<std::mutex> lock(mbarrier_mutex);
+  MbarrierState s = mbarrier_load(bar);
+  if (arrivals > s.pending) emulation_fault("more arrivals than the phase expects");
+  s.pending -= arrivals;
+  s.tx += expect - complete;
+  mbarrier_store(bar, s);
+}
+
+inline void mbarrier_arrive_expect_tx(uint64_t* bar, uint32_t bytes) { mbarrier_update(bar, 1, int32_t(bytes), 0); }
+inline void mbarrier_arrive(uint64_t* bar) { mbarrier_update(bar, 1, 0, 0); }
+inline void mbarrier_complete_tx(uint64_t* bar, uint32_t bytes) { mbarrier_update(bar, 0, 0, int32_t(bytes)); }
+
+// try_wait.parity(P) succeeds once the phase of parity P has completed: the current phase's
+// parity is then the other one.
+inline bool mbarrier_try_wait_parity(uint64_t* bar, uint32_t parity) {
+  std::lock_guard<std::mutex> lock(mbarrier_mutex);
+  return mbarrier_load(bar).phase != (parity & 1);
+}
+
+inline void mbarrier_wait(uint64_t* bar, uint32_t parity) {
+  std::unique_lock<std::mutex> lock(mbarrier_mutex);
+  mbarrier_cv.wait(lock, [&] { return mbarrier_load(bar).phase != (parity & 1); });
+}
+
+// ---- TMA ----
+
+inline void tma_load(void* dst, const void* map_bytes, uint64_t* bar, const int32_t* coords) {
+  const auto& m = *static_cast<const EmulatedTensorMap*>(map_bytes);
+  if (!m.swizzle_128b || m.box[0] * 2 != 128) emulation_fault("only 128-byte rows with the 128-byte swizzle");
+  if ((int64_t(coords[0]) * 2) % 16 != 0) emulation_fault("innermost TMA coordinate not a whole 16 bytes");
+  const uint32_t at = smem_u32(dst);
+  if (at % 1024 != 0) emulation_fault("swizzled TMA destination not 1024-byte aligned");
+  uint32_t box[4] = {1, 1, 1, 1};
+  for (int d = 0; d < m.rank; ++d) box[d] = m.box[d];
+  uint32_t row = 0;
+  for (uint32_t i3 = 0; i3 < box[3]; ++i3)
+    for (uint32_t i2 = 0; i2 < box[2]; ++i2)
+      for (uint32_t i1 = 0; i1 < box[1]; ++i1, ++row)
+        for (uint32_t i0 = 0; i0 < box[0]; ++i0) {
+          const uint32_t idx[4] = {i0, i1, i2, i3};
+          bool inside = true;
+          uint64_t offset = 0;
+          for (int d = 0; d < m.rank; ++d) {
+            const int64_t c = int64_t(coords[d]) + idx[d];
+            if (c < 0 || c >= int64_t(m.dims[d])) inside = false;
+            offset += uint64_t(c) * (d == 0 ? 2 : m.strides[d - 1]);
+          }
+          uint16_t v = 0;
+          if (inside) std::memcpy(&v, static_cast<const uint8_t*>(m.base) + offset, 2);
+          std::memcpy(swizzled(at + row * 128 + i0 * 2), &v, 2);
+        }
+  mbarrier_complete_tx(bar, row * 128);
+}
+
+inline void tma_load_2d(void* dst, const void* map, uint64_t* bar, int32_t c0, int32_t c1) {
+  if (static_cast<const EmulatedTensorMap*>(map)->rank != 2) emulation_fault("tma_load_2d on a map of another rank");
+  const int32_t c[4] = {c0, c1, 0, 0};
+  tma_load(dst, map, bar, c);
+}
+
+inline void tma_load_4d(void* dst, const void* map, uint64_t* bar, int32_t c0, int32_t c1, int32_t c2, int32_t c3) {
+  if (static_cast<const EmulatedTensorMap*>(map)->rank != 4) emulation_fault("tma_load_4d on a map of another rank");
+  const int32_t c[4] = {c0, c1, c2, c3};
+  tma_load(dst, map, bar, c);
+}
+
+inline void tma_prefetch_descriptor(const void*) {}
+
+// ---- wgmma ----
+
+inline uint64_t smem_descriptor(uint32_t smem_address, uint32_t leading, uint32_t stride) {
+  return uint64_t((smem_address & 0x3FFFF) >> 4) | uint64_t((leading >> 4) & 0x3FFF) << 16 |
+         uint64_t((stride >> 4) & 0x3FFF) << 32 | uint64_t(1) << 62;
+}
+
+struct Descriptor {
+  uint32_t start, leading, stride;
+};
+
+inline Descriptor decode_descriptor(uint64_t d) {
+  if ((d >> 62) != 1) emulation_fault("only the 128-byte swizzle mode is emulated");
+  return {uint32_t(d & 0x3FFF) << 4, uint32_t((d >> 16) & 0x3FFF) << 4, uint32_t((d >> 32) & 0x3FFF) << 4};
+}
+
+template <typename T>
+inline float operand_at(uint32_t address) {
+  uint16_t bits;
+  std::memcpy(&bits, swizzled(address), 2);
+  if constexpr (std::is_same_v<T, __half>) {
+    __half_raw r;
+    r.x = bits;
+    return __half2float(__half(r));
+  } else {
+    const uint32_t f = uint32_t(bits) << 16;
+    float v;
+    std::memcpy(&v, &f, 4);
+    return v;
+  }
+}
+
+// K-major operand (128-byte swizzle): row r (an M or N index), reduction index k of this k16
+// slice. Rows of 128 bytes, 8-row groups `stride` bytes apart.
+inline uint32_t k_major_address(const Descriptor& d, int r, int k) {
+  return d.start + uint32_t(r / 8) * d.stride + uint32_t(r % 8) * 128 + uint32_t(k) * 2;
+}
+
+// N-major (transposed) B: rows = reduction index k of 128 bytes of N values, 8-row groups
+// `stride` bytes apart, 64-wide N groups `leading` bytes apart.
+inline uint32_t n_major_address(const Descriptor& d, int k, int n) {
+  return d.start + uint32_t(k / 8) * d.stride + uint32_t(k % 8) * 128 + uint32_t(n / 64) * d.leading +
+         uint32_t(n % 64) * 2;
+}
+
+// D[64 x N] (+)= A[64 x 16] B[16 x N] for this thread's fragment: element 4j + 2h + e is row
+// 16w + l/4 + 8h, column 8j + 2(l%4) + e (w: the warp in the warpgroup, l: the lane).
+template <typename T, int N, bool kBNMajor>
+inline void wgmma_emulated(float* d, uint64_t desc_a, uint64_t desc_b, uint32_t accumulate) {
+  const int t = int(threadIdx.x % 128), w = t / 32, l = t % 32;
+  const Descriptor da = decode_descriptor(desc_a), db = decode_descriptor(desc_b);
+  float a[2][16];
+  for (int h = 0; h < 2; ++h)
+    for (int k = 0; k < 16; ++k) a[h][k] = operand_at<T>(k_major_address(da, 16 * w + l / 4 + 8 * h, k));
+  for (int j = 0; j < N / 8; ++j)
+    for (int e = 0; e < 2; ++e) {
+      const int n = 8 * j + 2 * (l % 4) + e;
+      float b[16];
+      for (int k = 0; k < 16; ++k)
+        b[k] = operand_at<T>(kBNMajor ? n_major_address(db, k, n) : k_major_address(db, n, k));
+      for (int h = 0; h < 2; ++h) {
+        float sum = accumulate ? d[4 * j + 2 * h + e] : 0.0f;
+        for (int k = 0; k < 16; ++k) sum += a[h][k] * b[k];
+        d[4 * j + 2 * h + e] = sum;
+      }
+    }
+}
+
+inline void wgmma_fence() {}
+inline void wgmma_commit() {}
+template <int kPending>
+inline void wgmma_wait() {
+  causalconv::emulation::block_state->warps[threadIdx.x / 32]->wait();
+}
+
+template <int N>
+inline void fence_registers(float (&)[N]) {}
+
+template <typename T>
+inline void wgmma_m64n256k16(float (&d)[128], uint64_t desc_a, uint64_t desc_b, uint32_t accumulate) {
+  wgmma_emulated<T, 256, false>(d, desc_a, desc_b, accumulate);
+}
+
+template <typename T>
+inline void wgmma_m64n64k16_bt(float (&d)[32], uint64_t desc_a, uint64_t desc_b, uint32_t accumulate) {
+  wgmma_emulated<T, 64, true>(d, desc_a, desc_b, accumulate);
+}
+
+}  // namespace causalconv::detail::sm90
+
+#endif  // CAUSALCONV_CUDA_EMULATION

@@ -24,6 +24,8 @@
 
 #undef __launch_bounds__
 #define __launch_bounds__(...)
+#undef __grid_constant__
+#define __grid_constant__
 
 #include <condition_variable>
 #include <cstddef>
@@ -156,6 +158,10 @@ using causalconv::emulation::threadIdx;
 inline void __syncthreads() { causalconv::emulation::syncthreads(); }
 inline float __shfl_xor_sync(unsigned /*mask*/, float v, int offset) {
   return causalconv::emulation::shfl_xor(v, offset);
+}
+inline int min(int a, int b) { return a < b ? a : b; }  // the device library's int min
+inline void __syncwarp(unsigned /*mask*/ = 0xffffffffu) {
+  causalconv::emulation::block_state->warps[threadIdx.x / 32]->wait();
 }
 inline unsigned __shfl_sync(unsigned /*mask*/, unsigned v, int src_lane) {
   return causalconv::emulation::shfl_index(v, src_lane);
