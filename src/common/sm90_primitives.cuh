@@ -233,6 +233,7 @@ __device__ __forceinline__ void wgmma_m64n64k16_bt<__half>(float (&d)[32], uint6
 //    of its warp has read it, as the hardware's wait guarantees for the warp.
 #include <cuda.h>  // CUtensorMap: 128 opaque bytes
 
+#include <chrono>
 #include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
@@ -345,9 +346,12 @@ inline bool mbarrier_try_wait_parity(uint64_t* bar, uint32_t parity) {
   return mbarrier_load(bar).phase != (parity & 1);
 }
 
+// A phase that never completes is a hang on the GPU: here, after a minute, a fault.
 inline void mbarrier_wait(uint64_t* bar, uint32_t parity) {
   std::unique_lock<std::mutex> lock(mbarrier_mutex);
-  mbarrier_cv.wait(lock, [&] { return mbarrier_load(bar).phase != (parity & 1); });
+  if (!mbarrier_cv.wait_for(lock, std::chrono::seconds(60),
+                            [&] { return mbarrier_load(bar).phase != (parity & 1); }))
+    emulation_fault("mbarrier wait did not complete within a minute (a deadlock on the GPU)");
 }
 
 // ---- TMA ----
