@@ -255,7 +255,18 @@ struct EmulatedTensorMap {
 };
 static_assert(sizeof(EmulatedTensorMap) <= sizeof(CUtensorMap));
 
+[[noreturn]] inline void emulation_fault(const char* what);
+
+// Encodes the map, with cuTensorMapEncodeTiled's checks on what it holds.
 inline CUtensorMap emulated_tensor_map(const EmulatedTensorMap& m) {
+  if (m.rank < 1 || m.rank > 4 || reinterpret_cast<uintptr_t>(m.base) % 16 != 0)
+    emulation_fault("tensor map: rank 1-4 and a 16-byte aligned base");
+  for (int d = 0; d < m.rank; ++d) {
+    if (m.dims[d] == 0 || m.dims[d] > (uint64_t(1) << 32) || m.box[d] == 0 || m.box[d] > 256)
+      emulation_fault("tensor map: dims 1..2^32, box 1..256");
+    if (d > 0 && (m.strides[d - 1] % 16 != 0 || m.strides[d - 1] >= (uint64_t(1) << 40)))
+      emulation_fault("tensor map: strides multiples of 16 bytes below 2^40");
+  }
   CUtensorMap map;
   std::memset(&map, 0, sizeof map);
   std::memcpy(&map, &m, sizeof m);
