@@ -22,7 +22,7 @@
 namespace causalconv::detail {
 namespace {
 
-constexpr int64_t kMaxCoordinate = int64_t(1) << 30;  // TMA coordinates are int32
+[[maybe_unused]] constexpr int64_t kMaxCoordinate = int64_t(1) << 30;  // TMA coordinates are int32
 
 // ---- pre-passes ----------------------------------------------------------------------
 
@@ -293,7 +293,7 @@ WgLayout wg_layout(const WgJob& j) {
   return l;
 }
 
-bool device_is_sm90(int device) {
+[[maybe_unused]] bool device_is_sm90(int device) {
   int major = 0, minor = 0;
   if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess ||
       cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device) != cudaSuccess) {

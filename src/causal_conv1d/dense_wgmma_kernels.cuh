@@ -146,11 +146,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 #ifdef CAUSALCONV_SM90A
   using Tr = WgTraits<T>;
   using Mma = typename Tr::Mma;
-#ifdef CAUSALCONV_CUDA_EMULATION
-  uint8_t* const smem_raw = sm90::emulated_dynamic_shared();
-#else
-  extern __shared__ uint8_t smem_raw[];
-#endif
+  uint8_t* const smem_raw = sm90::dynamic_shared();
   const Ring ring = start_ring<Tr>(smem_raw, kConsumerWarps, &w_map, &src_map);  // one arrival per consumer warp
   uint8_t* const stages = ring.stages;
   uint64_t* const full = ring.full;
@@ -298,11 +294,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 #ifdef CAUSALCONV_SM90A
   using Tr = DwTraits<T>;
   using Mma = typename Tr::Mma;
-#ifdef CAUSALCONV_CUDA_EMULATION
-  uint8_t* const smem_raw = sm90::emulated_dynamic_shared();
-#else
-  extern __shared__ uint8_t smem_raw[];
-#endif
+  uint8_t* const smem_raw = sm90::dynamic_shared();
   int32_t rest = blockIdx.x;
   const int32_t q = rest % p.k_chunks;
   rest /= p.k_chunks;
