@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "causalconv/reference.h"
+#include "b2b_kernel_params.h"
 #include "b2b_test_data.h"
 #include "host_tensor.h"
 
@@ -71,63 +72,15 @@ void run_case(const Case& cs, double bound, double reduction_bound) {
   wm_e.load(wm);
   skip_e.load(skip);
 
-  detail::B2BForwardParams f{};
-  f.x = x_e.data.data();
-  f.weight_proj = wp_e.data.data();
-  f.weight_mixer = wm_e.data.data();
-  f.skip_bias = skip_e.data.data();
-  f.out = out_e.data.data();
-  f.batch = B;
-  f.dim = D;
-  f.length = L;
-  f.proj_width = cs.kp;
-  f.mixer_width = cs.km;
-  f.x_stride[0] = x_e.stride_b;
-  f.x_stride[1] = x_e.stride_c;
-  f.out_stride[0] = out_e.stride_b;
-  f.out_stride[1] = out_e.stride_c;
-  f.wp_stride[0] = 1;
-  f.wp_stride[1] = 3 * D;
-  f.wm_stride[0] = 1;
-  f.wm_stride[1] = D;
-  f.skip_stride = 1;
+  const detail::B2BForwardParams f = test::b2b_forward_params(x_e, wp_e, wm_e, skip_e, out_e);
   const detail::B2BTiling ft = detail::make_b2b_tiling(L, detail::B2BForwardTile::kOutputs,
                                                        detail::kB2BForwardTilesPerBlock);
   emu::launch({unsigned(B * D), unsigned(ft.tile_blocks), 1}, detail::B2BForwardTile::kThreads,
               sizeof(float) * size_t(detail::b2b_forward_smem_floats(cs.kp, cs.km)),
               [&] { detail::b2b_forward_kernel_emulated<T>(f, ft); });
 
-  detail::B2BBackwardParams g{};
-  g.x = f.x;
-  g.weight_proj = f.weight_proj;
-  g.weight_mixer = f.weight_mixer;
-  g.skip_bias = f.skip_bias;
-  g.dout = dout_e.data.data();
-  g.dx = dx_e.data.data();
-  g.dweight_proj = dwp_e.data.data();
-  g.dweight_mixer = dwm_e.data.data();
-  g.dskip_bias = dskip_e.data.data();
-  g.batch = B;
-  g.dim = D;
-  g.length = L;
-  g.proj_width = cs.kp;
-  g.mixer_width = cs.km;
-  for (int d = 0; d < 2; ++d) {
-    g.x_stride[d] = f.x_stride[d];
-    g.wp_stride[d] = f.wp_stride[d];
-    g.wm_stride[d] = f.wm_stride[d];
-  }
-  g.dout_stride[0] = dout_e.stride_b;
-  g.dout_stride[1] = dout_e.stride_c;
-  g.dx_stride[0] = dx_e.stride_b;
-  g.dx_stride[1] = dx_e.stride_c;
-  g.dwp_stride[0] = 1;
-  g.dwp_stride[1] = 3 * D;
-  g.dwm_stride[0] = 1;
-  g.dwm_stride[1] = D;
-  g.skip_stride = 1;
-  g.dskip_stride = 1;
-  g.dtype = std::is_same_v<T, float> ? DType::f32 : (std::is_same_v<T, __half> ? DType::f16 : DType::bf16);
+  const detail::B2BBackwardParams g =
+      test::b2b_backward_params(x_e, wp_e, wm_e, skip_e, dout_e, dx_e, &dwp_e, &dwm_e, &dskip_e);
   const detail::B2BBackwardPlan plan = detail::plan_b2b_backward(g);
   EXPECT_EQ(plan.path, cs.path);
   if (plan.path != detail::B2BBackwardPath::general) EXPECT_EQ(plan.vectorised, cs.vectorised);
@@ -234,26 +187,7 @@ void run_short_forward(int64_t B, int64_t D, int64_t L, int64_t kp, int64_t km, 
   ASSERT_EQ(reinterpret_cast<uintptr_t>(x_e.data.data()) % 16, 0u);
   ASSERT_EQ(reinterpret_cast<uintptr_t>(out_e.data.data()) % 16, 0u);
 
-  detail::B2BForwardParams f{};
-  f.x = x_e.data.data();
-  f.weight_proj = wp_e.data.data();
-  f.weight_mixer = wm_e.data.data();
-  f.skip_bias = skip_e.data.data();
-  f.out = out_e.data.data();
-  f.batch = B;
-  f.dim = D;
-  f.length = L;
-  f.proj_width = kp;
-  f.mixer_width = km;
-  f.x_stride[0] = x_e.stride_b;
-  f.x_stride[1] = x_e.stride_c;
-  f.out_stride[0] = out_e.stride_b;
-  f.out_stride[1] = out_e.stride_c;
-  f.wp_stride[0] = 1;
-  f.wp_stride[1] = 3 * D;
-  f.wm_stride[0] = 1;
-  f.wm_stride[1] = D;
-  f.skip_stride = 1;
+  const detail::B2BForwardParams f = test::b2b_forward_params(x_e, wp_e, wm_e, skip_e, out_e);
   ASSERT_TRUE(detail::vector_aligned<T>(f.x, f.x_stride, 2) && detail::vector_aligned<T>(f.out, f.out_stride, 2));
   const int64_t spans_per_row = (L + detail::b2b_short_span<T>() - 1) / detail::b2b_short_span<T>();
   const int64_t spans = B * D * spans_per_row;

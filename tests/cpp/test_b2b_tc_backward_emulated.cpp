@@ -23,6 +23,7 @@
 #include <random>
 #include <vector>
 
+#include "b2b_kernel_params.h"
 #include "b2b_test_data.h"
 #include "host_tensor.h"
 
@@ -85,27 +86,7 @@ void run_case(const Case& cs) {
   wm.load(wmh);
   skip.load(skiph);
 
-  detail::B2BBackwardParams p{};
-  p.x = x.data.data();
-  p.weight_proj = wp.data.data();
-  p.weight_mixer = wm.data.data();
-  p.skip_bias = skip.data.data();
-  p.dout = dout.data.data();
-  p.dx = dx.data.data();
-  p.dtype = std::is_same<T, __half>::value ? DType::f16 : DType::bf16;
-  p.batch = B;
-  p.dim = D;
-  p.length = L;
-  p.proj_width = Kp;
-  p.mixer_width = Km;
-  for (auto* s : {p.x_stride, p.dx_stride}) s[0] = x.stride_b, s[1] = x.stride_c;
-  p.dout_stride[0] = dout.stride_b;
-  p.dout_stride[1] = dout.stride_c;
-  p.wp_stride[0] = 1;
-  p.wp_stride[1] = 3 * D;
-  p.wm_stride[0] = 1;
-  p.wm_stride[1] = D;
-  p.skip_stride = 1;
+  const detail::B2BBackwardParams p = test::b2b_backward_params(x, wp, wm, skip, dout, dx);
 
   const detail::B2BTiling tiling =
       detail::make_b2b_tiling(L, detail::ToeplitzTile::kOutputs, cs.tiles_per_block);

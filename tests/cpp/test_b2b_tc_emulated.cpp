@@ -18,6 +18,7 @@
 #include <random>
 #include <vector>
 
+#include "b2b_kernel_params.h"
 #include "b2b_test_data.h"
 #include "host_tensor.h"
 
@@ -61,27 +62,7 @@ void run_case(const Case& cs) {
   wm_e.load(wm);
   skip_e.load(skip);
 
-  detail::B2BForwardParams f{};
-  f.x = x_e.data.data();
-  f.weight_proj = wp_e.data.data();
-  f.weight_mixer = wm_e.data.data();
-  f.skip_bias = skip_e.data.data();
-  f.out = out_e.data.data();
-  f.dtype = std::is_same<T, __half>::value ? DType::f16 : DType::bf16;
-  f.batch = B;
-  f.dim = D;
-  f.length = L;
-  f.proj_width = Kp;
-  f.mixer_width = Km;
-  f.x_stride[0] = x_e.stride_b;
-  f.x_stride[1] = x_e.stride_c;
-  f.out_stride[0] = out_e.stride_b;
-  f.out_stride[1] = out_e.stride_c;
-  f.wp_stride[0] = 1;
-  f.wp_stride[1] = 3 * D;
-  f.wm_stride[0] = 1;
-  f.wm_stride[1] = D;
-  f.skip_stride = 1;
+  const detail::B2BForwardParams f = test::b2b_forward_params(x_e, wp_e, wm_e, skip_e, out_e);
   const int blocks = detail::toeplitz_blocks(int(Km));
   if (blocks <= 3)
     launch_emulated<T, 3>(f);
