@@ -2,17 +2,10 @@
 // the b2b kernels directly (under the CPU emulation).
 #pragma once
 
-#include <type_traits>
-
 #include "b2b/b2b_kernels.h"
 #include "b2b_test_data.h"
 
 namespace causalconv::test {
-
-template <typename T>
-DType dtype_of() {
-  return std::is_same_v<T, float> ? DType::f32 : (std::is_same_v<T, __half> ? DType::f16 : DType::bf16);
-}
 
 template <typename T>
 detail::B2BForwardParams b2b_forward_params(Activation<T>& x, Weight<T>& wp, Weight<T>& wm, Weight<T>& skip,

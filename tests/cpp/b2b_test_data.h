@@ -14,15 +14,9 @@
 
 #include "causalconv/reference.h"
 #include "host_tensor.h"
+#include "storage_types.h"
 
 namespace causalconv::test {
-
-inline float round_to(float, double v) { return float(v); }
-inline __half round_to(__half, double v) { return __float2half_rn(float(v)); }
-inline __nv_bfloat16 round_to(__nv_bfloat16, double v) { return __float2bfloat16_rn(float(v)); }
-inline double widen(float v) { return v; }
-inline double widen(__half v) { return __half2float(v); }
-inline double widen(__nv_bfloat16 v) { return __bfloat162float(v); }
 
 // A (B, C, L) activation in storage type T with padded batch and channel strides
 // (unit stride along L, as the kernels need); padding slots hold NaN.

@@ -16,6 +16,7 @@
 
 #include "causalconv/tensor.h"
 #include "host_tensor.h"
+#include "storage_types.h"
 
 namespace causalconv::test {
 
@@ -28,28 +29,6 @@ inline bool have_gpu() {
   if (!::causalconv::test::have_gpu()) GTEST_SKIP() << "no CUDA GPU visible (cudaGetDeviceCount)"; \
   static_assert(true)
 
-template <typename T>
-T to_storage(double v);
-template <>
-inline float to_storage<float>(double v) { return static_cast<float>(v); }
-template <>
-inline __half to_storage<__half>(double v) { return __float2half_rn(static_cast<float>(v)); }
-template <>
-inline __nv_bfloat16 to_storage<__nv_bfloat16>(double v) { return __float2bfloat16_rn(static_cast<float>(v)); }
-
-inline double to_double(float v) { return v; }
-inline double to_double(__half v) { return __half2float(v); }
-inline double to_double(__nv_bfloat16 v) { return __bfloat162float(v); }
-
-template <typename T>
-constexpr DType dtype_of();
-template <>
-constexpr DType dtype_of<float>() { return DType::f32; }
-template <>
-constexpr DType dtype_of<__half>() { return DType::f16; }
-template <>
-constexpr DType dtype_of<__nv_bfloat16>() { return DType::bf16; }
-
 // A device copy of a host tensor in storage type T, with the host tensor's strides
 // (padding slots included). The host values are rounded to T in place, so the fp64
 // reference sees exactly what the kernel sees.
@@ -59,8 +38,8 @@ class DeviceTensor {
   explicit DeviceTensor(HostTensor& host) : host_(host) {
     std::vector<T> staged(host.storage().size());
     for (size_t i = 0; i < staged.size(); ++i) {
-      staged[i] = to_storage<T>(host.storage()[i]);
-      host.storage()[i] = to_double(staged[i]);
+      staged[i] = round_to(T{}, host.storage()[i]);
+      host.storage()[i] = widen(staged[i]);
     }
     EXPECT_EQ(cudaMalloc(&data_, staged.size() * sizeof(T)), cudaSuccess);
     EXPECT_EQ(cudaMemcpy(data_, staged.data(), staged.size() * sizeof(T), cudaMemcpyHostToDevice), cudaSuccess);
@@ -80,7 +59,7 @@ class DeviceTensor {
   void copy_to_host() {
     std::vector<T> staged(host_.storage().size());
     EXPECT_EQ(cudaMemcpy(staged.data(), data_, staged.size() * sizeof(T), cudaMemcpyDeviceToHost), cudaSuccess);
-    for (size_t i = 0; i < staged.size(); ++i) host_.storage()[i] = to_double(staged[i]);
+    for (size_t i = 0; i < staged.size(); ++i) host_.storage()[i] = widen(staged[i]);
   }
 
   // The raw device bytes (for bitwise comparisons).

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "b2b_test_data.h"
+#include "storage_types.h"
 #include "causalconv/reference.h"
 #include "host_tensor.h"
 
@@ -28,6 +29,7 @@ namespace causalconv {
 namespace {
 
 using test::HostTensor;
+using test::dtype_of;
 using test::widen;
 namespace emu = causalconv::emulation;
 
@@ -89,11 +91,6 @@ template <typename T>
 double ulp() {
   return std::is_same_v<T, float> ? std::ldexp(1.0, -23) : std::is_same_v<T, __half> ? std::ldexp(1.0, -10)
                                                                                       : std::ldexp(1.0, -7);
-}
-
-template <typename T>
-DType dtype_of() {
-  return std::is_same_v<T, float> ? DType::f32 : std::is_same_v<T, __half> ? DType::f16 : DType::bf16;
 }
 
 template <typename T>

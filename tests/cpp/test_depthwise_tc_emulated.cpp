@@ -27,12 +27,14 @@
 
 #include "b2b_test_data.h"
 #include "host_tensor.h"
+#include "storage_types.h"
 
 namespace causalconv {
 namespace {
 
 using test::Activation;
 using test::HostTensor;
+using test::dtype_of;
 using test::widen;
 namespace emu = causalconv::emulation;
 
@@ -111,11 +113,6 @@ struct ErrorTally {
   }
   double rel_l2() const { return std::sqrt(err2 / std::max(ref2, 1e-300)); }
 };
-
-template <typename T>
-DType dtype_of() {
-  return std::is_same<T, __half>::value ? DType::f16 : DType::bf16;
-}
 
 template <typename T>
 void run_forward(const Case& cs) {
