@@ -75,9 +75,10 @@ detail::DepthwiseBackwardParams backward_params(const CausalConv1dBackwardArgs& 
   return p;
 }
 
+// Asks the device once per call whether the Hopper kernels can run; every kernel choice reads it.
 detail::DenseGeometry dense_geometry(const detail::ConvGeometry& g, DType dtype, int device) {
   return detail::DenseGeometry{g.batch,  g.c_in, g.c_out, g.length, g.width, g.dilation, g.groups,
-                               dtype, g.activation == Activation::silu, device};
+                               dtype, g.activation == Activation::silu, detail::dense_wgmma_available(device)};
 }
 
 detail::DenseForwardParams dense_forward_params(const CausalConv1dForwardArgs& a, const detail::ConvGeometry& g) {

@@ -15,7 +15,7 @@ struct DenseGeometry {
   int64_t batch, c_in, c_out, length, width, dilation, groups;
   DType dtype;
   bool silu;
-  int device;  // CUDA device of the tensors (kernel choice by compute capability)
+  bool hopper;  // the tensors' device runs the Hopper kernels: dense_wgmma_available(device)
   int64_t in_per_group() const { return c_in / groups; }
   int64_t out_per_group() const { return c_out / groups; }
 };
@@ -61,6 +61,7 @@ void launch_dense_tc_forward(const DenseForwardParams& p, Stream stream);
 // through silu, which is rounded to the 16-bit dtype as in dense_tc.cu). Its workspace:
 // prepared weights, then a channel-last copy of the source (bf16 hi and lo for fp32); a 16-bit
 // channel-last forward x with aligned rows is read in place.
+bool dense_wgmma_available(int device);  // sm_90a build, compute capability 9.0, TMA encoder found
 bool dense_wgmma_forward_supported(const DenseForwardParams& p);
 size_t dense_wgmma_forward_workspace_bytes(const DenseForwardParams& p);
 void launch_dense_wgmma_forward(const DenseForwardParams& p, Stream stream);

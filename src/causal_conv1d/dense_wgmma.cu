@@ -22,7 +22,7 @@
 namespace causalconv::detail {
 namespace {
 
-[[maybe_unused]] constexpr int64_t kMaxCoordinate = int64_t(1) << 30;  // TMA coordinates are int32
+constexpr int64_t kMaxCoordinate = int64_t(1) << 30;  // TMA coordinates are int32
 
 // ---- pre-passes ----------------------------------------------------------------------
 
@@ -414,20 +414,13 @@ void launch_job(const WgJob& j, Stream stream, const char* what) {
   }
 }
 
-bool job_supported(const WgJob& j, int device) {
-#ifndef CAUSALCONV_HAS_SM90A
-  (void)j;
-  (void)device;
-  return false;
-#else
-  if (j.src_g < 32 || j.dst_g < 32 || j.batch * j.length == 0) return false;  // tiles mostly padding: dense_tc.cu
+bool job_supported(const WgJob& j, bool hopper) {
+  if (!hopper || j.src_g < 32 || j.dst_g < 32 || j.batch * j.length == 0) return false;  // few channels: dense_tc.cu
   if (j.length >= kMaxCoordinate || (j.width - 1) * j.dilation >= kMaxCoordinate) return false;
   const WgLayout l = wg_layout(j);
   if (l.weight_elems / l.c_pad * 2 >= kMaxCoordinate || 2 * j.batch >= kMaxCoordinate) return false;
-  if (l.src_copy_elems && (j.batch > 65535 || j.groups * l.s8 + kStageChannels >= kMaxCoordinate))
-    return false;  // the staging grid and its 32-bit channel index
-  return tensor_map_encoder() != nullptr && device_is_sm90(device);
-#endif
+  // the staging grid and its 32-bit channel index
+  return !(l.src_copy_elems && (j.batch > 65535 || j.groups * l.s8 + kStageChannels >= kMaxCoordinate));
 }
 
 // ---- weight gradients: host side ----
@@ -548,7 +541,16 @@ void launch_wgmma_weight_grad(const DenseBackwardParams& b, const void* grad, bo
 
 }  // namespace
 
-bool dense_wgmma_forward_supported(const DenseForwardParams& f) { return job_supported(forward_job(f), f.g.device); }
+bool dense_wgmma_available(int device) {
+#ifdef CAUSALCONV_HAS_SM90A
+  return tensor_map_encoder() != nullptr && device_is_sm90(device);
+#else
+  (void)device;
+  return false;
+#endif
+}
+
+bool dense_wgmma_forward_supported(const DenseForwardParams& f) { return job_supported(forward_job(f), f.g.hopper); }
 
 size_t dense_wgmma_forward_workspace_bytes(const DenseForwardParams& f) { return wg_layout(forward_job(f)).bytes; }
 
@@ -560,7 +562,7 @@ void launch_dense_wgmma_forward(const DenseForwardParams& f, Stream stream) {
 // gradient through silu is fp32; dy is rarely channel-last).
 bool dense_wgmma_dx_supported(const DenseBackwardParams& b) {
   const int64_t unit[3] = {0, 0, 1};
-  return b.dx && job_supported(dx_job(b, nullptr, true, unit, nullptr), b.g.device);
+  return b.dx && job_supported(dx_job(b, nullptr, true, unit, nullptr), b.g.hopper);
 }
 
 size_t dense_wgmma_dx_workspace_bytes(const DenseBackwardParams& b) {
@@ -575,21 +577,14 @@ void launch_dense_wgmma_dx(const DenseBackwardParams& b, const void* grad, bool 
 }
 
 bool dense_wgmma_weight_grad_supported(const DenseBackwardParams& b) {
-#ifndef CAUSALCONV_HAS_SM90A
-  (void)b;
-  return false;
-#else
   const DenseGeometry& g = b.g;
   const int64_t S = g.in_per_group(), D = g.out_per_group();
-  if (!(b.dweight || b.dbias) || S < 32 || D < 32 || g.batch * g.length == 0) return false;
+  if (!g.hopper || !(b.dweight || b.dbias) || S < 32 || D < 32 || g.batch * g.length == 0) return false;
   if (g.length >= kMaxCoordinate || (g.width - 1) * g.dilation >= kMaxCoordinate || 2 * g.batch >= kMaxCoordinate)
     return false;
   const WgDwLayout l = wg_dw_layout(b, backward_grad_in_place(b));
-  if (g.batch > 65535 || g.groups * l.s8 + kStageChannels >= kMaxCoordinate ||
-      g.groups * l.o_tiles * l.c_chunks * l.k_chunks > 2147483647 || D >= kMaxCoordinate)
-    return false;
-  return tensor_map_encoder() != nullptr && device_is_sm90(g.device);
-#endif
+  return !(g.batch > 65535 || g.groups * l.s8 + kStageChannels >= kMaxCoordinate ||
+           g.groups * l.o_tiles * l.c_chunks * l.k_chunks > 2147483647 || D >= kMaxCoordinate);
 }
 
 int64_t dense_wgmma_weight_grad_parts(const DenseBackwardParams& b) {
