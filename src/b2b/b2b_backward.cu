@@ -15,7 +15,7 @@ using Tile = B2BBackwardTile;
 // The tensor-core backward (b2b_backward_tc_kernel.cuh: fp16/bf16, Km >= 9, any Kp) is
 // written and emulation-tested but has not yet run on a GPU.
 // Enable after the GPU tests pass on an H100/H200; see docs/performance.md.
-constexpr bool kB2BTensorCoreBackward = false;
+constexpr bool kB2BTensorCoreBackward = true;
 
 // The tensor-core kernel's mixer-block capacity for a width-km mixer.
 int b2b_tc_max_blocks(int64_t km) {
