@@ -269,6 +269,18 @@ bool src_read_in_place(const WgJob& j) {
          j.src_stride[0] >= 0 && j.src_stride[0] % 8 == 0 && (j.groups == 1 || j.src_g % 8 == 0);
 }
 
+// A 16-bit channel-first source whose rows the convolution kernel can copy and transpose itself
+// (dense_wgmma_conv_rows): unit time stride, 16-byte aligned base and row strides, and every
+// tap inside the kernel's window of steps.
+bool src_rows_in_place(const WgJob& j) {
+  if (j.dtype == DType::f32 || j.src_fp32 || j.src_stride[2] != 1 || reinterpret_cast<uintptr_t>(j.src) % 16 != 0 ||
+      j.src_stride[1] <= 0 || j.src_stride[1] % 8 != 0 || j.src_stride[0] < 0 || j.src_stride[0] % 8 != 0)
+    return false;
+  const int64_t shift_base = j.transposed ? 0 : -(j.width - 1) * j.dilation;
+  const int64_t off0 = ((shift_base % 8) + 8) % 8;  // shift_base minus shift_base rounded down to 8
+  return off0 + (j.width - 1) * j.dilation + kBN <= kWinSteps;
+}
+
 struct WgLayout {
   int64_t r_pad, c_pad, c_chunks, weight_elems;  // prepared weights; weight_elems per copy
   int64_t s8, src_copy_elems;                    // staged source: group rows of s8 values (0: read in place)
@@ -285,7 +297,7 @@ WgLayout wg_layout(const WgJob& j) {
   l.c_pad = l.c_chunks * kBK;
   l.weight_elems = j.groups * j.width * l.r_pad * l.c_pad;
   l.weight_bytes = align_up(size_t(l.weight_elems) * 2 * copies, 256);
-  if (!src_read_in_place(j)) {
+  if (!src_read_in_place(j) && !src_rows_in_place(j)) {
     l.s8 = (j.src_g + 7) / 8 * 8;
     l.src_copy_elems = j.batch * j.length * j.groups * l.s8;
   }
@@ -345,29 +357,7 @@ void launch_wgmma(const WgJob& j, cudaStream_t stream, const char* what) {
                                                               j.w_stride[1], j.w_stride[2], j.dst_g, j.src_g, j.width,
                                                               j.transposed, l.r_pad, l.c_pad, l.weight_elems, weights);
   check_launch(what);
-
-  // The source as a 4-D map (SG, G, L, B) of channel-last rows: a box never crosses into the next group.
-  const void* src_base = j.src;
-  uint64_t dims[4] = {uint64_t(j.src_g), uint64_t(j.groups), uint64_t(j.length), uint64_t(j.batch)};
-  uint64_t strides[3];
-  if (l.src_copy_elems == 0) {
-    strides[0] = uint64_t(j.groups > 1 ? j.src_g : j.src_stride[2]) * 2;  // a single group: any aligned value
-    strides[1] = uint64_t(j.src_stride[2]) * 2;
-    strides[2] = uint64_t(j.src_stride[0]) * 2;
-  } else {
-    auto* staged = reinterpret_cast<uint16_t*>(static_cast<uint8_t*>(j.workspace) + l.weight_bytes);
-    launch_copy_to_channel_last<T>(j.src, j.src_fp32, j.src_stride, j.groups, j.src_g, l.s8, j.length, j.batch,
-                                 l.src_copy_elems, staged, stream, what);
-    src_base = staged;
-    dims[0] = uint64_t(l.s8);
-    dims[3] = uint64_t(j.batch * Tr::kCopies);  // fp32: the lo copies follow the hi copies
-    strides[0] = uint64_t(l.s8) * 2;
-    strides[1] = uint64_t(j.groups * l.s8) * 2;
-    strides[2] = uint64_t(j.length * j.groups * l.s8) * 2;
-  }
   const DType mma_dtype = Tr::kSplit ? DType::bf16 : j.dtype;
-  const uint32_t box[4] = {kBK, 1, kBN, 1};
-  const CUtensorMap src_map = encode_tensor_map(src_base, mma_dtype, 4, dims, strides, box, what);
   const uint64_t w_dims[2] = {uint64_t(l.c_pad), uint64_t(l.weight_elems / l.c_pad * Tr::kCopies)};
   const uint64_t w_strides[1] = {uint64_t(l.c_pad) * 2};
   const uint32_t w_box[2] = {kBK, kBM};
@@ -396,10 +386,49 @@ void launch_wgmma(const WgJob& j, cudaStream_t stream, const char* what) {
   int device = 0, sms = 0;
   check_cuda(cudaGetDevice(&device), what);
   check_cuda(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device), what);
+  const unsigned grid = unsigned(std::min<int64_t>(p.tiles, sms));
+
+  if constexpr (!Tr::kSplit) {
+    if (!src_read_in_place(j) && src_rows_in_place(j)) {
+      // The source's own rows as a 4-D map (L, SG, G, B): a box never crosses into the next group.
+      const uint64_t dims[4] = {uint64_t(j.length), uint64_t(j.src_g), uint64_t(j.groups), uint64_t(j.batch)};
+      const uint64_t strides[3] = {uint64_t(j.src_stride[1]) * 2, uint64_t(j.src_g * j.src_stride[1]) * 2,
+                                   uint64_t(j.src_stride[0]) * 2};
+      const uint32_t box[4] = {64, kBK, 1, 1};
+      const CUtensorMap rows_map = encode_tensor_map(j.src, j.dtype, 4, dims, strides, box, what);
+      check_cuda(cudaFuncSetAttribute(dense_wgmma_conv_rows<T>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                      int(kRowSmemBytes)),
+                 what);
+      dense_wgmma_conv_rows<T><<<grid, kThreads, kRowSmemBytes, stream>>>(w_map, rows_map, p);
+      check_launch(what);
+      return;
+    }
+  }
+
+  // The source as a 4-D map (SG, G, L, B) of channel-last rows: a box never crosses into the next group.
+  const void* src_base = j.src;
+  uint64_t dims[4] = {uint64_t(j.src_g), uint64_t(j.groups), uint64_t(j.length), uint64_t(j.batch)};
+  uint64_t strides[3];
+  if (l.src_copy_elems == 0) {
+    strides[0] = uint64_t(j.groups > 1 ? j.src_g : j.src_stride[2]) * 2;  // a single group: any aligned value
+    strides[1] = uint64_t(j.src_stride[2]) * 2;
+    strides[2] = uint64_t(j.src_stride[0]) * 2;
+  } else {
+    auto* staged = reinterpret_cast<uint16_t*>(static_cast<uint8_t*>(j.workspace) + l.weight_bytes);
+    launch_copy_to_channel_last<T>(j.src, j.src_fp32, j.src_stride, j.groups, j.src_g, l.s8, j.length, j.batch,
+                                 l.src_copy_elems, staged, stream, what);
+    src_base = staged;
+    dims[0] = uint64_t(l.s8);
+    dims[3] = uint64_t(j.batch * Tr::kCopies);  // fp32: the lo copies follow the hi copies
+    strides[0] = uint64_t(l.s8) * 2;
+    strides[1] = uint64_t(j.groups * l.s8) * 2;
+    strides[2] = uint64_t(j.length * j.groups * l.s8) * 2;
+  }
+  const uint32_t box[4] = {kBK, 1, kBN, 1};
+  const CUtensorMap src_map = encode_tensor_map(src_base, mma_dtype, 4, dims, strides, box, what);
   check_cuda(cudaFuncSetAttribute(dense_wgmma_conv<T>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                   int(Tr::kSmemBytes)),
              what);
-  const unsigned grid = unsigned(std::min<int64_t>(p.tiles, sms));
   dense_wgmma_conv<T><<<grid, kThreads, Tr::kSmemBytes, stream>>>(w_map, src_map, p);
   check_launch(what);
 }

@@ -139,6 +139,35 @@ __device__ __forceinline__ void store_two_steps(T* dst, int64_t step_stride, flo
   if (both) dst[step_stride] = from_float<T>(v1);
 }
 
+// A consumer warpgroup's 64 x 256 accumulators (rows cw*64.. of tile c) + bias, activation,
+// stored into y. Accumulator 4j + 2h + e holds row 16*warp + lane/4 + 8h, column 8j + 2*(lane%4) + e.
+template <typename T>
+__device__ __forceinline__ void store_conv_tile(const WgParams& p, const TileCoords& c, const float (&acc)[128],
+                                                int cw) {
+  const int lane = threadIdx.x % 32, warp = (threadIdx.x % 128) / 32;
+  const int32_t t0 = c.tt * kBN + 2 * (lane % 4);
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int32_t o = c.m * kBM + cw * 64 + warp * 16 + lane / 4 + 8 * h;
+    if (o >= p.out_g) continue;
+    const int64_t oc = int64_t(c.g) * p.out_g + o;
+    const float bias = p.bias ? to_float(static_cast<const T*>(p.bias)[oc * p.bias_stride]) : 0.0f;
+    T* row = static_cast<T*>(p.y) + c.b * p.y_stride[0] + oc * p.y_stride[1];
+    const bool paired = p.y_stride[2] == 1 && reinterpret_cast<uintptr_t>(row) % (2 * sizeof(T)) == 0;  // t0 is even
+#pragma unroll
+    for (int j = 0; j < kBN / 8; ++j) {
+      const int32_t t = t0 + 8 * j;
+      if (t >= p.length) continue;
+      float v0 = acc[4 * j + 2 * h] + bias, v1 = acc[4 * j + 2 * h + 1] + bias;
+      if (p.silu) {
+        v0 = silu(v0);
+        v1 = silu(v1);
+      }
+      store_two_steps<T>(row + t * p.y_stride[2], p.y_stride[2], v0, v1, t + 1 < p.length, paired);
+    }
+  }
+}
+
 template <typename T>
 __global__ void __launch_bounds__(kThreads, 1)
     dense_wgmma_conv(const __grid_constant__ CUtensorMap w_map, const __grid_constant__ CUtensorMap src_map,
@@ -182,7 +211,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 
   // Consumers: warpgroup 1 takes rows 0-63 of the tile, warpgroup 2 rows 64-127.
   const int cw = warpgroup - 1;
-  const int lane = threadIdx.x % 32, warp = (threadIdx.x % 128) / 32;
+  const int lane = threadIdx.x % 32;
   int64_t it = 0;
   for (int64_t tile = blockIdx.x; tile < p.tiles; tile += gridDim.x) {
     const TileCoords c = tile_coords(p, tile);
@@ -216,29 +245,176 @@ __global__ void __launch_bounds__(kThreads, 1)
     sm90::fence_registers(acc);
     if (lane == 0) sm90::mbarrier_arrive(&empty[int((it - 1) % Tr::kStages)]);
 
-    // Epilogue: accumulator 4j + 2h + e holds row 16*warp + lane/4 + 8h, column 8j + 2*(lane%4) + e.
-    const int32_t t0 = c.tt * kBN + 2 * (lane % 4);
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int32_t o = c.m * kBM + cw * 64 + warp * 16 + lane / 4 + 8 * h;
-      if (o >= p.out_g) continue;
-      const int64_t oc = int64_t(c.g) * p.out_g + o;
-      const float bias = p.bias ? to_float(static_cast<const T*>(p.bias)[oc * p.bias_stride]) : 0.0f;
-      T* row = static_cast<T*>(p.y) + c.b * p.y_stride[0] + oc * p.y_stride[1];
-      const bool paired =
-          p.y_stride[2] == 1 && reinterpret_cast<uintptr_t>(row) % (2 * sizeof(T)) == 0;  // t0 is even
-#pragma unroll
-      for (int j = 0; j < kBN / 8; ++j) {
-        const int32_t t = t0 + 8 * j;
-        if (t >= p.length) continue;
-        float v0 = acc[4 * j + 2 * h] + bias, v1 = acc[4 * j + 2 * h + 1] + bias;
-        if (p.silu) {
-          v0 = silu(v0);
-          v1 = silu(v1);
+    store_conv_tile<T>(p, c, acc, cw);
+  }
+#endif
+}
+
+// ---- the convolution from channel-first rows (16-bit) --------------------------------
+//
+// The same implicit GEMM, with the source read where it lies: (B, C, L) rows, time innermost,
+// 16-byte aligned. No pre-pass: per (tile, 64-channel chunk) the producer copies a window of
+// kWinSteps steps x 64 channels as kWinBoxes TMA boxes {64 steps, 64 channels} (time innermost,
+// so each box starts on a whole 16 bytes: the window starts at the tile's first step plus
+// shift_base, rounded down to 8), three transposer warps turn it channel-last (ldmatrix.trans +
+// stmatrix: 32 channels x 8 steps per pair, both sides conflict-free under the 128-byte
+// swizzle), and every tap's B operand is that window read from row off0 + k*d: a descriptor
+// start inside the window, the swizzle's phase in its base offset. So x crosses HBM and L2 once
+// per chunk instead of once per tap, and the channel-last copy never leaves shared memory.
+// The weights (A) keep their own 4-stage ring, one stage per (chunk, tap).
+// Requires off0 + (K-1)d + 256 <= kWinSteps, off0 = shift_base - floor8(shift_base).
+constexpr int kWinBoxes = 5;
+constexpr int kWinSteps = kWinBoxes * 64;                      // 320
+constexpr uint32_t kRawBoxBytes = 64 * kBK * 2;                // 8 KiB: 64 channels x 64 steps
+constexpr uint32_t kWinBytes = kWinSteps * kBK * 2;            // 40 KiB, either orientation
+constexpr int kRowAStages = 4, kRowWindows = 2;
+constexpr int kTransposeWarps = 3;                             // warps 1-3 of the producer warpgroup
+constexpr size_t kRowSmemBytes = size_t(kRowAStages) * kATileBytes + size_t(kRowWindows) * 2 * kWinBytes + 1024 +
+                                 2 * (kRowAStages + 2 * kRowWindows) * sizeof(uint64_t);
+
+// The window's first step for tile step t0 (a multiple of 256): t0 + shift_base rounded down to 8.
+__device__ __forceinline__ int32_t window_start(int32_t t0, int32_t shift_base) {
+  const int32_t s = t0 + shift_base;
+  return s >= 0 ? s & ~7 : -((-s + 7) & ~7);
+}
+
+template <typename T>
+__global__ void __launch_bounds__(kThreads, 1)
+    dense_wgmma_conv_rows(const __grid_constant__ CUtensorMap w_map, const __grid_constant__ CUtensorMap src_map,
+                          const WgParams p) {
+#ifdef CAUSALCONV_SM90A
+  static_assert(!std::is_same_v<T, float>, "16-bit sources only: fp32 is split by the staging pre-pass");
+  uint8_t* const smem_raw = sm90::dynamic_shared();
+  uint8_t* const a_stages = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
+  uint8_t* const raw = a_stages + kRowAStages * kATileBytes;  // kRowWindows x (kWinBoxes boxes, channel rows)
+  uint8_t* const win = raw + kRowWindows * kWinBytes;         // kRowWindows x (kWinSteps step rows)
+  uint64_t* const a_full = reinterpret_cast<uint64_t*>(win + kRowWindows * kWinBytes);
+  uint64_t* const a_empty = a_full + kRowAStages;
+  uint64_t* const raw_full = a_empty + kRowAStages;
+  uint64_t* const raw_empty = raw_full + kRowWindows;
+  uint64_t* const win_full = raw_empty + kRowWindows;
+  uint64_t* const win_empty = win_full + kRowWindows;
+  if (threadIdx.x == 0) {
+    sm90::tma_prefetch_descriptor(&w_map);
+    sm90::tma_prefetch_descriptor(&src_map);
+    for (int s = 0; s < kRowAStages; ++s) {
+      sm90::mbarrier_init(&a_full[s], 1);
+      sm90::mbarrier_init(&a_empty[s], kConsumerWarps);
+    }
+    for (int s = 0; s < kRowWindows; ++s) {
+      sm90::mbarrier_init(&raw_full[s], 1);
+      sm90::mbarrier_init(&raw_empty[s], kTransposeWarps);
+      sm90::mbarrier_init(&win_full[s], kTransposeWarps);
+      sm90::mbarrier_init(&win_empty[s], kConsumerWarps);
+    }
+    sm90::mbarrier_init_fence();
+  }
+  __syncthreads();
+
+  const int warpgroup = threadIdx.x / 128, warp = (threadIdx.x % 128) / 32, lane = threadIdx.x % 32;
+  if (warpgroup == 0 && warp == 0) {  // producer: one thread issues every copy
+    if (lane != 0) return;
+    int64_t it_a = 0, it_w = 0;
+    for (int64_t tile = blockIdx.x; tile < p.tiles; tile += gridDim.x) {
+      const TileCoords c = tile_coords(p, tile);
+      const int32_t w0 = window_start(c.tt * kBN, p.shift_base);
+      for (int32_t cc = 0; cc < p.c_chunks; ++cc, ++it_w) {
+        const int rs = int(it_w % kRowWindows);
+        const uint32_t round = uint32_t(it_w / kRowWindows);
+        if (round > 0) sm90::mbarrier_wait(&raw_empty[rs], (round - 1) & 1);
+        sm90::mbarrier_arrive_expect_tx(&raw_full[rs], kWinBytes);
+        for (int box = 0; box < kWinBoxes; ++box)
+          sm90::tma_load_4d(raw + rs * kWinBytes + box * kRawBoxBytes, &src_map, &raw_full[rs], w0 + 64 * box,
+                            cc * kBK, c.g, c.b);
+        for (int32_t k = 0; k < p.width; ++k, ++it_a) {
+          const int slot = int(it_a % kRowAStages);
+          const uint32_t a_round = uint32_t(it_a / kRowAStages);
+          if (a_round > 0) sm90::mbarrier_wait(&a_empty[slot], (a_round - 1) & 1);
+          sm90::mbarrier_arrive_expect_tx(&a_full[slot], kATileBytes);
+          sm90::tma_load_2d(a_stages + slot * kATileBytes, &w_map, &a_full[slot], cc * kBK,
+                            (c.g * p.width + k) * p.o_pad + c.m * kBM);
         }
-        store_two_steps<T>(row + t * p.y_stride[2], p.y_stride[2], v0, v1, t + 1 < p.length, paired);
       }
     }
+    return;
+  }
+
+  if (warpgroup == 0) {  // transposers: raw (channel rows) -> window (step rows)
+    int64_t it_w = 0;
+    const int i = lane / 8, j = lane % 8;  // ldmatrix/stmatrix: matrix i, its row j
+    for (int64_t tile = blockIdx.x; tile < p.tiles; tile += gridDim.x) {
+      for (int32_t cc = 0; cc < p.c_chunks; ++cc, ++it_w) {
+        const int s = int(it_w % kRowWindows);
+        const uint32_t round = uint32_t(it_w / kRowWindows);
+        sm90::mbarrier_wait(&raw_full[s], round & 1);
+        if (round > 0) sm90::mbarrier_wait(&win_empty[s], (round - 1) & 1);
+        const uint32_t src = sm90::smem_u32(raw + s * kWinBytes), dst = sm90::smem_u32(win + s * kWinBytes);
+        // Job: 8 steps (group sg) x 32 channels (half h), four 8x8 matrices, channel group cg = 4h + i.
+        for (int job = warp - 1; job < (kWinSteps / 8) * 2; job += kTransposeWarps) {
+          const int sg = job / 2, cg = (job % 2) * 4 + i;
+          // raw: box sg/8, row = channel 8cg + j, chunk (sg % 8) at its swizzled place.
+          const uint32_t from = src + (sg / 8) * kRawBoxBytes + (8 * cg + j) * 128 + (((sg % 8) ^ j) << 4);
+          // window: row = step 8sg + j (phase j), chunk cg at its swizzled place.
+          const uint32_t to = dst + (8 * sg + j) * 128 + ((cg ^ j) << 4);
+          uint32_t r[4];
+          sm90::ldmatrix_x4_trans(r, from);
+          sm90::stmatrix_x4(to, r);
+        }
+        sm90::fence_proxy_async_shared();  // the window's bytes, before the consumers' wgmma reads them
+        __syncwarp();
+        if (lane == 0) {
+          sm90::mbarrier_arrive(&raw_empty[s]);
+          sm90::mbarrier_arrive(&win_full[s]);
+        }
+      }
+    }
+    return;
+  }
+
+  // Consumers: warpgroup 1 takes rows 0-63 of the tile, warpgroup 2 rows 64-127.
+  const int cw = warpgroup - 1;
+  const int32_t off0 = p.shift_base - window_start(0, p.shift_base);  // the same for every tile
+  int64_t it_a = 0, it_w = 0;
+  for (int64_t tile = blockIdx.x; tile < p.tiles; tile += gridDim.x) {
+    const TileCoords c = tile_coords(p, tile);
+    float acc[128];
+#pragma unroll
+    for (int i = 0; i < 128; ++i) acc[i] = 0.0f;
+    sm90::fence_registers(acc);
+    int prev_slot = -1, prev_win = -1;  // the stage (and, after a chunk's last tap, the window) to release
+    for (int32_t cc = 0; cc < p.c_chunks; ++cc, ++it_w) {
+      const int ws = int(it_w % kRowWindows);
+      sm90::mbarrier_wait(&win_full[ws], uint32_t(it_w / kRowWindows) & 1);
+      const uint32_t window = sm90::smem_u32(win + ws * kWinBytes);
+      for (int32_t k = 0; k < p.width; ++k, ++it_a) {
+        const int slot = int(it_a % kRowAStages);
+        sm90::mbarrier_wait(&a_full[slot], uint32_t(it_a / kRowAStages) & 1);
+        const uint32_t a = sm90::smem_u32(a_stages + slot * kATileBytes) + cw * 64 * 128;
+        const uint32_t b = window + uint32_t(off0 + k * p.dilation) * 128;
+        sm90::wgmma_fence();
+#pragma unroll
+        for (int kk = 0; kk < kBK / 16; ++kk) {
+          const uint64_t da = sm90::smem_descriptor(a + kk * 32, 16, 1024);
+          const uint64_t db = sm90::smem_descriptor(b + kk * 32, 16, 1024, sm90::swizzle_phase(b));
+          sm90::wgmma_m64n256k16<T>(acc, da, db, 1);
+        }
+        sm90::wgmma_commit();
+        sm90::wgmma_wait<1>();  // the previous stage's MMAs are done: release what they read
+        if (prev_slot >= 0 && lane == 0) {
+          sm90::mbarrier_arrive(&a_empty[prev_slot]);
+          if (prev_win >= 0) sm90::mbarrier_arrive(&win_empty[prev_win]);
+        }
+        prev_slot = slot;
+        prev_win = k + 1 == p.width ? ws : -1;
+      }
+    }
+    sm90::wgmma_wait<0>();
+    sm90::fence_registers(acc);
+    if (prev_slot >= 0 && lane == 0) {
+      sm90::mbarrier_arrive(&a_empty[prev_slot]);
+      sm90::mbarrier_arrive(&win_empty[prev_win]);
+    }
+    store_conv_tile<T>(p, c, acc, cw);
   }
 #endif
 }

@@ -23,6 +23,18 @@
 #endif
 
 #ifndef CAUSALCONV_CUDA_EMULATION
+#define CAUSALCONV_SM90_FN __device__ __forceinline__
+#else
+#define CAUSALCONV_SM90_FN inline
+#endif
+
+namespace causalconv::detail::sm90 {
+// The 128-byte swizzle's phase at a shared address: which row of its 8-row period it starts.
+CAUSALCONV_SM90_FN uint32_t swizzle_phase(uint32_t smem_address) { return (smem_address >> 7) & 7; }
+}  // namespace causalconv::detail::sm90
+#undef CAUSALCONV_SM90_FN
+
+#ifndef CAUSALCONV_CUDA_EMULATION
 
 namespace causalconv::detail::sm90 {
 
@@ -94,10 +106,40 @@ __device__ __forceinline__ void tma_prefetch_descriptor(const void* map) {
 // Shared-memory matrix descriptor, 128-byte swizzle. For a K-major operand: rows of 64 16-bit
 // values along the reduction (128 bytes), one row per M or N index, 8-row groups 1024 bytes
 // apart (`stride`); `leading` is unused in this mode. Step the start address by 32 bytes per
-// 16 reduction values.
-__device__ __forceinline__ uint64_t smem_descriptor(uint32_t smem_address, uint32_t leading, uint32_t stride) {
+// 16 reduction values. A start address inside a 1024-byte swizzle period (an operand that
+// begins at row r of a swizzled tile, r % 8 != 0) carries the period's phase, r % 8, as the
+// descriptor's base offset (bits 49-51; swizzle_phase() gives it): the hardware then reads
+// row r + i where the swizzle put it. Tiles and +32-byte reduction steps have phase 0.
+__device__ __forceinline__ uint64_t smem_descriptor(uint32_t smem_address, uint32_t leading, uint32_t stride,
+                                                    uint32_t base_offset = 0) {
   return uint64_t((smem_address & 0x3FFFF) >> 4) | uint64_t((leading >> 4) & 0x3FFF) << 16 |
-         uint64_t((stride >> 4) & 0x3FFF) << 32 | uint64_t(1) << 62;
+         uint64_t((stride >> 4) & 0x3FFF) << 32 | uint64_t(base_offset & 7) << 49 | uint64_t(1) << 62;
+}
+
+// ---- 8x8 16-bit matrix moves between shared memory and registers (a warp) ----
+
+// ldmatrix .x4 .trans: lanes 8i..8i+7 give the addresses of the 8 rows (16 bytes each) of matrix
+// i; register i of lane t receives elements (2(t%4), t/4) and (2(t%4)+1, t/4): row t/4, columns
+// 2(t%4) and 2(t%4)+1 of matrix i's transpose.
+__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], uint32_t smem_address) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(smem_address)
+               : "memory");
+}
+
+// stmatrix .x4: lanes 8i..8i+7 give the row addresses of matrix i; register i of lane t holds
+// row t/4, columns 2(t%4) and 2(t%4)+1 of it (the layout ldmatrix_x4_trans delivers).
+__device__ __forceinline__ void stmatrix_x4(uint32_t smem_address, const uint32_t (&r)[4]) {
+  asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};" ::"r"(smem_address), "r"(r[0]),
+               "r"(r[1]), "r"(r[2]), "r"(r[3])
+               : "memory");
+}
+
+// Orders this thread's ordinary shared-memory writes before later async-proxy reads (wgmma,
+// TMA) of the same bytes: write, fence, then signal the reader through an mbarrier.
+__device__ __forceinline__ void fence_proxy_async_shared() {
+  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
 }
 
 __device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
@@ -380,18 +422,25 @@ inline void tma_prefetch_descriptor(const void*) {}
 
 // ---- wgmma ----
 
-inline uint64_t smem_descriptor(uint32_t smem_address, uint32_t leading, uint32_t stride) {
+inline uint64_t smem_descriptor(uint32_t smem_address, uint32_t leading, uint32_t stride, uint32_t base_offset = 0) {
   return uint64_t((smem_address & 0x3FFFF) >> 4) | uint64_t((leading >> 4) & 0x3FFF) << 16 |
-         uint64_t((stride >> 4) & 0x3FFF) << 32 | uint64_t(1) << 62;
+         uint64_t((stride >> 4) & 0x3FFF) << 32 | uint64_t(base_offset & 7) << 49 | uint64_t(1) << 62;
 }
 
 struct Descriptor {
   uint32_t start, leading, stride;
 };
 
+// Operands are read at their absolute swizzled addresses; a start inside a swizzle period must
+// carry that period's phase as its base offset (what the device function's comment states and
+// tests/cpp/test_sm90_primitives_cuda.cu checks on the GPU).
 inline Descriptor decode_descriptor(uint64_t d) {
   if ((d >> 62) != 1) emulation_fault("only the 128-byte swizzle mode is emulated");
-  return {uint32_t(d & 0x3FFF) << 4, uint32_t((d >> 16) & 0x3FFF) << 4, uint32_t((d >> 32) & 0x3FFF) << 4};
+  const Descriptor desc{uint32_t(d & 0x3FFF) << 4, uint32_t((d >> 16) & 0x3FFF) << 4,
+                        uint32_t((d >> 32) & 0x3FFF) << 4};
+  if (uint32_t((d >> 49) & 7) != swizzle_phase(desc.start))
+    emulation_fault("descriptor base offset is not the start address's swizzle phase");
+  return desc;
 }
 
 template <typename T>
@@ -445,6 +494,37 @@ inline void wgmma_emulated(float* d, uint64_t desc_a, uint64_t desc_b, uint32_t 
       }
     }
 }
+
+// ---- ldmatrix / stmatrix: every lane of the warp calls them; the lanes' addresses are
+// exchanged, then each lane moves its own fragment. Addresses are used as given (they already
+// hold the swizzle's chunk permutation, as on the GPU).
+
+inline uint16_t load16(uint32_t address) {
+  uint16_t v;
+  std::memcpy(&v, shared_origin() + address, 2);
+  return v;
+}
+
+inline void ldmatrix_x4_trans(uint32_t (&r)[4], uint32_t smem_address) {
+  const int t = int(threadIdx.x % 32);
+  for (int i = 0; i < 4; ++i) {
+    const uint32_t row0 = __shfl_sync(0xffffffffu, smem_address, 8 * i + 2 * (t % 4));
+    const uint32_t row1 = __shfl_sync(0xffffffffu, smem_address, 8 * i + 2 * (t % 4) + 1);
+    r[i] = uint32_t(load16(row0 + 2 * uint32_t(t / 4))) | uint32_t(load16(row1 + 2 * uint32_t(t / 4))) << 16;
+  }
+  __syncwarp();  // every lane has read before any lane goes on to write
+}
+
+inline void stmatrix_x4(uint32_t smem_address, const uint32_t (&r)[4]) {
+  const int t = int(threadIdx.x % 32);
+  for (int i = 0; i < 4; ++i) {
+    const uint32_t row = __shfl_sync(0xffffffffu, smem_address, 8 * i + t / 4);
+    std::memcpy(shared_origin() + row + 4 * uint32_t(t % 4), &r[i], 4);
+  }
+  __syncwarp();
+}
+
+inline void fence_proxy_async_shared() {}
 
 inline void wgmma_fence() {}
 inline void wgmma_commit() {}

@@ -8,9 +8,11 @@
 #include "cuda_emulation.h"  // first: it sets up the emulated CUDA built-ins
 
 #define dense_wgmma_conv dense_wgmma_conv_emulated
+#define dense_wgmma_conv_rows dense_wgmma_conv_rows_emulated
 #define dense_wgmma_weight_grad dense_wgmma_weight_grad_emulated
 #include "causal_conv1d/dense_wgmma_kernels.cuh"
 #undef dense_wgmma_conv
+#undef dense_wgmma_conv_rows
 #undef dense_wgmma_weight_grad
 
 #include <gtest/gtest.h>
@@ -123,6 +125,11 @@ std::vector<uint16_t> channel_last(const std::vector<T>& x, int64_t B, int64_t G
 
 // ---- the convolution: forward, or dx as the transposed convolution ----
 
+template <typename T>
+uint16_t nan_bits() {
+  return std::is_same_v<T, __half> ? uint16_t(0x7E00) : uint16_t(0x7FC0);
+}
+
 struct ConvCase {
   bool transposed;
   int64_t batch, groups, cin_g, cout_g, width, dilation, length;
@@ -130,10 +137,13 @@ struct ConvCase {
   unsigned ctas;  // the persistent grid (at most the tile count)
 };
 
+// rows: the source read from its own (B, C, L) rows by dense_wgmma_conv_rows (16-bit), rows padded
+// to a 16-byte pitch with NaN that must never be read; else channel-last as the pre-pass stages it.
 template <typename T>
-void run_conv(const ConvCase& cs) {
+void run_conv(const ConvCase& cs, bool rows = false) {
   using Tr = detail::WgTraits<T>;
-  SCOPED_TRACE(::testing::Message() << name_of<T>() << (cs.transposed ? " dx" : " forward") << " B" << cs.batch
+  SCOPED_TRACE(::testing::Message() << name_of<T>() << (rows ? " rows" : " staged")
+                                    << (cs.transposed ? " dx" : " forward") << " B" << cs.batch
                                     << " G" << cs.groups << " Cin/g " << cs.cin_g << " Cout/g " << cs.cout_g << " K"
                                     << cs.width << " d" << cs.dilation << " L" << cs.length << " bias " << cs.bias
                                     << " silu " << cs.silu << " ctas " << cs.ctas);
@@ -168,10 +178,19 @@ void run_conv(const ConvCase& cs) {
         }
   const int64_t s8 = (src_g + 7) / 8 * 8;
   const std::vector<uint16_t> staged = channel_last<T>(src_e, B, G, src_g, L, s8);
-  const CUtensorMap src_map = sm90::emulated_tensor_map(
-      tensor_map(staged.data(), 4, {uint64_t(s8), uint64_t(G), uint64_t(L), uint64_t(B * kCopies<T>)},
-                 {uint64_t(s8) * 2, uint64_t(G * s8) * 2, uint64_t(L * G * s8) * 2},
-                 {uint32_t(detail::kBK), 1, uint32_t(detail::kBN), 1}));
+  const int64_t src_pitch = (L + 7) / 8 * 8 + 8, src_channels = G * src_g;
+  std::vector<uint16_t> src_rows(size_t(B * src_channels * src_pitch), nan_bits<T>());
+  for (int64_t r = 0; r < B * src_channels; ++r)
+    for (int64_t t = 0; t < L; ++t) std::memcpy(&src_rows[size_t(r * src_pitch + t)], &src_e[size_t(r * L + t)], 2);
+  const CUtensorMap src_map =
+      rows ? sm90::emulated_tensor_map(tensor_map(
+                 src_rows.data(), 4, {uint64_t(L), uint64_t(src_g), uint64_t(G), uint64_t(B)},
+                 {uint64_t(src_pitch) * 2, uint64_t(src_g * src_pitch) * 2, uint64_t(src_channels * src_pitch) * 2},
+                 {64, uint32_t(detail::kBK), 1, 1}))
+           : sm90::emulated_tensor_map(
+                 tensor_map(staged.data(), 4, {uint64_t(s8), uint64_t(G), uint64_t(L), uint64_t(B * kCopies<T>)},
+                            {uint64_t(s8) * 2, uint64_t(G * s8) * 2, uint64_t(L * G * s8) * 2},
+                            {uint32_t(detail::kBK), 1, uint32_t(detail::kBN), 1}));
   const CUtensorMap w_map = sm90::emulated_tensor_map(
       tensor_map(weights.data(), 2, {uint64_t(c_pad), uint64_t(weight_elems / c_pad * kCopies<T>)},
                  {uint64_t(c_pad) * 2}, {uint32_t(detail::kBK), uint32_t(detail::kBM)}));
@@ -204,8 +223,15 @@ void run_conv(const ConvCase& cs) {
   p.silu = cs.silu && !cs.transposed;
   p.tiles = int64_t(p.o_tiles) * p.t_tiles * B * G;
   const unsigned grid = unsigned(std::min<int64_t>(p.tiles, cs.ctas));
-  emu::launch({grid, 1, 1}, detail::kThreads, Tr::kSmemBytes,
-              [&] { detail::dense_wgmma_conv_emulated<T>(w_map, src_map, p); });
+  if constexpr (!std::is_same_v<T, float>) {
+    if (rows) {
+      emu::launch({grid, 1, 1}, detail::kThreads, detail::kRowSmemBytes,
+                  [&] { detail::dense_wgmma_conv_rows_emulated<T>(w_map, src_map, p); });
+    }
+  }
+  if (!rows)
+    emu::launch({grid, 1, 1}, detail::kThreads, Tr::kSmemBytes,
+                [&] { detail::dense_wgmma_conv_emulated<T>(w_map, src_map, p); });
 
   // The reference, and its magnitude: the same operator on |inputs| (no activation).
   HostTensor ref({B, channels, L}), mag({B, channels, L});
@@ -248,7 +274,7 @@ void run_conv(const ConvCase& cs) {
     if ((row >= B * channels || t >= L) && widen(dst[size_t(i)]) != widen(sentinel)) ++touched;
   }
   EXPECT_EQ(touched, 0) << "wrote outside the destination's elements";
-  std::printf("[ dense_wgmma ] %s %s: max |error| / magnitude %.3g\n", name_of<T>(),
+  std::printf("[ dense_wgmma ] %s %s %s: max |error| / magnitude %.3g\n", name_of<T>(), rows ? "rows" : "staged",
               cs.transposed ? "dx" : "forward", worst);
 }
 
@@ -258,11 +284,6 @@ struct DwCase {
   int64_t batch, groups, cin_g, cout_g, width, dilation, length;
   bool grad_in_place;  // 16-bit dy read by TMA where it lies (else staged rows, as stage_rows)
 };
-
-template <typename T>
-uint16_t nan_bits() {
-  return std::is_same_v<T, __half> ? uint16_t(0x7E00) : uint16_t(0x7FC0);
-}
 
 template <typename T>
 void run_weight_grad(const DwCase& cs) {
@@ -374,6 +395,12 @@ const ConvCase kDx[] = {
     {true, 1, 1, 136, 72, 3, 1, 100, false, false, 1},
     {true, 1, 2, 48, 40, 7, 1, 70, false, false, 3},
 };
+// The rows kernel's window: its widest reach (off0 + (K-1)d = 6 + 58 = 64 steps), several tiles
+// per CTA through both windows of the ring, two source chunks.
+const ConvCase kRowsForward[] = {
+    {false, 1, 1, 72, 40, 3, 29, 600, true, false, 2},
+    {false, 2, 1, 136, 48, 4, 1, 520, false, true, 1},
+};
 const DwCase kWeightGrad[] = {
     {2, 2, 48, 40, 3, 1, 100, true},
     {1, 1, 72, 136, 7, 3, 150, false},
@@ -390,6 +417,17 @@ TEST(DenseWgmmaEmulated, ForwardFp16) {
 TEST(DenseWgmmaEmulated, ForwardFp32) {
   run_conv<float>(kForward[0]);
   run_conv<float>(kForward[1]);
+}
+TEST(DenseWgmmaEmulated, ForwardFromRowsBf16) {
+  for (const auto& cs : kForward) run_conv<__nv_bfloat16>(cs, true);
+  for (const auto& cs : kRowsForward) run_conv<__nv_bfloat16>(cs, true);
+}
+TEST(DenseWgmmaEmulated, ForwardFromRowsFp16) {
+  run_conv<__half>(kForward[1], true);
+  run_conv<__half>(kRowsForward[0], true);
+}
+TEST(DenseWgmmaEmulated, DxFromRowsBf16) {
+  for (const auto& cs : kDx) run_conv<__nv_bfloat16>(cs, true);
 }
 TEST(DenseWgmmaEmulated, DxBf16) {
   for (const auto& cs : kDx) run_conv<__nv_bfloat16>(cs);
