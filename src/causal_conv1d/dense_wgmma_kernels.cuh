@@ -259,7 +259,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 // shift_base, rounded down to 8), three transposer warps turn it channel-last (ldmatrix.trans +
 // stmatrix: 32 channels x 8 steps per pair, both sides conflict-free under the 128-byte
 // swizzle), and every tap's B operand is that window read from row off0 + k*d: a descriptor
-// start inside the window, the swizzle's phase in its base offset. So x crosses HBM and L2 once
+// start inside the window (any row: the swizzle follows absolute addresses). So x crosses HBM and L2 once
 // per chunk instead of once per tap, and the channel-last copy never leaves shared memory.
 // The weights (A) keep their own 4-stage ring, one stage per (chunk, tap).
 // Requires off0 + (K-1)d + 256 <= kWinSteps, off0 = shift_base - floor8(shift_base).
@@ -395,7 +395,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
         for (int kk = 0; kk < kBK / 16; ++kk) {
           const uint64_t da = sm90::smem_descriptor(a + kk * 32, 16, 1024);
-          const uint64_t db = sm90::smem_descriptor(b + kk * 32, 16, 1024, sm90::swizzle_phase(b));
+          const uint64_t db = sm90::smem_descriptor(b + kk * 32, 16, 1024);
           sm90::wgmma_m64n256k16<T>(acc, da, db, 1);
         }
         sm90::wgmma_commit();

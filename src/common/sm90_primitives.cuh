@@ -23,18 +23,6 @@
 #endif
 
 #ifndef CAUSALCONV_CUDA_EMULATION
-#define CAUSALCONV_SM90_FN __device__ __forceinline__
-#else
-#define CAUSALCONV_SM90_FN inline
-#endif
-
-namespace causalconv::detail::sm90 {
-// The 128-byte swizzle's phase at a shared address: which row of its 8-row period it starts.
-CAUSALCONV_SM90_FN uint32_t swizzle_phase(uint32_t smem_address) { return (smem_address >> 7) & 7; }
-}  // namespace causalconv::detail::sm90
-#undef CAUSALCONV_SM90_FN
-
-#ifndef CAUSALCONV_CUDA_EMULATION
 
 namespace causalconv::detail::sm90 {
 
@@ -106,14 +94,13 @@ __device__ __forceinline__ void tma_prefetch_descriptor(const void* map) {
 // Shared-memory matrix descriptor, 128-byte swizzle. For a K-major operand: rows of 64 16-bit
 // values along the reduction (128 bytes), one row per M or N index, 8-row groups 1024 bytes
 // apart (`stride`); `leading` is unused in this mode. Step the start address by 32 bytes per
-// 16 reduction values. A start address inside a 1024-byte swizzle period (an operand that
-// begins at row r of a swizzled tile, r % 8 != 0) carries the period's phase, r % 8, as the
-// descriptor's base offset (bits 49-51; swizzle_phase() gives it): the hardware then reads
-// row r + i where the swizzle put it. Tiles and +32-byte reduction steps have phase 0.
-__device__ __forceinline__ uint64_t smem_descriptor(uint32_t smem_address, uint32_t leading, uint32_t stride,
-                                                    uint32_t base_offset = 0) {
+// 16 reduction values. The swizzle applies to absolute address bits, so an operand may start at
+// any row r of a swizzled tile (start + r * 128, r % 8 != 0 included) with the base offset
+// (bits 49-51) left 0: measured on the H200 (tests/cpp/test_sm90_primitives_cuda.cu), where
+// setting it to the period's phase, r % 8, reads the wrong rows.
+__device__ __forceinline__ uint64_t smem_descriptor(uint32_t smem_address, uint32_t leading, uint32_t stride) {
   return uint64_t((smem_address & 0x3FFFF) >> 4) | uint64_t((leading >> 4) & 0x3FFF) << 16 |
-         uint64_t((stride >> 4) & 0x3FFF) << 32 | uint64_t(base_offset & 7) << 49 | uint64_t(1) << 62;
+         uint64_t((stride >> 4) & 0x3FFF) << 32 | uint64_t(1) << 62;
 }
 
 // ---- 8x8 16-bit matrix moves between shared memory and registers (a warp) ----
@@ -422,25 +409,21 @@ inline void tma_prefetch_descriptor(const void*) {}
 
 // ---- wgmma ----
 
-inline uint64_t smem_descriptor(uint32_t smem_address, uint32_t leading, uint32_t stride, uint32_t base_offset = 0) {
+inline uint64_t smem_descriptor(uint32_t smem_address, uint32_t leading, uint32_t stride) {
   return uint64_t((smem_address & 0x3FFFF) >> 4) | uint64_t((leading >> 4) & 0x3FFF) << 16 |
-         uint64_t((stride >> 4) & 0x3FFF) << 32 | uint64_t(base_offset & 7) << 49 | uint64_t(1) << 62;
+         uint64_t((stride >> 4) & 0x3FFF) << 32 | uint64_t(1) << 62;
 }
 
 struct Descriptor {
   uint32_t start, leading, stride;
 };
 
-// Operands are read at their absolute swizzled addresses; a start inside a swizzle period must
-// carry that period's phase as its base offset (what the device function's comment states and
-// tests/cpp/test_sm90_primitives_cuda.cu checks on the GPU).
+// Operands are read at their absolute swizzled addresses, whatever row they start at, with a
+// zero base offset (as the H200 does: tests/cpp/test_sm90_primitives_cuda.cu).
 inline Descriptor decode_descriptor(uint64_t d) {
   if ((d >> 62) != 1) emulation_fault("only the 128-byte swizzle mode is emulated");
-  const Descriptor desc{uint32_t(d & 0x3FFF) << 4, uint32_t((d >> 16) & 0x3FFF) << 4,
-                        uint32_t((d >> 32) & 0x3FFF) << 4};
-  if (uint32_t((d >> 49) & 7) != swizzle_phase(desc.start))
-    emulation_fault("descriptor base offset is not the start address's swizzle phase");
-  return desc;
+  if ((d >> 49) & 7) emulation_fault("a nonzero descriptor base offset (the H200 reads the wrong rows with one)");
+  return {uint32_t(d & 0x3FFF) << 4, uint32_t((d >> 16) & 0x3FFF) << 4, uint32_t((d >> 32) & 0x3FFF) << 4};
 }
 
 template <typename T>
