@@ -557,15 +557,26 @@ void launch_wgmma_weight_grad(const DenseBackwardParams& b, const void* grad, bo
   p.dilation = int32_t(g.dilation);
   p.o_tiles = int32_t(l.o_tiles);
   p.c_chunks = int32_t(l.c_chunks);
-  p.k_chunks = int32_t(l.k_chunks);
   p.t_units = int32_t(l.t_units);
   p.parts = int32_t(l.parts);
-  check_cuda(cudaFuncSetAttribute(dense_wgmma_weight_grad<T>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                  int(Tr::kSmemBytes)),
-             what);
-  const dim3 grid(unsigned(g.groups * l.o_tiles * l.c_chunks * l.k_chunks), unsigned(l.parts));
-  dense_wgmma_weight_grad<T><<<grid, kThreads, Tr::kSmemBytes, stream>>>(g_map, x_map, p);
-  check_launch(what);
+  DwLaunch launches[2];
+  for (int i = 0, n = dw_launches(int(g.width), launches); i < n; ++i) {
+    p.q_base = launches[i].q_base;
+    p.q_count = launches[i].q_count;
+    auto launch = [&](auto kernel) {
+      check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(Tr::kSmemBytes)),
+                 what);
+      const dim3 grid(unsigned(g.groups * l.o_tiles * l.c_chunks * p.q_count), unsigned(l.parts));
+      kernel<<<grid, kThreads, Tr::kSmemBytes, stream>>>(g_map, x_map, p);
+      check_launch(what);
+    };
+    switch (launches[i].taps) {
+      case 1: launch(dense_wgmma_weight_grad<T, 1>); break;
+      case 2: launch(dense_wgmma_weight_grad<T, 2>); break;
+      case 3: launch(dense_wgmma_weight_grad<T, 3>); break;
+      default: launch(dense_wgmma_weight_grad<T, 4>); break;
+    }
+  }
 }
 
 }  // namespace

@@ -423,7 +423,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 //
 //   dW[g*D + o, s, k] = sum_{b, t} G[b, g*D + o, t] * X[b, g*S + s, t - (K-1-k) d],   dbias[o] = sum G[b, o, t]
 //
-// A GEMM over B x L per (group, 128 outputs, 64 sources, up to 4 taps): M = o, N = s per tap,
+// A GEMM over B x L per (group, 128 outputs, 64 sources, kTaps <= 4 taps): M = o, N = s per tap,
 // reduction = time in units of 64 steps of one batch row. Per unit:
 //   A: G[b][o][t0, +64), 128 x 64, K-major (time is G's innermost axis; t0 is a multiple of 64);
 //   B_k: x rows t0 - (K-1-k)d + [0, 64) of the channel-last x staged for the forward, 64 sources
@@ -433,6 +433,10 @@ __global__ void __launch_bounds__(kThreads, 1)
 // layout (parts x (C_out*S*K, then C_out)); its ordered reduction makes the result bitwise
 // reproducible. In the CTAs of the first source chunk and tap chunk, two idle producer warps
 // sum G's rows from the staged tiles (dbias).
+// The tap count is a template parameter: with a run-time bound on the accumulator sets in use,
+// ptxas cannot tell which registers the asynchronous wgmmas own and fences every one of them
+// (warning C7519). A width-K call launches full 4-tap chunks and, if K % 4, one launch of the
+// last chunk (dw_launches).
 constexpr int kDwSteps = 64;
 constexpr int kDwTaps = 4;
 constexpr uint32_t kDwBBytes = kDwSteps * kBK * 2;  // 8 KiB: one tap's x rows
@@ -445,8 +449,20 @@ struct DwParams {
   int64_t part_elems;  // C_out*S*K + C_out
   int64_t units;       // batch * t_units
   int32_t batch, groups, out_g, in_g, width, dilation;
-  int32_t o_tiles, c_chunks, k_chunks, t_units, parts;
+  int32_t o_tiles, c_chunks, t_units, parts;
+  int32_t q_base, q_count;  // this launch's tap chunks: q_base .. q_base + q_count - 1
 };
+
+// The launches of a width-`width` weight gradient: {taps per CTA, first tap chunk, chunks}.
+struct DwLaunch {
+  int taps, q_base, q_count;
+};
+inline int dw_launches(int width, DwLaunch (&out)[2]) {
+  int n = 0;
+  if (width / kDwTaps > 0) out[n++] = {kDwTaps, 0, width / kDwTaps};
+  if (width % kDwTaps > 0) out[n++] = {width % kDwTaps, width / kDwTaps, 1};
+  return n;
+}
 
 // Sum of the 64 16-bit values of one 128-byte row of a staged tile (any order: the swizzle only
 // permutes 16-byte chunks within the row).
@@ -463,7 +479,7 @@ __device__ __forceinline__ float row_sum(const uint8_t* row) {
   return sum;
 }
 
-template <typename T>
+template <typename T, int kTaps>
 __global__ void __launch_bounds__(kThreads, 1)
     dense_wgmma_weight_grad(const __grid_constant__ CUtensorMap g_map, const __grid_constant__ CUtensorMap x_map,
                             const DwParams p) {
@@ -472,13 +488,13 @@ __global__ void __launch_bounds__(kThreads, 1)
   using Mma = typename Tr::Mma;
   uint8_t* const smem_raw = sm90::dynamic_shared();
   int32_t rest = blockIdx.x;
-  const int32_t q = rest % p.k_chunks;
-  rest /= p.k_chunks;
+  const int32_t q = p.q_base + rest % p.q_count;
+  rest /= p.q_count;
   const int32_t c = rest % p.c_chunks;
   rest /= p.c_chunks;
   const int32_t m = rest % p.o_tiles, g = rest / p.o_tiles;
   const int32_t part = blockIdx.y;
-  const int taps = min(kDwTaps, p.width - q * kDwTaps);
+  static_assert(kTaps >= 1 && kTaps <= kDwTaps, "1 to 4 taps per CTA");
   const bool bias_tile = c == 0 && q == 0;
   const int64_t u0 = part * p.units / p.parts, u1 = (part + 1) * p.units / p.parts;
 
@@ -491,7 +507,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 
   if (warpgroup == 0) {
     if (threadIdx.x == 0) {  // producer
-      const uint32_t bytes = Tr::kCopies * (kATileBytes + taps * kDwBBytes);
+      const uint32_t bytes = Tr::kCopies * (kATileBytes + kTaps * kDwBBytes);
       for (int64_t u = u0; u < u1; ++u) {
         const int64_t it = u - u0;
         const int slot = int(it % Tr::kStages);
@@ -502,7 +518,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         sm90::mbarrier_arrive_expect_tx(&full[slot], bytes);
         for (int copy = 0; copy < Tr::kCopies; ++copy) {
           sm90::tma_load_4d(st + copy * kATileBytes, &g_map, &full[slot], t0, m * kBM, g, b + copy * p.batch);
-          for (int j = 0; j < taps; ++j) {
+          for (int j = 0; j < kTaps; ++j) {
             const int32_t k = q * kDwTaps + j;
             sm90::tma_load_4d(st + Tr::kCopies * kATileBytes + (copy * kDwTaps + j) * kDwBBytes, &x_map, &full[slot],
                               c * kBK, g, t0 - (p.width - 1 - k) * p.dilation, b + copy * p.batch);
@@ -533,9 +549,9 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
 
   const int cw = warpgroup - 1;
-  float acc[kDwTaps][32];
+  float acc[kTaps][32];
 #pragma unroll
-  for (int j = 0; j < kDwTaps; ++j) {
+  for (int j = 0; j < kTaps; ++j) {
 #pragma unroll
     for (int i = 0; i < 32; ++i) acc[j][i] = 0.0f;
     sm90::fence_registers(acc[j]);
@@ -551,8 +567,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     for (int kk = 0; kk < kDwSteps / 16; ++kk) {
       const uint64_t da = sm90::smem_descriptor(a_hi + kk * 32, 16, 1024);
 #pragma unroll
-      for (int j = 0; j < kDwTaps; ++j) {
-        if (j >= taps) break;
+      for (int j = 0; j < kTaps; ++j) {
         const uint64_t db = sm90::smem_descriptor(b_hi + j * kDwBBytes + kk * 2048, kDwBBytes, 1024);
         sm90::wgmma_m64n64k16_bt<Mma>(acc[j], da, db, 1);
         if constexpr (Tr::kSplit) {
@@ -570,14 +585,13 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
   sm90::wgmma_wait<0>();
 #pragma unroll
-  for (int j = 0; j < kDwTaps; ++j) sm90::fence_registers(acc[j]);
+  for (int j = 0; j < kTaps; ++j) sm90::fence_registers(acc[j]);
   if (u1 > u0 && lane == 0) sm90::mbarrier_arrive(&empty[int((u1 - u0 - 1) % Tr::kStages)]);
 
   // Accumulator 4i + 2h + e of tap j: output row 16*warp + lane/4 + 8h, source 8i + 2*(lane%4) + e.
   float* out = p.partials + part * p.part_elems;
 #pragma unroll
-  for (int j = 0; j < kDwTaps; ++j) {
-    if (j >= taps) break;
+  for (int j = 0; j < kTaps; ++j) {
     const int32_t k = q * kDwTaps + j;
 #pragma unroll
     for (int h = 0; h < 2; ++h) {

@@ -348,11 +348,23 @@ void run_weight_grad(const DwCase& cs) {
   p.dilation = int32_t(dil);
   p.o_tiles = int32_t(o_tiles);
   p.c_chunks = int32_t(c_chunks);
-  p.k_chunks = int32_t(k_chunks);
   p.t_units = int32_t(t_units);
   p.parts = int32_t(parts);
-  emu::launch({unsigned(ctas), unsigned(parts), 1}, detail::kThreads, Tr::kSmemBytes,
-              [&] { detail::dense_wgmma_weight_grad_emulated<T>(g_map, x_map, p); });
+  detail::DwLaunch launches[2];  // as launch_wgmma_weight_grad: full 4-tap chunks, then the rest
+  for (int i = 0, n = detail::dw_launches(int(K), launches); i < n; ++i) {
+    p.q_base = launches[i].q_base;
+    p.q_count = launches[i].q_count;
+    const unsigned grid = unsigned(G * o_tiles * c_chunks * p.q_count);
+    auto launch = [&](auto kernel) {
+      emu::launch({grid, unsigned(parts), 1}, detail::kThreads, Tr::kSmemBytes, [&] { kernel(g_map, x_map, p); });
+    };
+    switch (launches[i].taps) {
+      case 1: launch(detail::dense_wgmma_weight_grad_emulated<T, 1>); break;
+      case 2: launch(detail::dense_wgmma_weight_grad_emulated<T, 2>); break;
+      case 3: launch(detail::dense_wgmma_weight_grad_emulated<T, 3>); break;
+      default: launch(detail::dense_wgmma_weight_grad_emulated<T, 4>); break;
+    }
+  }
 
   HostTensor dw_ref({cout, S, K}), db_ref({cout}), dw_mag({cout, S, K}), db_mag({cout});
   CausalConv1dBackwardArgs args{x.view(), w.view(), std::nullopt, dy.view(), std::nullopt, dw_ref.view(),
@@ -383,7 +395,7 @@ void run_weight_grad(const DwCase& cs) {
 }
 
 // Channels per group not multiples of 64/128 (and above them: two source chunks, two output
-// tiles), K in {1, 3, 4, 7}, dilations 1 and 3, L not a multiple of 256 (dweight: of 64).
+// tiles), K in {1, 3, 4, 7} (dweight also 9), dilations 1 to 3, L not a multiple of 256 (dweight: of 64).
 const ConvCase kForward[] = {
     {false, 2, 2, 48, 40, 3, 1, 300, true, true, 3},
     {false, 1, 1, 72, 136, 4, 3, 257, true, false, 2},
@@ -406,6 +418,7 @@ const DwCase kWeightGrad[] = {
     {1, 1, 72, 136, 7, 3, 150, false},
     {1, 2, 40, 48, 1, 1, 70, true},
     {1, 1, 48, 40, 4, 3, 130, false},
+    {1, 1, 40, 48, 9, 2, 90, true},  // two full 4-tap chunks in one launch, then one tap
 };
 
 TEST(DenseWgmmaEmulated, ForwardBf16) {
