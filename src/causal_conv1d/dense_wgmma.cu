@@ -269,12 +269,19 @@ bool src_read_in_place(const WgJob& j) {
          j.src_stride[0] >= 0 && j.src_stride[0] % 8 == 0 && (j.groups == 1 || j.src_g % 8 == 0);
 }
 
-// A 16-bit channel-first source whose rows the convolution kernel can copy and transpose itself
-// (dense_wgmma_conv_rows): unit time stride, 16-byte aligned base and row strides, and every
-// tap inside the kernel's window of steps.
+// fp32 sources through dense_wgmma_conv_rows (the window builders split x into bf16 hi/lo
+// themselves) are emulation-tested (test_dense_wgmma_emulated.cpp) but have not yet run on a
+// GPU; until then fp32 takes the staging pre-pass. Turn on after the H200 check listed in
+// docs/performance.md (dense, session 4).
+constexpr bool kDenseFp32FromRows = false;
+
+// A channel-first source (of the dtype's own type) whose rows the convolution kernel can copy
+// and transpose itself (dense_wgmma_conv_rows): unit time stride, 16-byte aligned base and row
+// strides, and every tap inside the kernel's window of steps.
 bool src_rows_in_place(const WgJob& j) {
-  if (j.dtype == DType::f32 || j.src_fp32 || j.src_stride[2] != 1 || reinterpret_cast<uintptr_t>(j.src) % 16 != 0 ||
-      j.src_stride[1] <= 0 || j.src_stride[1] % 8 != 0 || j.src_stride[0] < 0 || j.src_stride[0] % 8 != 0)
+  const int64_t vec = j.dtype == DType::f32 ? 4 : 8;  // elements per 16 bytes
+  if ((j.dtype == DType::f32 && !kDenseFp32FromRows) || j.src_fp32 || j.src_stride[2] != 1 || reinterpret_cast<uintptr_t>(j.src) % 16 != 0 || j.src_stride[1] <= 0 ||
+      j.src_stride[1] % vec != 0 || j.src_stride[0] < 0 || j.src_stride[0] % vec != 0)
     return false;
   const int64_t shift_base = j.transposed ? 0 : -(j.width - 1) * j.dilation;
   const int64_t off0 = ((shift_base % 8) + 8) % 8;  // shift_base minus shift_base rounded down to 8
@@ -388,21 +395,26 @@ void launch_wgmma(const WgJob& j, cudaStream_t stream, const char* what) {
   check_cuda(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device), what);
   const unsigned grid = unsigned(std::min<int64_t>(p.tiles, sms));
 
-  if constexpr (!Tr::kSplit) {
-    if (!src_read_in_place(j) && src_rows_in_place(j)) {
-      // The source's own rows as a 4-D map (L, SG, G, B): a box never crosses into the next group.
+  if (!src_read_in_place(j) && src_rows_in_place(j)) {
+    // 16-bit: the source's own rows as a 4-D map (L, SG, G, B) for TMA (a box never crosses into
+    // the next group); fp32: the kernel loads the rows itself (the weight map stands in).
+    CUtensorMap rows_map = w_map;
+    if constexpr (!Tr::kSplit) {
       const uint64_t dims[4] = {uint64_t(j.length), uint64_t(j.src_g), uint64_t(j.groups), uint64_t(j.batch)};
       const uint64_t strides[3] = {uint64_t(j.src_stride[1]) * 2, uint64_t(j.src_g * j.src_stride[1]) * 2,
                                    uint64_t(j.src_stride[0]) * 2};
       const uint32_t box[4] = {64, kBK, 1, 1};
-      const CUtensorMap rows_map = encode_tensor_map(j.src, j.dtype, 4, dims, strides, box, what);
-      check_cuda(cudaFuncSetAttribute(dense_wgmma_conv_rows<T>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                      int(kRowSmemBytes)),
-                 what);
-      dense_wgmma_conv_rows<T><<<grid, kThreads, kRowSmemBytes, stream>>>(w_map, rows_map, p);
-      check_launch(what);
-      return;
+      rows_map = encode_tensor_map(j.src, j.dtype, 4, dims, strides, box, what);
     }
+    p.src = j.src;
+    for (int d = 0; d < 3; ++d) p.src_stride[d] = j.src_stride[d];
+    p.in_g = int32_t(j.src_g);
+    constexpr size_t smem = RowTraits<T>::kSmemBytes;
+    check_cuda(cudaFuncSetAttribute(dense_wgmma_conv_rows<T>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)),
+               what);
+    dense_wgmma_conv_rows<T><<<grid, kThreads, smem, stream>>>(w_map, rows_map, p);
+    check_launch(what);
+    return;
   }
 
   // The source as a 4-D map (SG, G, L, B) of channel-last rows: a box never crosses into the next group.

@@ -105,6 +105,10 @@ struct WgParams {
   int32_t w_lo_rows;   // row offset of the lo copy in the weight map (fp32)
   int32_t shift_base;  // tap k reads source step t + shift_base + k*d
   bool silu;
+  // fp32 dense_wgmma_conv_rows only: the source rows it loads itself, and channels per group.
+  const void* src;
+  int64_t src_stride[3];
+  int32_t in_g;
 };
 
 struct TileCoords {
@@ -250,27 +254,48 @@ __global__ void __launch_bounds__(kThreads, 1)
 #endif
 }
 
-// ---- the convolution from channel-first rows (16-bit) --------------------------------
+// ---- the convolution from channel-first rows ------------------------------------------
 //
 // The same implicit GEMM, with the source read where it lies: (B, C, L) rows, time innermost,
-// 16-byte aligned. No pre-pass: per (tile, 64-channel chunk) the producer copies a window of
-// kWinSteps steps x 64 channels as kWinBoxes TMA boxes {64 steps, 64 channels} (time innermost,
-// so each box starts on a whole 16 bytes: the window starts at the tile's first step plus
-// shift_base, rounded down to 8), three transposer warps turn it channel-last (ldmatrix.trans +
-// stmatrix: 32 channels x 8 steps per pair, both sides conflict-free under the 128-byte
-// swizzle), and every tap's B operand is that window read from row off0 + k*d: a descriptor
-// start inside the window (any row: the swizzle follows absolute addresses). So x crosses HBM and L2 once
-// per chunk instead of once per tap, and the channel-last copy never leaves shared memory.
-// The weights (A) keep their own 4-stage ring, one stage per (chunk, tap).
+// 16-byte aligned. No pre-pass: per (tile, 64-channel chunk) three warps of the producer
+// warpgroup build a channel-last window of kWinSteps steps x 64 channels in shared memory
+// (the window starts at the tile's first step plus shift_base, rounded down to 8), and every
+// tap's B operand is that window read from row off0 + k*d: a descriptor start inside the
+// window (any row: the swizzle follows absolute addresses). So x crosses HBM and L2 once per
+// chunk instead of once per tap, and no channel-last copy is written to HBM.
+//  * 16-bit: the producer thread copies the window as kWinBoxes TMA boxes {64 steps, 64
+//    channels} (time innermost: each box starts on a whole 16 bytes) into a raw buffer; the
+//    three warps transpose it (ldmatrix.trans + stmatrix: 32 channels x 8 steps per pair,
+//    both sides conflict-free under the 128-byte swizzle).
+//  * fp32: the three warps load the rows themselves (a lane: two channels x 8 steps, four
+//    16-byte loads), split each value into bf16 hi + lo and store channel pairs into the hi
+//    and lo windows (a warp writes one whole 128-byte row per store); three products per
+//    reduction step, as dense_wgmma_conv.
+// The weights (A) keep their own ring, one stage per (chunk, tap).
 // Requires off0 + (K-1)d + 256 <= kWinSteps, off0 = shift_base - floor8(shift_base).
 constexpr int kWinBoxes = 5;
 constexpr int kWinSteps = kWinBoxes * 64;                      // 320
-constexpr uint32_t kRawBoxBytes = 64 * kBK * 2;                // 8 KiB: 64 channels x 64 steps
-constexpr uint32_t kWinBytes = kWinSteps * kBK * 2;            // 40 KiB, either orientation
-constexpr int kRowAStages = 4, kRowWindows = 2;
+constexpr uint32_t kRawBoxBytes = 64 * kBK * 2;                // 8 KiB: 64 channels x 64 steps (16-bit)
+constexpr uint32_t kWinBytes = kWinSteps * kBK * 2;            // 40 KiB per 16-bit copy, either orientation
+constexpr int kRowWindows = 2;
 constexpr int kTransposeWarps = 3;                             // warps 1-3 of the producer warpgroup
-constexpr size_t kRowSmemBytes = size_t(kRowAStages) * kATileBytes + size_t(kRowWindows) * 2 * kWinBytes + 1024 +
-                                 2 * (kRowAStages + 2 * kRowWindows) * sizeof(uint64_t);
+
+// Shared memory of dense_wgmma_conv_rows<T>: the weight ring, the raw TMA windows (16-bit),
+// the channel-last windows (fp32: hi and lo), then the mbarriers.
+template <typename T>
+struct RowTraits {
+  static constexpr bool kSplit = std::is_same_v<T, float>;
+  using Mma = std::conditional_t<kSplit, __nv_bfloat16, T>;
+  static constexpr int kCopies = kSplit ? 2 : 1;
+  static constexpr int kAStages = kSplit ? 2 : 4;
+  static constexpr uint32_t kAStageBytes = kCopies * kATileBytes;
+  static constexpr uint32_t kRawBytes = kSplit ? 0 : kWinBytes;       // per window slot
+  static constexpr uint32_t kWindowBytes = kCopies * kWinBytes;       // per window slot
+  static constexpr int kBarriers = 2 * kAStages + 4 * kRowWindows;
+  static constexpr size_t kSmemBytes = size_t(kAStages) * kAStageBytes +
+                                       size_t(kRowWindows) * (kRawBytes + kWindowBytes) + 1024 +
+                                       kBarriers * sizeof(uint64_t);
+};
 
 // The window's first step for tile step t0 (a multiple of 256): t0 + shift_base rounded down to 8.
 __device__ __forceinline__ int32_t window_start(int32_t t0, int32_t shift_base) {
@@ -278,26 +303,50 @@ __device__ __forceinline__ int32_t window_start(int32_t t0, int32_t shift_base) 
   return s >= 0 ? s & ~7 : -((-s + 7) & ~7);
 }
 
+// Eight fp32 steps t .. t+7 of a source row (zero outside [0, length) and for a dead row):
+// two 16-byte loads when all are inside (t is a multiple of 8, rows 16-byte aligned).
+__device__ __forceinline__ void load_eight_steps(const float* row, int32_t t, int32_t length, bool live,
+                                                 float (&v)[8]) {
+  if (live && t >= 0 && t + 8 <= length) {
+    const float4 a = *reinterpret_cast<const float4*>(row + t);
+    const float4 b = *reinterpret_cast<const float4*>(row + t + 4);
+    v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
+    return;
+  }
+#pragma unroll
+  for (int e = 0; e < 8; ++e) v[e] = live && t + e >= 0 && t + e < length ? row[t + e] : 0.0f;
+}
+
+// bf16 hi and lo of two values, packed as (first, second).
+__device__ __forceinline__ void split_pair(float a, float b, uint32_t& hi, uint32_t& lo) {
+  const __nv_bfloat16 ha = __float2bfloat16_rn(a), hb = __float2bfloat16_rn(b);
+  const __nv_bfloat16 la = __float2bfloat16_rn(a - __bfloat162float(ha)),
+                      lb = __float2bfloat16_rn(b - __bfloat162float(hb));
+  hi = uint32_t(__bfloat16_as_ushort(ha)) | uint32_t(__bfloat16_as_ushort(hb)) << 16;
+  lo = uint32_t(__bfloat16_as_ushort(la)) | uint32_t(__bfloat16_as_ushort(lb)) << 16;
+}
+
 template <typename T>
 __global__ void __launch_bounds__(kThreads, 1)
     dense_wgmma_conv_rows(const __grid_constant__ CUtensorMap w_map, const __grid_constant__ CUtensorMap src_map,
                           const WgParams p) {
 #ifdef CAUSALCONV_SM90A
-  static_assert(!std::is_same_v<T, float>, "16-bit sources only: fp32 is split by the staging pre-pass");
+  using Tr = RowTraits<T>;
+  using Mma = typename Tr::Mma;
   uint8_t* const smem_raw = sm90::dynamic_shared();
   uint8_t* const a_stages = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
-  uint8_t* const raw = a_stages + kRowAStages * kATileBytes;  // kRowWindows x (kWinBoxes boxes, channel rows)
-  uint8_t* const win = raw + kRowWindows * kWinBytes;         // kRowWindows x (kWinSteps step rows)
-  uint64_t* const a_full = reinterpret_cast<uint64_t*>(win + kRowWindows * kWinBytes);
-  uint64_t* const a_empty = a_full + kRowAStages;
-  uint64_t* const raw_full = a_empty + kRowAStages;
+  uint8_t* const raw = a_stages + Tr::kAStages * Tr::kAStageBytes;  // kRowWindows x (boxes of channel rows)
+  uint8_t* const win = raw + kRowWindows * Tr::kRawBytes;           // kRowWindows x (copies of step rows)
+  uint64_t* const a_full = reinterpret_cast<uint64_t*>(win + kRowWindows * Tr::kWindowBytes);
+  uint64_t* const a_empty = a_full + Tr::kAStages;
+  uint64_t* const raw_full = a_empty + Tr::kAStages;
   uint64_t* const raw_empty = raw_full + kRowWindows;
   uint64_t* const win_full = raw_empty + kRowWindows;
   uint64_t* const win_empty = win_full + kRowWindows;
   if (threadIdx.x == 0) {
     sm90::tma_prefetch_descriptor(&w_map);
-    sm90::tma_prefetch_descriptor(&src_map);
-    for (int s = 0; s < kRowAStages; ++s) {
+    if constexpr (!Tr::kSplit) sm90::tma_prefetch_descriptor(&src_map);
+    for (int s = 0; s < Tr::kAStages; ++s) {
       sm90::mbarrier_init(&a_full[s], 1);
       sm90::mbarrier_init(&a_empty[s], kConsumerWarps);
     }
@@ -319,51 +368,93 @@ __global__ void __launch_bounds__(kThreads, 1)
       const TileCoords c = tile_coords(p, tile);
       const int32_t w0 = window_start(c.tt * kBN, p.shift_base);
       for (int32_t cc = 0; cc < p.c_chunks; ++cc, ++it_w) {
-        const int rs = int(it_w % kRowWindows);
-        const uint32_t round = uint32_t(it_w / kRowWindows);
-        if (round > 0) sm90::mbarrier_wait(&raw_empty[rs], (round - 1) & 1);
-        sm90::mbarrier_arrive_expect_tx(&raw_full[rs], kWinBytes);
-        for (int box = 0; box < kWinBoxes; ++box)
-          sm90::tma_load_4d(raw + rs * kWinBytes + box * kRawBoxBytes, &src_map, &raw_full[rs], w0 + 64 * box,
-                            cc * kBK, c.g, c.b);
+        if constexpr (!Tr::kSplit) {
+          const int rs = int(it_w % kRowWindows);
+          const uint32_t round = uint32_t(it_w / kRowWindows);
+          if (round > 0) sm90::mbarrier_wait(&raw_empty[rs], (round - 1) & 1);
+          sm90::mbarrier_arrive_expect_tx(&raw_full[rs], kWinBytes);
+          for (int box = 0; box < kWinBoxes; ++box)
+            sm90::tma_load_4d(raw + rs * kWinBytes + box * kRawBoxBytes, &src_map, &raw_full[rs], w0 + 64 * box,
+                              cc * kBK, c.g, c.b);
+        }
         for (int32_t k = 0; k < p.width; ++k, ++it_a) {
-          const int slot = int(it_a % kRowAStages);
-          const uint32_t a_round = uint32_t(it_a / kRowAStages);
+          const int slot = int(it_a % Tr::kAStages);
+          const uint32_t a_round = uint32_t(it_a / Tr::kAStages);
           if (a_round > 0) sm90::mbarrier_wait(&a_empty[slot], (a_round - 1) & 1);
-          sm90::mbarrier_arrive_expect_tx(&a_full[slot], kATileBytes);
-          sm90::tma_load_2d(a_stages + slot * kATileBytes, &w_map, &a_full[slot], cc * kBK,
-                            (c.g * p.width + k) * p.o_pad + c.m * kBM);
+          sm90::mbarrier_arrive_expect_tx(&a_full[slot], Tr::kAStageBytes);
+          for (int copy = 0; copy < Tr::kCopies; ++copy)
+            sm90::tma_load_2d(a_stages + slot * Tr::kAStageBytes + copy * kATileBytes, &w_map, &a_full[slot],
+                              cc * kBK, (c.g * p.width + k) * p.o_pad + c.m * kBM + copy * p.w_lo_rows);
         }
       }
     }
     return;
   }
 
-  if (warpgroup == 0) {  // transposers: raw (channel rows) -> window (step rows)
+  if (warpgroup == 0) {  // window builders: warps 1-3
     int64_t it_w = 0;
-    const int i = lane / 8, j = lane % 8;  // ldmatrix/stmatrix: matrix i, its row j
     for (int64_t tile = blockIdx.x; tile < p.tiles; tile += gridDim.x) {
+      const TileCoords c = tile_coords(p, tile);
+      const int32_t w0 = window_start(c.tt * kBN, p.shift_base);
       for (int32_t cc = 0; cc < p.c_chunks; ++cc, ++it_w) {
         const int s = int(it_w % kRowWindows);
         const uint32_t round = uint32_t(it_w / kRowWindows);
-        sm90::mbarrier_wait(&raw_full[s], round & 1);
+        if constexpr (!Tr::kSplit) sm90::mbarrier_wait(&raw_full[s], round & 1);
         if (round > 0) sm90::mbarrier_wait(&win_empty[s], (round - 1) & 1);
-        const uint32_t src = sm90::smem_u32(raw + s * kWinBytes), dst = sm90::smem_u32(win + s * kWinBytes);
-        // Job: 8 steps (group sg) x 32 channels (half h), four 8x8 matrices, channel group cg = 4h + i.
-        for (int job = warp - 1; job < (kWinSteps / 8) * 2; job += kTransposeWarps) {
-          const int sg = job / 2, cg = (job % 2) * 4 + i;
-          // raw: box sg/8, row = channel 8cg + j, chunk (sg % 8) at its swizzled place.
-          const uint32_t from = src + (sg / 8) * kRawBoxBytes + (8 * cg + j) * 128 + (((sg % 8) ^ j) << 4);
-          // window: row = step 8sg + j (phase j), chunk cg at its swizzled place.
-          const uint32_t to = dst + (8 * sg + j) * 128 + ((cg ^ j) << 4);
-          uint32_t r[4];
-          sm90::ldmatrix_x4_trans(r, from);
-          sm90::stmatrix_x4(to, r);
+        const uint32_t dst = sm90::smem_u32(win + s * Tr::kWindowBytes);
+        if constexpr (!Tr::kSplit) {
+          // Job: 8 steps (group sg) x 32 channels (half), four 8x8 matrices, channel group cg = 4 half + i.
+          const uint32_t src = sm90::smem_u32(raw + s * kWinBytes);
+          const int i = lane / 8, j = lane % 8;  // ldmatrix/stmatrix: matrix i, its row j
+          for (int job = warp - 1; job < (kWinSteps / 8) * 2; job += kTransposeWarps) {
+            const int sg = job / 2, cg = (job % 2) * 4 + i;
+            // raw: box sg/8, row = channel 8cg + j, chunk (sg % 8) at its swizzled place.
+            const uint32_t from = src + (sg / 8) * kRawBoxBytes + (8 * cg + j) * 128 + (((sg % 8) ^ j) << 4);
+            // window: row = step 8sg + j (phase j), chunk cg at its swizzled place.
+            const uint32_t to = dst + (8 * sg + j) * 128 + ((cg ^ j) << 4);
+            uint32_t r[4];
+            sm90::ldmatrix_x4_trans(r, from);
+            sm90::stmatrix_x4(to, r);
+          }
+        } else {
+          // Lane: channels 2*lane, 2*lane + 1 of the chunk; job: 8 steps.
+          const int32_t s0 = cc * kBK + 2 * lane;
+          const float* row0 = static_cast<const float*>(p.src) + c.b * p.src_stride[0] +
+                              (int64_t(c.g) * p.in_g + s0) * p.src_stride[1];
+          uint8_t* const hi = win + s * Tr::kWindowBytes;
+          // kBatch jobs' loads in flight before their stores: the window must be ready within
+          // the previous chunk's MMAs, and each load is a trip to L2 or HBM.
+          constexpr int kBatch = 4, kStride = kTransposeWarps * kBatch;
+          for (int first = warp - 1; first < kWinSteps / 8; first += kStride) {
+            float v[kBatch][2][8];
+#pragma unroll
+            for (int b = 0; b < kBatch; ++b) {
+              const int oct = first + b * kTransposeWarps;
+              const bool in_window = oct < kWinSteps / 8;
+              load_eight_steps(row0, w0 + 8 * oct, p.length, in_window && s0 < p.in_g, v[b][0]);
+              load_eight_steps(row0 + p.src_stride[1], w0 + 8 * oct, p.length, in_window && s0 + 1 < p.in_g, v[b][1]);
+            }
+#pragma unroll
+            for (int b = 0; b < kBatch; ++b) {
+              const int oct = first + b * kTransposeWarps;
+              if (oct >= kWinSteps / 8) break;
+#pragma unroll
+              for (int e = 0; e < 8; ++e) {
+                const int r = 8 * oct + e;
+                const uint32_t at = uint32_t(r) * 128 + ((uint32_t(lane / 4) ^ uint32_t(r % 8)) << 4) + (lane % 4) * 4;
+                uint32_t h, l;
+                split_pair(v[b][0][e], v[b][1][e], h, l);
+                *reinterpret_cast<uint32_t*>(hi + at) = h;
+                *reinterpret_cast<uint32_t*>(hi + kWinBytes + at) = l;
+              }
+            }
+          }
+          (void)dst;
         }
         sm90::fence_proxy_async_shared();  // the window's bytes, before the consumers' wgmma reads them
         __syncwarp();
         if (lane == 0) {
-          sm90::mbarrier_arrive(&raw_empty[s]);
+          if constexpr (!Tr::kSplit) sm90::mbarrier_arrive(&raw_empty[s]);
           sm90::mbarrier_arrive(&win_full[s]);
         }
       }
@@ -385,18 +476,24 @@ __global__ void __launch_bounds__(kThreads, 1)
     for (int32_t cc = 0; cc < p.c_chunks; ++cc, ++it_w) {
       const int ws = int(it_w % kRowWindows);
       sm90::mbarrier_wait(&win_full[ws], uint32_t(it_w / kRowWindows) & 1);
-      const uint32_t window = sm90::smem_u32(win + ws * kWinBytes);
+      const uint32_t window = sm90::smem_u32(win + ws * Tr::kWindowBytes);
       for (int32_t k = 0; k < p.width; ++k, ++it_a) {
-        const int slot = int(it_a % kRowAStages);
-        sm90::mbarrier_wait(&a_full[slot], uint32_t(it_a / kRowAStages) & 1);
-        const uint32_t a = sm90::smem_u32(a_stages + slot * kATileBytes) + cw * 64 * 128;
+        const int slot = int(it_a % Tr::kAStages);
+        sm90::mbarrier_wait(&a_full[slot], uint32_t(it_a / Tr::kAStages) & 1);
+        const uint32_t a = sm90::smem_u32(a_stages + slot * Tr::kAStageBytes) + cw * 64 * 128;
         const uint32_t b = window + uint32_t(off0 + k * p.dilation) * 128;
         sm90::wgmma_fence();
 #pragma unroll
         for (int kk = 0; kk < kBK / 16; ++kk) {
           const uint64_t da = sm90::smem_descriptor(a + kk * 32, 16, 1024);
           const uint64_t db = sm90::smem_descriptor(b + kk * 32, 16, 1024);
-          sm90::wgmma_m64n256k16<T>(acc, da, db, 1);
+          sm90::wgmma_m64n256k16<Mma>(acc, da, db, 1);
+          if constexpr (Tr::kSplit) {
+            const uint64_t da_lo = sm90::smem_descriptor(a + kATileBytes + kk * 32, 16, 1024);
+            const uint64_t db_lo = sm90::smem_descriptor(b + kWinBytes + kk * 32, 16, 1024);
+            sm90::wgmma_m64n256k16<Mma>(acc, da, db_lo, 1);
+            sm90::wgmma_m64n256k16<Mma>(acc, da_lo, db, 1);
+          }
         }
         sm90::wgmma_commit();
         sm90::wgmma_wait<1>();  // the previous stage's MMAs are done: release what they read

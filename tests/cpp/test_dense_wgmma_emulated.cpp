@@ -137,8 +137,8 @@ struct ConvCase {
   unsigned ctas;  // the persistent grid (at most the tile count)
 };
 
-// rows: the source read from its own (B, C, L) rows by dense_wgmma_conv_rows (16-bit), rows padded
-// to a 16-byte pitch with NaN that must never be read; else channel-last as the pre-pass stages it.
+// rows: the source read from its own (B, C, L) rows by dense_wgmma_conv_rows, rows padded to a
+// 16-byte pitch with NaN that must never be read; else channel-last as the pre-pass stages it.
 template <typename T>
 void run_conv(const ConvCase& cs, bool rows = false) {
   using Tr = detail::WgTraits<T>;
@@ -179,11 +179,11 @@ void run_conv(const ConvCase& cs, bool rows = false) {
   const int64_t s8 = (src_g + 7) / 8 * 8;
   const std::vector<uint16_t> staged = channel_last<T>(src_e, B, G, src_g, L, s8);
   const int64_t src_pitch = (L + 7) / 8 * 8 + 8, src_channels = G * src_g;
-  std::vector<uint16_t> src_rows(size_t(B * src_channels * src_pitch), nan_bits<T>());
+  std::vector<T> src_rows(size_t(B * src_channels * src_pitch), test::round_to(T{}, std::nan("")));
   for (int64_t r = 0; r < B * src_channels; ++r)
-    for (int64_t t = 0; t < L; ++t) std::memcpy(&src_rows[size_t(r * src_pitch + t)], &src_e[size_t(r * L + t)], 2);
+    for (int64_t t = 0; t < L; ++t) src_rows[size_t(r * src_pitch + t)] = src_e[size_t(r * L + t)];
   const CUtensorMap src_map =
-      rows ? sm90::emulated_tensor_map(tensor_map(
+      rows && !std::is_same_v<T, float> ? sm90::emulated_tensor_map(tensor_map(
                  src_rows.data(), 4, {uint64_t(L), uint64_t(src_g), uint64_t(G), uint64_t(B)},
                  {uint64_t(src_pitch) * 2, uint64_t(src_g * src_pitch) * 2, uint64_t(src_channels * src_pitch) * 2},
                  {64, uint32_t(detail::kBK), 1, 1}))
@@ -223,15 +223,18 @@ void run_conv(const ConvCase& cs, bool rows = false) {
   p.silu = cs.silu && !cs.transposed;
   p.tiles = int64_t(p.o_tiles) * p.t_tiles * B * G;
   const unsigned grid = unsigned(std::min<int64_t>(p.tiles, cs.ctas));
-  if constexpr (!std::is_same_v<T, float>) {
-    if (rows) {
-      emu::launch({grid, 1, 1}, detail::kThreads, detail::kRowSmemBytes,
-                  [&] { detail::dense_wgmma_conv_rows_emulated<T>(w_map, src_map, p); });
-    }
-  }
-  if (!rows)
+  if (rows) {
+    p.src = src_rows.data();
+    p.src_stride[0] = src_channels * src_pitch;
+    p.src_stride[1] = src_pitch;
+    p.src_stride[2] = 1;
+    p.in_g = int32_t(src_g);
+    emu::launch({grid, 1, 1}, detail::kThreads, detail::RowTraits<T>::kSmemBytes,
+                [&] { detail::dense_wgmma_conv_rows_emulated<T>(w_map, src_map, p); });
+  } else {
     emu::launch({grid, 1, 1}, detail::kThreads, Tr::kSmemBytes,
                 [&] { detail::dense_wgmma_conv_emulated<T>(w_map, src_map, p); });
+  }
 
   // The reference, and its magnitude: the same operator on |inputs| (no activation).
   HostTensor ref({B, channels, L}), mag({B, channels, L});
@@ -439,9 +442,15 @@ TEST(DenseWgmmaEmulated, ForwardFromRowsFp16) {
   run_conv<__half>(kForward[1], true);
   run_conv<__half>(kRowsForward[0], true);
 }
+TEST(DenseWgmmaEmulated, ForwardFromRowsFp32) {
+  run_conv<float>(kForward[0], true);
+  run_conv<float>(kForward[3], true);
+  for (const auto& cs : kRowsForward) run_conv<float>(cs, true);
+}
 TEST(DenseWgmmaEmulated, DxFromRowsBf16) {
   for (const auto& cs : kDx) run_conv<__nv_bfloat16>(cs, true);
 }
+TEST(DenseWgmmaEmulated, DxFromRowsFp32) { run_conv<float>(kDx[0], true); }
 TEST(DenseWgmmaEmulated, DxBf16) {
   for (const auto& cs : kDx) run_conv<__nv_bfloat16>(cs);
 }
