@@ -288,10 +288,13 @@ struct DwCase {
   bool grad_in_place;  // 16-bit dy read by TMA where it lies (else staged rows, as stage_rows)
 };
 
+// x_rows: x read from its own rows by the kernel (kFromRows, 16-bit; rows padded to a 16-byte
+// pitch with NaN that must never be read); else channel-last as the forward stages it.
 template <typename T>
-void run_weight_grad(const DwCase& cs) {
+void run_weight_grad(const DwCase& cs, bool x_rows = false) {
   using Tr = detail::DwTraits<T>;
-  SCOPED_TRACE(::testing::Message() << name_of<T>() << " dweight B" << cs.batch << " G" << cs.groups << " Cin/g "
+  SCOPED_TRACE(::testing::Message() << name_of<T>() << (x_rows ? " x rows" : " x staged") << " dweight B"
+                                    << cs.batch << " G" << cs.groups << " Cin/g "
                                     << cs.cin_g << " Cout/g " << cs.cout_g << " K" << cs.width << " d"
                                     << cs.dilation << " L" << cs.length << " in place " << cs.grad_in_place);
   const int64_t B = cs.batch, G = cs.groups, K = cs.width, L = cs.length, dil = cs.dilation;
@@ -307,10 +310,20 @@ void run_weight_grad(const DwCase& cs) {
   // x, channel-last as the forward stages it.
   const int64_t s8 = (S + 7) / 8 * 8;
   const std::vector<uint16_t> x_staged = channel_last<T>(x_e, B, G, S, L, s8);
-  const CUtensorMap x_map = sm90::emulated_tensor_map(
-      tensor_map(x_staged.data(), 4, {uint64_t(s8), uint64_t(G), uint64_t(L), uint64_t(B * kCopies<T>)},
-                 {uint64_t(s8) * 2, uint64_t(G * s8) * 2, uint64_t(L * G * s8) * 2},
-                 {uint32_t(detail::kBK), 1, uint32_t(detail::kDwSteps), 1}));
+  const int64_t x_pitch = (L + 7) / 8 * 8 + 8;
+  std::vector<T> x_rows_buf(size_t(B * cin * x_pitch), test::round_to(T{}, std::nan("")));
+  for (int64_t r = 0; r < B * cin; ++r)
+    for (int64_t t = 0; t < L; ++t) x_rows_buf[size_t(r * x_pitch + t)] = x_e[size_t(r * L + t)];
+  const CUtensorMap x_map =
+      x_rows ? sm90::emulated_tensor_map(tensor_map(x_rows_buf.data(), 4,
+                                                    {uint64_t(L), uint64_t(S), uint64_t(G), uint64_t(B)},
+                                                    {uint64_t(x_pitch) * 2, uint64_t(S * x_pitch) * 2,
+                                                     uint64_t(cin * x_pitch) * 2},
+                                                    {64, uint32_t(detail::kBK), 1, 1}))
+             : sm90::emulated_tensor_map(
+                   tensor_map(x_staged.data(), 4, {uint64_t(s8), uint64_t(G), uint64_t(L), uint64_t(B * kCopies<T>)},
+                              {uint64_t(s8) * 2, uint64_t(G * s8) * 2, uint64_t(L * G * s8) * 2},
+                              {uint32_t(detail::kBK), 1, uint32_t(detail::kDwSteps), 1}));
 
   // The gradient rows, time innermost: in place (a row pitch past L, padding NaN), or staged as
   // stage_rows writes them (pitch rounded up to 8; the padding is never written there: NaN here).
@@ -358,15 +371,26 @@ void run_weight_grad(const DwCase& cs) {
     p.q_base = launches[i].q_base;
     p.q_count = launches[i].q_count;
     const unsigned grid = unsigned(G * o_tiles * c_chunks * p.q_count);
-    auto launch = [&](auto kernel) {
-      emu::launch({grid, unsigned(parts), 1}, detail::kThreads, Tr::kSmemBytes, [&] { kernel(g_map, x_map, p); });
+    auto launch = [&](auto kernel, size_t smem) {
+      emu::launch({grid, unsigned(parts), 1}, detail::kThreads, smem, [&] { kernel(g_map, x_map, p); });
     };
-    switch (launches[i].taps) {
-      case 1: launch(detail::dense_wgmma_weight_grad_emulated<T, 1>); break;
-      case 2: launch(detail::dense_wgmma_weight_grad_emulated<T, 2>); break;
-      case 3: launch(detail::dense_wgmma_weight_grad_emulated<T, 3>); break;
-      default: launch(detail::dense_wgmma_weight_grad_emulated<T, 4>); break;
+    auto launch_taps = [&](auto from_rows) {
+      constexpr bool kRows = decltype(from_rows)::value;
+      constexpr size_t smem = detail::dw_smem_bytes<T, kRows>();
+      switch (launches[i].taps) {
+        case 1: launch(detail::dense_wgmma_weight_grad_emulated<T, 1, kRows>, smem); break;
+        case 2: launch(detail::dense_wgmma_weight_grad_emulated<T, 2, kRows>, smem); break;
+        case 3: launch(detail::dense_wgmma_weight_grad_emulated<T, 3, kRows>, smem); break;
+        default: launch(detail::dense_wgmma_weight_grad_emulated<T, 4, kRows>, smem); break;
+      }
+    };
+    if constexpr (!std::is_same_v<T, float>) {
+      if (x_rows) {
+        launch_taps(std::true_type{});
+        continue;
+      }
     }
+    launch_taps(std::false_type{});
   }
 
   HostTensor dw_ref({cout, S, K}), db_ref({cout}), dw_mag({cout, S, K}), db_mag({cout});
@@ -393,8 +417,8 @@ void run_weight_grad(const DwCase& cs) {
   for (int64_t i = 0; i < cout * S * K; ++i) check("dweight", i, i, dw_ref.flat(i), dw_mag.flat(i));
   for (int64_t o = 0; o < cout; ++o) check("dbias", cout * S * K + o, o, db_ref(o), db_mag(o));
   EXPECT_EQ(bad, 0);
-  std::printf("[ dense_wgmma ] %s dweight/dbias (%lld parts): max |error| / magnitude %.3g\n", name_of<T>(),
-              static_cast<long long>(parts), worst);
+  std::printf("[ dense_wgmma ] %s %s dweight/dbias (%lld parts): max |error| / magnitude %.3g\n", name_of<T>(),
+              x_rows ? "x rows" : "x staged", static_cast<long long>(parts), worst);
 }
 
 // Channels per group not multiples of 64/128 (and above them: two source chunks, two output
@@ -459,6 +483,12 @@ TEST(DenseWgmmaEmulated, DxFp32) { run_conv<float>(kDx[0]); }
 TEST(DenseWgmmaEmulated, WeightGradBf16) {
   for (const auto& cs : kWeightGrad) run_weight_grad<__nv_bfloat16>(cs);
 }
+// x from rows: the cases above, and a CTA's widest window (off0 + 3d + 64 = 7 + 57 + 64 = 128).
+TEST(DenseWgmmaEmulated, WeightGradFromRowsBf16) {
+  for (const auto& cs : kWeightGrad) run_weight_grad<__nv_bfloat16>(cs, true);
+  run_weight_grad<__nv_bfloat16>({1, 1, 40, 48, 4, 19, 300, true}, true);
+}
+TEST(DenseWgmmaEmulated, WeightGradFromRowsFp16) { run_weight_grad<__half>(kWeightGrad[1], true); }
 TEST(DenseWgmmaEmulated, WeightGradFp16) {
   run_weight_grad<__half>(kWeightGrad[0]);
   run_weight_grad<__half>(kWeightGrad[1]);

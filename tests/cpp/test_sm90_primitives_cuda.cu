@@ -4,6 +4,8 @@
 //    with a zero descriptor base offset: the swizzle follows absolute address bits
 //    (dense_wgmma_conv_rows reads every tap's operand that way, from one window). Measured on
 //    the H200: setting the base offset to the period's phase, r % 8, reads the wrong rows;
+//  * the same for an N-major B operand (rows = reduction index), as the weight-gradient kernel
+//    reads x rows from its window (not yet run on a GPU when written);
 //  * ldmatrix.trans + stmatrix turning a channel-row tile into a step-row tile, both swizzled.
 // Skipped without a GPU, on other architectures, and in builds without sm_90a code.
 #include <cuda_bf16.h>
@@ -63,6 +65,33 @@ __global__ void wgmma_from_row_kernel(int r0, float* out, int* ran) {
 #endif
 }
 
+// D[64 x 64] = A[64 x 16] B[16 x 64] with B N-major: reduction rows r0 .. r0+15 of a swizzled
+// tile of 64-value rows (dense_wgmma_weight_grad reads each tap's x rows this way from its window).
+__global__ void wgmma_n_major_from_row_kernel(int r0, float* out, int* ran) {
+#ifdef CAUSALCONV_SM90A
+  uint8_t* const a = aligned_shared();
+  uint8_t* const b = a + kARows * 128;
+  for (int i = threadIdx.x; i < kARows * 64; i += blockDim.x)
+    *reinterpret_cast<__nv_bfloat16*>(a + swizzled_offset(i / 64, i % 64)) = __float2bfloat16(a_value(i / 64, i % 64));
+  for (int i = threadIdx.x; i < kBRows * 64; i += blockDim.x)
+    *reinterpret_cast<__nv_bfloat16*>(b + swizzled_offset(i / 64, i % 64)) = __float2bfloat16(b_value(i / 64, i % 64));
+  sm90::fence_proxy_async_shared();
+  __syncthreads();
+  float acc[32];
+  for (int i = 0; i < 32; ++i) acc[i] = 0.0f;
+  sm90::fence_registers(acc);
+  const uint64_t da = sm90::smem_descriptor(sm90::smem_u32(a), 16, 1024);
+  const uint64_t db = sm90::smem_descriptor(sm90::smem_u32(b) + uint32_t(r0) * 128, 8192, 1024);
+  sm90::wgmma_fence();
+  sm90::wgmma_m64n64k16_bt<__nv_bfloat16>(acc, da, db, 0);
+  sm90::wgmma_commit();
+  sm90::wgmma_wait<0>();
+  sm90::fence_registers(acc);
+  for (int i = 0; i < 32; ++i) out[threadIdx.x * 32 + i] = acc[i];
+  if (threadIdx.x == 0) *ran = 1;
+#endif
+}
+
 // One warp: a 64 x 64 tile (rows = channels, 64 steps each) -> its transpose (rows = steps), both
 // swizzled, as dense_wgmma_conv_rows's transposers do: 32 channels x 8 steps per instruction pair.
 __global__ void transpose_kernel(const uint16_t* in, uint16_t* out, int* ran) {
@@ -106,27 +135,33 @@ struct DeviceBuffers {
 };
 
 // Mismatches of the wgmma result against the exact product, for operand start row r0.
-int64_t wgmma_mismatches(int r0, bool& ran) {
+// n_major: the m64n64 product with B N-major (reduction rows from r0); else m64n256, B K-major
+// (output columns from row r0).
+int64_t wgmma_mismatches(int r0, bool& ran, bool n_major = false) {
+  const int n = n_major ? 64 : 256, per_thread = n / 2;
   DeviceBuffers d;
-  EXPECT_EQ(cudaMalloc(&d.out, 128 * 128 * sizeof(float)), cudaSuccess);
+  EXPECT_EQ(cudaMalloc(&d.out, 128 * per_thread * sizeof(float)), cudaSuccess);
   EXPECT_EQ(cudaMalloc(&d.ran, sizeof(int)), cudaSuccess);
   EXPECT_EQ(cudaMemset(d.ran, 0, sizeof(int)), cudaSuccess);
   const size_t smem = 1024 + (kARows + kBRows) * 128;
-  wgmma_from_row_kernel<<<1, 128, smem>>>(r0, d.out, d.ran);
+  if (n_major)
+    wgmma_n_major_from_row_kernel<<<1, 128, smem>>>(r0, d.out, d.ran);
+  else
+    wgmma_from_row_kernel<<<1, 128, smem>>>(r0, d.out, d.ran);
   EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-  std::vector<float> got(128 * 128);
+  std::vector<float> got(size_t(128) * per_thread);
   int flag = 0;
   EXPECT_EQ(cudaMemcpy(got.data(), d.out, got.size() * sizeof(float), cudaMemcpyDeviceToHost), cudaSuccess);
   EXPECT_EQ(cudaMemcpy(&flag, d.ran, sizeof(int), cudaMemcpyDeviceToHost), cudaSuccess);
   ran = flag == 1;
   int64_t bad = 0;
   for (int t = 0; t < 128; ++t)
-    for (int i = 0; i < 128; ++i) {
+    for (int i = 0; i < per_thread; ++i) {
       const int w = t / 32, l = t % 32, jn = i / 4, h = (i / 2) % 2, e = i % 2;
-      const int m = 16 * w + l / 4 + 8 * h, n = 8 * jn + 2 * (l % 4) + e;
+      const int m = 16 * w + l / 4 + 8 * h, col = 8 * jn + 2 * (l % 4) + e;
       float want = 0.0f;
-      for (int k = 0; k < 16; ++k) want += a_value(m, k) * b_value(r0 + n, k);
-      bad += got[size_t(t) * 128 + i] != want;
+      for (int k = 0; k < 16; ++k) want += a_value(m, k) * (n_major ? b_value(r0 + k, col) : b_value(r0 + col, k));
+      bad += got[size_t(t) * per_thread + i] != want;
     }
   return bad;
 }
@@ -138,6 +173,16 @@ TEST(Sm90PrimitivesCuda, WgmmaReadsAnOperandStartingInsideASwizzlePeriod) {
     const int64_t bad = wgmma_mismatches(r0, ran);
     if (!ran) GTEST_SKIP() << "this build has no sm_90a code (CMAKE_CUDA_ARCHITECTURES without 90a)";
     EXPECT_EQ(bad, 0) << "operand from row " << r0;
+  }
+}
+
+TEST(Sm90PrimitivesCuda, WgmmaReadsAnNMajorOperandStartingInsideASwizzlePeriod) {
+  REQUIRE_SM90();
+  for (int r0 : {0, 1, 3, 7, 8, 13, 57}) {
+    bool ran = false;
+    const int64_t bad = wgmma_mismatches(r0, ran, true);
+    if (!ran) GTEST_SKIP() << "this build has no sm_90a code (CMAKE_CUDA_ARCHITECTURES without 90a)";
+    EXPECT_EQ(bad, 0) << "N-major operand from reduction row " << r0;
   }
 }
 
