@@ -174,6 +174,27 @@ __device__ __forceinline__ void store_conv_tile(const WgParams& p, const TileCoo
   }
 }
 
+// One reduction stage's MMAs into a consumer warpgroup's 64 x 256 accumulators: A at `a` (the
+// warpgroup's 64 rows), B at `b`, both K-major over kBK reduction values; fp32 (kSplit): the lo
+// copies kATileBytes / b_lo bytes further, three products per step. Committed as one group.
+template <typename Mma, bool kSplit>
+__device__ __forceinline__ void conv_stage_mma(float (&acc)[128], uint32_t a, uint32_t b, uint32_t b_lo) {
+  sm90::wgmma_fence();
+#pragma unroll
+  for (int kk = 0; kk < kBK / 16; ++kk) {
+    const uint64_t da = sm90::smem_descriptor(a + kk * 32, 16, 1024);
+    const uint64_t db = sm90::smem_descriptor(b + kk * 32, 16, 1024);
+    sm90::wgmma_m64n256k16<Mma>(acc, da, db, 1);
+    if constexpr (kSplit) {
+      const uint64_t da_lo = sm90::smem_descriptor(a + kATileBytes + kk * 32, 16, 1024);
+      const uint64_t db_lo = sm90::smem_descriptor(b + b_lo + kk * 32, 16, 1024);
+      sm90::wgmma_m64n256k16<Mma>(acc, da, db_lo, 1);
+      sm90::wgmma_m64n256k16<Mma>(acc, da_lo, db, 1);
+    }
+  }
+  sm90::wgmma_commit();
+}
+
 template <typename T>
 __global__ void __launch_bounds__(kThreads, 1)
     dense_wgmma_conv(const __grid_constant__ CUtensorMap w_map, const __grid_constant__ CUtensorMap src_map,
@@ -229,21 +250,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       const int slot = int(it % Tr::kStages);
       sm90::mbarrier_wait(&full[slot], uint32_t(it / Tr::kStages) & 1);
       const uint32_t st = sm90::smem_u32(stages + slot * Tr::kStageBytes);
-      const uint32_t a_hi = st + cw * 64 * 128, b_hi = st + Tr::kCopies * kATileBytes;
-      sm90::wgmma_fence();
-#pragma unroll
-      for (int kk = 0; kk < kBK / 16; ++kk) {
-        const uint64_t da = sm90::smem_descriptor(a_hi + kk * 32, 16, 1024);
-        const uint64_t db = sm90::smem_descriptor(b_hi + kk * 32, 16, 1024);
-        sm90::wgmma_m64n256k16<Mma>(acc, da, db, 1);
-        if constexpr (Tr::kSplit) {
-          const uint64_t da_lo = sm90::smem_descriptor(a_hi + kATileBytes + kk * 32, 16, 1024);
-          const uint64_t db_lo = sm90::smem_descriptor(b_hi + kBTileBytes + kk * 32, 16, 1024);
-          sm90::wgmma_m64n256k16<Mma>(acc, da, db_lo, 1);
-          sm90::wgmma_m64n256k16<Mma>(acc, da_lo, db, 1);
-        }
-      }
-      sm90::wgmma_commit();
+      conv_stage_mma<Mma, Tr::kSplit>(acc, st + cw * 64 * 128, st + Tr::kCopies * kATileBytes, kBTileBytes);
       sm90::wgmma_wait<1>();  // the previous stage's MMAs are done: its slot can be refilled
       if (s > 0 && lane == 0) sm90::mbarrier_arrive(&empty[int((it - 1) % Tr::kStages)]);
     }
@@ -482,22 +489,8 @@ __global__ void __launch_bounds__(kThreads, 1)
       for (int32_t k = 0; k < p.width; ++k, ++it_a) {
         const int slot = int(it_a % Tr::kAStages);
         sm90::mbarrier_wait(&a_full[slot], uint32_t(it_a / Tr::kAStages) & 1);
-        const uint32_t a = sm90::smem_u32(a_stages + slot * Tr::kAStageBytes) + cw * 64 * 128;
-        const uint32_t b = window + uint32_t(off0 + k * p.dilation) * 128;
-        sm90::wgmma_fence();
-#pragma unroll
-        for (int kk = 0; kk < kBK / 16; ++kk) {
-          const uint64_t da = sm90::smem_descriptor(a + kk * 32, 16, 1024);
-          const uint64_t db = sm90::smem_descriptor(b + kk * 32, 16, 1024);
-          sm90::wgmma_m64n256k16<Mma>(acc, da, db, 1);
-          if constexpr (Tr::kSplit) {
-            const uint64_t da_lo = sm90::smem_descriptor(a + kATileBytes + kk * 32, 16, 1024);
-            const uint64_t db_lo = sm90::smem_descriptor(b + kWinBytes + kk * 32, 16, 1024);
-            sm90::wgmma_m64n256k16<Mma>(acc, da, db_lo, 1);
-            sm90::wgmma_m64n256k16<Mma>(acc, da_lo, db, 1);
-          }
-        }
-        sm90::wgmma_commit();
+        conv_stage_mma<Mma, Tr::kSplit>(acc, sm90::smem_u32(a_stages + slot * Tr::kAStageBytes) + cw * 64 * 128,
+                                        window + uint32_t(off0 + k * p.dilation) * 128, kWinBytes);
         sm90::wgmma_wait<1>();  // the previous stage's MMAs are done: release what they read
         if (prev_slot >= 0 && lane == 0) {
           sm90::mbarrier_arrive(&a_empty[prev_slot]);

@@ -38,17 +38,23 @@ __host__ __device__ inline float b_value(int r, int c) { return float((r * 5 + c
   return reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(sm90::dynamic_shared()) + 1023) & ~uintptr_t(1023));
 }
 
-// D[64 x 256] = A[64 x 16] B[r0 .. r0+255, 0..16)^T, both K-major swizzled tiles.
-__global__ void wgmma_from_row_kernel(int r0, float* out, int* ran) {
-#ifdef CAUSALCONV_SM90A
-  uint8_t* const a = aligned_shared();
-  uint8_t* const b = a + kARows * 128;
+// The A tile (kARows rows) and the B tile (kBRows rows) of a_value / b_value in bf16, swizzled,
+// visible to wgmma.
+[[maybe_unused]] __device__ inline void fill_operands(uint8_t* a, uint8_t* b) {
   for (int i = threadIdx.x; i < kARows * 64; i += blockDim.x)
     *reinterpret_cast<__nv_bfloat16*>(a + swizzled_offset(i / 64, i % 64)) = __float2bfloat16(a_value(i / 64, i % 64));
   for (int i = threadIdx.x; i < kBRows * 64; i += blockDim.x)
     *reinterpret_cast<__nv_bfloat16*>(b + swizzled_offset(i / 64, i % 64)) = __float2bfloat16(b_value(i / 64, i % 64));
   sm90::fence_proxy_async_shared();
   __syncthreads();
+}
+
+// D[64 x 256] = A[64 x 16] B[r0 .. r0+255, 0..16)^T, both K-major swizzled tiles.
+__global__ void wgmma_from_row_kernel(int r0, float* out, int* ran) {
+#ifdef CAUSALCONV_SM90A
+  uint8_t* const a = aligned_shared();
+  uint8_t* const b = a + kARows * 128;
+  fill_operands(a, b);
   float acc[128];
   for (int i = 0; i < 128; ++i) acc[i] = 0.0f;
   sm90::fence_registers(acc);
@@ -71,12 +77,7 @@ __global__ void wgmma_n_major_from_row_kernel(int r0, float* out, int* ran) {
 #ifdef CAUSALCONV_SM90A
   uint8_t* const a = aligned_shared();
   uint8_t* const b = a + kARows * 128;
-  for (int i = threadIdx.x; i < kARows * 64; i += blockDim.x)
-    *reinterpret_cast<__nv_bfloat16*>(a + swizzled_offset(i / 64, i % 64)) = __float2bfloat16(a_value(i / 64, i % 64));
-  for (int i = threadIdx.x; i < kBRows * 64; i += blockDim.x)
-    *reinterpret_cast<__nv_bfloat16*>(b + swizzled_offset(i / 64, i % 64)) = __float2bfloat16(b_value(i / 64, i % 64));
-  sm90::fence_proxy_async_shared();
-  __syncthreads();
+  fill_operands(a, b);
   float acc[32];
   for (int i = 0; i < 32; ++i) acc[i] = 0.0f;
   sm90::fence_registers(acc);
