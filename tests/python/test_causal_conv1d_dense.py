@@ -162,6 +162,18 @@ def test_hopper_shapes(dtype, shape, seeded):
 
 
 @requires_cuda
+def test_hopper_racecheck_shapes(seeded):
+    # Small shapes through each Hopper kernel for compute-sanitizer racecheck (scripts/gpu-check):
+    # the convolution from rows (16-bit; fp32 when kDenseFp32FromRows), from staged channel-last
+    # x (L not a multiple of 8), dx, and the weight gradients (two source chunks, two taps chunks).
+    for dtype in DTYPES:
+        for length in (520, 517):
+            x, w, bias = make_inputs(1, 96, 136, length, 5, 1, dtype)
+            check_forward(x, w, bias, 1, 1)
+            check_grads(x, w, bias, 1, 1)
+
+
+@requires_cuda
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("k,dilation", [(64, 1), (64, 5), (3, 3000), (2, 100000)])
 def test_widest_kernels_and_long_reach(dtype, k, dilation, seeded):
