@@ -34,6 +34,7 @@
 #include "causalconv/error.h"
 #include "common/cuda_math.cuh"
 #include "common/cuda_runtime.h"
+#include "common/warp_mma.cuh"
 
 namespace causalconv::detail {
 namespace {
@@ -126,36 +127,6 @@ __device__ __forceinline__ void cp_async16(uint32_t dst, const void* src) {
 }
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 __device__ __forceinline__ void cp_async_wait_1() { asm volatile("cp.async.wait_group 1;\n" ::); }
-
-__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], uint32_t addr) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(addr));
-}
-
-// Transposed: thread lane gets rows 2*(lane%4), +1 of column lane/4 of each 8x8 matrix.
-__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], uint32_t addr) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(addr));
-}
-
-template <bool kHalf>
-__device__ __forceinline__ void mma16816(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-  if constexpr (kHalf) {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-        "{%0, %1, %2, %3};\n"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-  } else {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-        "{%0, %1, %2, %3};\n"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-  }
-}
 
 // Two values as one 32-bit word of 16-bit MMA operands (the first in the low half).
 template <bool kHalf>
@@ -405,14 +376,14 @@ __global__ void __launch_bounds__(kThreads, 1) dense_tc_kernel(TcParams p) {
                 // Small terms first; j innermost so that consecutive MMAs are independent
                 // (the three products of one accumulator would otherwise wait on each other).
 #pragma unroll
-                for (int j = 0; j < 4; ++j) mma16816<false>(acc[i][j], al, bh[j][0], bh[j][1]);
+                for (int j = 0; j < 4; ++j) mma_m16n8k16<false>(acc[i][j], al, bh[j][0], bh[j][1]);
 #pragma unroll
-                for (int j = 0; j < 4; ++j) mma16816<false>(acc[i][j], ah, bl[j][0], bl[j][1]);
+                for (int j = 0; j < 4; ++j) mma_m16n8k16<false>(acc[i][j], ah, bl[j][0], bl[j][1]);
 #pragma unroll
-                for (int j = 0; j < 4; ++j) mma16816<false>(acc[i][j], ah, bh[j][0], bh[j][1]);
+                for (int j = 0; j < 4; ++j) mma_m16n8k16<false>(acc[i][j], ah, bh[j][0], bh[j][1]);
               } else {
 #pragma unroll
-                for (int j = 0; j < 4; ++j) mma16816<kHalf>(acc[i][j], ah, bh[j][0], bh[j][1]);
+                for (int j = 0; j < 4; ++j) mma_m16n8k16<kHalf>(acc[i][j], ah, bh[j][0], bh[j][1]);
               }
             }
           }
@@ -762,14 +733,14 @@ __global__ void __launch_bounds__(kThreads, 1) dense_tc_weight_grad(DwParams p) 
             uint32_t al[4];
             ldmatrix_x4(al, g_tile(b, 1) + off);
 #pragma unroll
-            for (int j = 0; j < 4; ++j) mma16816<false>(acc[i][j], al, bh[j][0], bh[j][1]);
+            for (int j = 0; j < 4; ++j) mma_m16n8k16<false>(acc[i][j], al, bh[j][0], bh[j][1]);
 #pragma unroll
-            for (int j = 0; j < 4; ++j) mma16816<false>(acc[i][j], ah, bl[j][0], bl[j][1]);
+            for (int j = 0; j < 4; ++j) mma_m16n8k16<false>(acc[i][j], ah, bl[j][0], bl[j][1]);
 #pragma unroll
-            for (int j = 0; j < 4; ++j) mma16816<false>(acc[i][j], ah, bh[j][0], bh[j][1]);
+            for (int j = 0; j < 4; ++j) mma_m16n8k16<false>(acc[i][j], ah, bh[j][0], bh[j][1]);
           } else {
 #pragma unroll
-            for (int j = 0; j < 4; ++j) mma16816<kHalf>(acc[i][j], ah, bh[j][0], bh[j][1]);
+            for (int j = 0; j < 4; ++j) mma_m16n8k16<kHalf>(acc[i][j], ah, bh[j][0], bh[j][1]);
           }
         }
       }

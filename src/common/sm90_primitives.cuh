@@ -16,6 +16,8 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "common/warp_mma.cuh"
+
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
 #define CAUSALCONV_SM90A 1
 #elif defined(CAUSALCONV_CUDA_EMULATION)
@@ -103,25 +105,9 @@ __device__ __forceinline__ uint64_t smem_descriptor(uint32_t smem_address, uint3
          uint64_t((stride >> 4) & 0x3FFF) << 32 | uint64_t(1) << 62;
 }
 
-// ---- 8x8 16-bit matrix moves between shared memory and registers (a warp) ----
-
-// ldmatrix .x4 .trans: lanes 8i..8i+7 give the addresses of the 8 rows (16 bytes each) of matrix
-// i; register i of lane t receives elements (2(t%4), t/4) and (2(t%4)+1, t/4): row t/4, columns
-// 2(t%4) and 2(t%4)+1 of matrix i's transpose.
-__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], uint32_t smem_address) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(smem_address)
-               : "memory");
-}
-
-// stmatrix .x4: lanes 8i..8i+7 give the row addresses of matrix i; register i of lane t holds
-// row t/4, columns 2(t%4) and 2(t%4)+1 of it (the layout ldmatrix_x4_trans delivers).
-__device__ __forceinline__ void stmatrix_x4(uint32_t smem_address, const uint32_t (&r)[4]) {
-  asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};" ::"r"(smem_address), "r"(r[0]),
-               "r"(r[1]), "r"(r[2]), "r"(r[3])
-               : "memory");
-}
+// 8x8 16-bit matrix moves between shared memory and registers (common/warp_mma.cuh).
+using causalconv::detail::ldmatrix_x4_trans;
+using causalconv::detail::stmatrix_x4;
 
 // Orders this thread's ordinary shared-memory writes before later async-proxy reads (wgmma,
 // TMA) of the same bytes: write, fence, then signal the reader through an mbarrier.

@@ -37,6 +37,7 @@
 
 #if defined(__CUDACC__) || defined(CAUSALCONV_CUDA_EMULATION)
 #include "common/cuda_math.cuh"
+#include "common/warp_mma.cuh"
 
 namespace causalconv::detail {
 
@@ -261,39 +262,12 @@ __device__ __forceinline__ unsigned char* toeplitz_shared() {
   return reinterpret_cast<unsigned char*>(toeplitz_smem);
 }
 
-// Four 8x8 matrices of 16-bit values from shared memory; row_address: this lane's row.
+// ldmatrix_x4 / ldmatrix_x4_trans (common/warp_mma.cuh) at the row pointer of this lane.
 __device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const void* row_address) {
-  const uint32_t addr = uint32_t(__cvta_generic_to_shared(row_address));
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(addr));
+  ldmatrix_x4(r, uint32_t(__cvta_generic_to_shared(row_address)));
 }
-
-// The same, transposed: register i of lane l receives matrix i's elements (row 2(l%4),
-// column l/4) and (row 2(l%4)+1, column l/4), i.e. pairs along the stored columns.
 __device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], const void* row_address) {
-  const uint32_t addr = uint32_t(__cvta_generic_to_shared(row_address));
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(addr));
-}
-
-// d += a · b, m16n8k16, fp32 accumulators; kHalf: fp16 operands, else bf16.
-template <bool kHalf>
-__device__ __forceinline__ void mma_m16n8k16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-  if constexpr (kHalf) {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-        "{%0, %1, %2, %3};\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-  } else {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-        "{%0, %1, %2, %3};\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-  }
+  ldmatrix_x4_trans(r, uint32_t(__cvta_generic_to_shared(row_address)));
 }
 #endif  // otherwise tests/cpp/mma_emulation.h provides these
 

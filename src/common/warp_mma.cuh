@@ -1,0 +1,59 @@
+// Warp-level tensor-core building blocks: 8x8 16-bit matrix moves between shared memory and
+// registers (ldmatrix, sm_75+; stmatrix, sm_90+) and the m16n8k16 MMA with fp32 accumulators
+// (sm_80+). Shared addresses are 32-bit shared-window addresses (__cvta_generic_to_shared).
+//
+// Device code only: the host emulations of the kernels that use these (tests/cpp:
+// mma_emulation.h, and common/sm90_primitives.cuh's emulation) provide their own.
+#pragma once
+
+#include <cstdint>
+
+#ifndef CAUSALCONV_CUDA_EMULATION
+
+namespace causalconv::detail {
+
+// ldmatrix .x4: lanes 8i..8i+7 give the addresses of the 8 rows (16 bytes each) of matrix i;
+// register i of lane l receives matrix i's row l/4, elements 2(l%4) and 2(l%4)+1.
+__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], uint32_t smem_address) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(smem_address));
+}
+
+// The same, transposed: register i of lane l receives matrix i's elements (row 2(l%4), column
+// l/4) and (row 2(l%4)+1, column l/4): row l/4, columns 2(l%4) and 2(l%4)+1 of its transpose.
+__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], uint32_t smem_address) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(smem_address));
+}
+
+// stmatrix .x4 (sm_90): lanes 8i..8i+7 give the row addresses of matrix i; register i of lane l
+// holds row l/4, columns 2(l%4) and 2(l%4)+1 of it (the layout ldmatrix_x4 delivers).
+__device__ __forceinline__ void stmatrix_x4(uint32_t smem_address, const uint32_t (&r)[4]) {
+  asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};" ::"r"(smem_address), "r"(r[0]),
+               "r"(r[1]), "r"(r[2]), "r"(r[3])
+               : "memory");
+}
+
+// d += a · b, m16n8k16, fp32 accumulators; kHalf: fp16 operands, else bf16.
+template <bool kHalf>
+__device__ __forceinline__ void mma_m16n8k16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  if constexpr (kHalf) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+        "{%0, %1, %2, %3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  } else {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+        "{%0, %1, %2, %3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  }
+}
+
+}  // namespace causalconv::detail
+
+#endif  // CAUSALCONV_CUDA_EMULATION
