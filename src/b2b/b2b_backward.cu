@@ -12,9 +12,9 @@ namespace {
 
 using Tile = B2BBackwardTile;
 
-// The tensor-core backward (b2b_backward_tc_kernel.cuh: fp16/bf16, Km >= 9, any Kp) is
-// written and emulation-tested but has not yet run on a GPU.
-// Enable after the GPU tests pass on an H100/H200; see docs/performance.md.
+// The tensor-core backward (b2b_backward_tc_kernel.cuh: fp16/bf16, Km >= 9, any Kp): on since
+// it passed the GPU tests and sanitizers on the H200 (docs/performance.md, b2b "Backward v3");
+// false sends those calls back to the CUDA-core kernels (for comparisons).
 constexpr bool kB2BTensorCoreBackward = true;
 
 // The tensor-core kernel's mixer-block capacity for a width-km mixer.

@@ -280,7 +280,8 @@ constexpr bool kDenseFp32FromRows = false;
 // strides, and every tap inside the kernel's window of steps.
 bool src_rows_in_place(const WgJob& j) {
   const int64_t vec = j.dtype == DType::f32 ? 4 : 8;  // elements per 16 bytes
-  if ((j.dtype == DType::f32 && !kDenseFp32FromRows) || j.src_fp32 || j.src_stride[2] != 1 || reinterpret_cast<uintptr_t>(j.src) % 16 != 0 || j.src_stride[1] <= 0 ||
+  if ((j.dtype == DType::f32 && !kDenseFp32FromRows) || j.src_fp32) return false;
+  if (j.src_stride[2] != 1 || reinterpret_cast<uintptr_t>(j.src) % 16 != 0 || j.src_stride[1] <= 0 ||
       j.src_stride[1] % vec != 0 || j.src_stride[0] < 0 || j.src_stride[0] % vec != 0)
     return false;
   const int64_t shift_base = j.transposed ? 0 : -(j.width - 1) * j.dilation;

@@ -17,7 +17,9 @@
 // Time must be an outer TMA dimension: a copy's innermost start coordinate has to be a whole
 // 16 bytes, and tap shifts are arbitrary. So a channel-first source goes through a pre-pass
 // that writes a channel-last copy into the workspace (channel-last 16-bit x with aligned rows
-// is read in place). Each tap reads its shifted rows through L2.
+// is read in place). Each tap reads its shifted rows through L2. A channel-first source with
+// aligned rows instead takes dense_wgmma_conv_rows (below), which transposes one window per
+// 64-channel chunk in shared memory and reads every tap from it.
 //
 // fp32: both operands split into bf16 hi + lo, 3 products (hi*hi + hi*lo + lo*hi) into the same
 // fp32 accumulators (as dense_tc.cu); the pre-pass writes both copies; a stage carries both.
