@@ -162,6 +162,19 @@ def test_hopper_shapes(dtype, shape, seeded):
 
 
 @requires_cuda
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("groups", [1, 2])
+def test_hopper_rows_with_a_padded_pitch(dtype, groups, seeded):
+    # Rows whose pitch is a whole 16 bytes but not their length (L = 517 in a 536-step buffer):
+    # the Hopper kernels read them where they lie, through the pitch, with zeros past L.
+    b, c_in, c_out, length = 2, 96, 136, 517
+    x = torch.randn(b, c_in, 536, device="cuda", dtype=dtype)[:, :, :length]
+    _, w, bias = make_inputs(b, c_in, c_out, length, 4, groups, dtype)
+    check_forward(x, w, bias, 2, groups)
+    check_grads(x, w, bias, 2, groups)
+
+
+@requires_cuda
 def test_hopper_racecheck_shapes(seeded):
     # Small shapes through each Hopper kernel for compute-sanitizer racecheck (scripts/gpu-check):
     # the convolution from rows (16-bit; fp32 when kDenseFp32FromRows), from staged channel-last
