@@ -2,13 +2,14 @@
 under torch.profiler, which shows where the time of a whole eager call goes (host and every
 kernel, ours and torch's).
 
-    ncu --clock-control none -k regex:'depthwise|dense' --section SpeedOfLight \
+    ncu --clock-control none -k regex:'depthwise|dense|b2b' --section SpeedOfLight \
         python3 scripts/profile_cases.py [bwd] CASE...
     python3 scripts/profile_cases.py --timeline bwd dw-k7 dw-k4
 
 Cases: dw-k4 (bf16 B4 C4096 L8192 K4), dw-k7 (bf16 B1 C4096 L8192 K7), dw-small (bf16 B8 C2048
 L2048 K4), dw-cl (bf16 B4 C4096 L8192 K4 channel-last), dw-k128 (bf16 B1 C4096 L8192 K128),
-dense-seed (bf16 B32 C256->256 L8192 K4), dense-seed-fp32.
+dense-seed (bf16 B32 C256->256 L8192 K4), dense-seed-fp32, b2b-km7 / b2b-km128 / b2b-km256
+(bf16 B1 D4096 L8192, Kp 3 / 3 / 4).
 """
 
 import sys
@@ -28,6 +29,22 @@ CASES = {  # name: (dtype, batch, c_in, c_out or None for depthwise, length, wid
 }
 
 
+B2B_CASES = {  # name: (dtype, batch, dim, length, kp, km)
+    "b2b-km7": (torch.bfloat16, 1, 4096, 8192, 3, 7),
+    "b2b-km128": (torch.bfloat16, 1, 4096, 8192, 3, 128),
+    "b2b-km256": (torch.bfloat16, 1, 4096, 8192, 4, 256),
+}
+
+
+def make_b2b_case(name: str, backward: bool):
+    dtype, batch, dim, length, kp, km = B2B_CASES[name]
+    x = torch.randn(batch, 3 * dim, length, device="cuda", dtype=dtype).requires_grad_(backward)
+    wp = (torch.randn(3 * dim, kp, device="cuda", dtype=dtype) / kp).requires_grad_(backward)
+    wm = (torch.randn(dim, km, device="cuda", dtype=dtype) / km).requires_grad_(backward)
+    skip = torch.randn(dim, device="cuda", dtype=dtype).requires_grad_(backward)
+    return x, wp, wm, skip
+
+
 def make_case(name: str, backward: bool):
     dtype, batch, c_in, c_out, length, width, channel_last = CASES[name]
     shape = (batch, length, c_in) if channel_last else (batch, c_in, length)
@@ -38,8 +55,11 @@ def make_case(name: str, backward: bool):
     return x, w
 
 
-def run(x, w, backward: bool):
-    y = causalconv.causal_conv1d(x, w)
+def run(inputs, backward: bool):
+    if len(inputs) == 4:
+        y = causalconv.b2b_causal_conv1d(*inputs)
+    else:
+        y = causalconv.causal_conv1d(*inputs)
     if backward:
         y.backward(torch.ones_like(y))
 
@@ -48,17 +68,17 @@ def main(args):
     backward, timeline = "bwd" in args, "--timeline" in args
     names = [a for a in args if a not in ("bwd", "--timeline")]
     for name in names:
-        x, w = make_case(name, backward)
+        inputs = make_b2b_case(name, backward) if name in B2B_CASES else make_case(name, backward)
         if not timeline:
-            run(x, w, backward)
+            run(inputs, backward)
             continue
         for _ in range(3):  # warm-up: workspace allocations, lazy initialisation
-            run(x, w, backward)
+            run(inputs, backward)
         torch.cuda.synchronize()
         activities = [torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]
         with torch.profiler.profile(activities=activities) as prof:
             for _ in range(5):
-                run(x, w, backward)
+                run(inputs, backward)
             torch.cuda.synchronize()
         print(f"==== {name} ({'forward+backward' if backward else 'forward'}), 5 calls")
         print(prof.key_averages().table(sort_by="device_time_total", row_limit=15, max_name_column_width=60))
