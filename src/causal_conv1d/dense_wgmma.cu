@@ -269,18 +269,20 @@ bool src_read_in_place(const WgJob& j) {
          j.src_stride[0] >= 0 && j.src_stride[0] % 8 == 0 && (j.groups == 1 || j.src_g % 8 == 0);
 }
 
-// fp32 sources through dense_wgmma_conv_rows (the window builders split x into bf16 hi/lo
-// themselves) are emulation-tested (test_dense_wgmma_emulated.cpp) but have not yet run on a
-// GPU; until then fp32 takes the staging pre-pass. Turn on after the H200 check listed in
-// docs/performance.md (dense, session 4).
+// fp32 source rows through dense_wgmma_conv_rows (the window builders load them and split them
+// into bf16 hi/lo, or round the fp32 silu gradient to a 16-bit dtype, themselves) are
+// emulation-tested (test_dense_wgmma_emulated.cpp) but have not yet run on a GPU; until then
+// they take the staging pre-pass. Turn on after the H200 check listed in docs/performance.md
+// (dense, session 4).
 constexpr bool kDenseFp32FromRows = false;
 
-// A channel-first source (of the dtype's own type) whose rows the convolution kernel can copy
-// and transpose itself (dense_wgmma_conv_rows): unit time stride, 16-byte aligned base and row
-// strides, and every tap inside the kernel's window of steps.
+// A channel-first source whose rows the convolution kernel can copy and transpose itself
+// (dense_wgmma_conv_rows): unit time stride, 16-byte aligned base and row strides, and every
+// tap inside the kernel's window of steps.
 bool src_rows_in_place(const WgJob& j) {
-  const int64_t vec = j.dtype == DType::f32 ? 4 : 8;  // elements per 16 bytes
-  if ((j.dtype == DType::f32 && !kDenseFp32FromRows) || j.src_fp32) return false;
+  const bool fp32_rows = j.dtype == DType::f32 || j.src_fp32;
+  const int64_t vec = fp32_rows ? 4 : 8;  // elements per 16 bytes
+  if (fp32_rows && !kDenseFp32FromRows) return false;
   if (j.src_stride[2] != 1 || reinterpret_cast<uintptr_t>(j.src) % 16 != 0 || j.src_stride[1] <= 0 ||
       j.src_stride[1] % vec != 0 || j.src_stride[0] < 0 || j.src_stride[0] % vec != 0)
     return false;
@@ -398,9 +400,10 @@ void launch_wgmma(const WgJob& j, cudaStream_t stream, const char* what) {
 
   if (!src_read_in_place(j) && src_rows_in_place(j)) {
     // 16-bit: the source's own rows as a 4-D map (L, SG, G, B) for TMA (a box never crosses into
-    // the next group); fp32: the kernel loads the rows itself (the weight map stands in).
+    // the next group); fp32 rows: the kernel loads them itself (the weight map stands in).
     CUtensorMap rows_map = w_map;
-    if constexpr (!Tr::kSplit) {
+    const bool fp32_rows = Tr::kSplit || j.src_fp32;
+    if (!fp32_rows) {
       const uint64_t dims[4] = {uint64_t(j.length), uint64_t(j.src_g), uint64_t(j.groups), uint64_t(j.batch)};
       const uint64_t strides[3] = {uint64_t(j.src_stride[1]) * 2, uint64_t(j.src_g * j.src_stride[1]) * 2,
                                    uint64_t(j.src_stride[0]) * 2};
@@ -410,11 +413,16 @@ void launch_wgmma(const WgJob& j, cudaStream_t stream, const char* what) {
     p.src = j.src;
     for (int d = 0; d < 3; ++d) p.src_stride[d] = j.src_stride[d];
     p.in_g = int32_t(j.src_g);
-    constexpr size_t smem = RowTraits<T>::kSmemBytes;
-    check_cuda(cudaFuncSetAttribute(dense_wgmma_conv_rows<T>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)),
-               what);
-    dense_wgmma_conv_rows<T><<<grid, kThreads, smem, stream>>>(w_map, rows_map, p);
-    check_launch(what);
+    auto launch = [&](auto kernel) {
+      constexpr size_t smem = RowTraits<T>::kSmemBytes;
+      check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)), what);
+      kernel<<<grid, kThreads, smem, stream>>>(w_map, rows_map, p);
+      check_launch(what);
+    };
+    if (fp32_rows)
+      launch(dense_wgmma_conv_rows<T, float>);
+    else
+      launch(dense_wgmma_conv_rows<T, T>);
     return;
   }
 

@@ -278,10 +278,11 @@ __global__ void __launch_bounds__(kThreads, 1)
 //    channels} (time innermost: each box starts on a whole 16 bytes) into a raw buffer; the
 //    three warps transpose it (ldmatrix.trans + stmatrix: 32 channels x 8 steps per pair,
 //    both sides conflict-free under the 128-byte swizzle).
-//  * fp32: the three warps load the rows themselves (a lane: two channels x 8 steps, four
-//    16-byte loads), split each value into bf16 hi + lo and store channel pairs into the hi
-//    and lo windows (a warp writes one whole 128-byte row per store); three products per
-//    reduction step, as dense_wgmma_conv.
+//  * fp32 source rows (TS = float: x in fp32, or the fp32 gradient through silu for a 16-bit
+//    dx): the three warps load the rows themselves (a lane: two channels x 8 steps, four
+//    16-byte loads) and store channel pairs into the window (a warp writes one whole 128-byte
+//    row per store): fp32 (T = float) split into bf16 hi and lo windows, three products per
+//    reduction step as dense_wgmma_conv; a 16-bit T rounded to it.
 // The weights (A) keep their own ring, one stage per (chunk, tap).
 // Requires off0 + (K-1)d + 256 <= kWinSteps, off0 = shift_base - floor8(shift_base).
 constexpr int kWinBoxes = 5;
@@ -328,6 +329,18 @@ __device__ __forceinline__ void load_eight_steps(const float* row, int32_t t, in
   for (int e = 0; e < 8; ++e) v[e] = live && t + e >= 0 && t + e < length ? row[t + e] : 0.0f;
 }
 
+// Two values rounded to the 16-bit T, packed as (first, second).
+template <typename T>
+__device__ __forceinline__ uint32_t round_pair(float a, float b) {
+  if constexpr (std::is_same_v<T, __half>) {
+    const __half2 h = __floats2half2_rn(a, b);
+    return *reinterpret_cast<const uint32_t*>(&h);
+  } else {
+    const __nv_bfloat162 h = __floats2bfloat162_rn(a, b);
+    return *reinterpret_cast<const uint32_t*>(&h);
+  }
+}
+
 // bf16 hi and lo of two values, packed as (first, second).
 __device__ __forceinline__ void split_pair(float a, float b, uint32_t& hi, uint32_t& lo) {
   const __nv_bfloat16 ha = __float2bfloat16_rn(a), hb = __float2bfloat16_rn(b);
@@ -337,12 +350,15 @@ __device__ __forceinline__ void split_pair(float a, float b, uint32_t& hi, uint3
   lo = uint32_t(__bfloat16_as_ushort(la)) | uint32_t(__bfloat16_as_ushort(lb)) << 16;
 }
 
-template <typename T>
+template <typename T, typename TS = T>
 __global__ void __launch_bounds__(kThreads, 1)
     dense_wgmma_conv_rows(const __grid_constant__ CUtensorMap w_map, const __grid_constant__ CUtensorMap src_map,
                           const WgParams p) {
 #ifdef CAUSALCONV_SM90A
   using Tr = RowTraits<T>;
+  // fp32 source rows: loaded by the window builders (no TMA boxes); else 16-bit rows of T by TMA.
+  constexpr bool kLoadRows = std::is_same_v<TS, float>;
+  static_assert(kLoadRows || std::is_same_v<TS, T>, "16-bit sources are T's own type");
   using Mma = typename Tr::Mma;
   uint8_t* const smem_raw = sm90::dynamic_shared();
   uint8_t* const a_stages = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
@@ -356,7 +372,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   uint64_t* const win_empty = win_full + kRowWindows;
   if (threadIdx.x == 0) {
     sm90::tma_prefetch_descriptor(&w_map);
-    if constexpr (!Tr::kSplit) sm90::tma_prefetch_descriptor(&src_map);
+    if constexpr (!kLoadRows) sm90::tma_prefetch_descriptor(&src_map);
     for (int s = 0; s < Tr::kAStages; ++s) {
       sm90::mbarrier_init(&a_full[s], 1);
       sm90::mbarrier_init(&a_empty[s], kConsumerWarps);
@@ -379,7 +395,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       const TileCoords c = tile_coords(p, tile);
       const int32_t w0 = window_start(c.tt * kBN, p.shift_base);
       for (int32_t cc = 0; cc < p.c_chunks; ++cc, ++it_w) {
-        if constexpr (!Tr::kSplit) {
+        if constexpr (!kLoadRows) {
           const int rs = int(it_w % kRowWindows);
           const uint32_t round = uint32_t(it_w / kRowWindows);
           if (round > 0) sm90::mbarrier_wait(&raw_empty[rs], (round - 1) & 1);
@@ -410,10 +426,10 @@ __global__ void __launch_bounds__(kThreads, 1)
       for (int32_t cc = 0; cc < p.c_chunks; ++cc, ++it_w) {
         const int s = int(it_w % kRowWindows);
         const uint32_t round = uint32_t(it_w / kRowWindows);
-        if constexpr (!Tr::kSplit) sm90::mbarrier_wait(&raw_full[s], round & 1);
+        if constexpr (!kLoadRows) sm90::mbarrier_wait(&raw_full[s], round & 1);
         if (round > 0) sm90::mbarrier_wait(&win_empty[s], (round - 1) & 1);
         const uint32_t dst = sm90::smem_u32(win + s * Tr::kWindowBytes);
-        if constexpr (!Tr::kSplit) {
+        if constexpr (!kLoadRows) {
           // Job: 8 steps (group sg) x 32 channels (half), four 8x8 matrices, channel group cg = 4 half + i.
           const uint32_t src = sm90::smem_u32(raw + s * kWinBytes);
           const int i = lane / 8, j = lane % 8;  // ldmatrix/stmatrix: matrix i, its row j
@@ -453,10 +469,14 @@ __global__ void __launch_bounds__(kThreads, 1)
               for (int e = 0; e < 8; ++e) {
                 const int r = 8 * oct + e;
                 const uint32_t at = uint32_t(r) * 128 + ((uint32_t(lane / 4) ^ uint32_t(r % 8)) << 4) + (lane % 4) * 4;
-                uint32_t h, l;
-                split_pair(v[b][0][e], v[b][1][e], h, l);
-                *reinterpret_cast<uint32_t*>(hi + at) = h;
-                *reinterpret_cast<uint32_t*>(hi + kWinBytes + at) = l;
+                if constexpr (Tr::kSplit) {
+                  uint32_t h, l;
+                  split_pair(v[b][0][e], v[b][1][e], h, l);
+                  *reinterpret_cast<uint32_t*>(hi + at) = h;
+                  *reinterpret_cast<uint32_t*>(hi + kWinBytes + at) = l;
+                } else {
+                  *reinterpret_cast<uint32_t*>(hi + at) = round_pair<T>(v[b][0][e], v[b][1][e]);
+                }
               }
             }
           }
@@ -465,7 +485,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         sm90::fence_proxy_async_shared();  // the window's bytes, before the consumers' wgmma reads them
         __syncwarp();
         if (lane == 0) {
-          if constexpr (!Tr::kSplit) sm90::mbarrier_arrive(&raw_empty[s]);
+          if constexpr (!kLoadRows) sm90::mbarrier_arrive(&raw_empty[s]);
           sm90::mbarrier_arrive(&win_full[s]);
         }
       }

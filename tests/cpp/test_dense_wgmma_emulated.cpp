@@ -139,10 +139,12 @@ struct ConvCase {
 
 // rows: the source read from its own (B, C, L) rows by dense_wgmma_conv_rows, rows padded to a
 // 16-byte pitch with NaN that must never be read; else channel-last as the pre-pass stages it.
+// fp32_rows (16-bit T): the rows given in fp32 (as the silu gradient reaches dx), which the
+// kernel rounds to T (values already T's, so the reference is unchanged).
 template <typename T>
-void run_conv(const ConvCase& cs, bool rows = false) {
+void run_conv(const ConvCase& cs, bool rows = false, bool fp32_rows = false) {
   using Tr = detail::WgTraits<T>;
-  SCOPED_TRACE(::testing::Message() << name_of<T>() << (rows ? " rows" : " staged")
+  SCOPED_TRACE(::testing::Message() << name_of<T>() << (rows ? (fp32_rows ? " fp32 rows" : " rows") : " staged")
                                     << (cs.transposed ? " dx" : " forward") << " B" << cs.batch
                                     << " G" << cs.groups << " Cin/g " << cs.cin_g << " Cout/g " << cs.cout_g << " K"
                                     << cs.width << " d" << cs.dilation << " L" << cs.length << " bias " << cs.bias
@@ -180,8 +182,12 @@ void run_conv(const ConvCase& cs, bool rows = false) {
   const std::vector<uint16_t> staged = channel_last<T>(src_e, B, G, src_g, L, s8);
   const int64_t src_pitch = (L + 7) / 8 * 8 + 8, src_channels = G * src_g;
   std::vector<T> src_rows(size_t(B * src_channels * src_pitch), test::round_to(T{}, std::nan("")));
+  std::vector<float> src_rows_fp32(src_rows.size(), std::numeric_limits<float>::quiet_NaN());
   for (int64_t r = 0; r < B * src_channels; ++r)
-    for (int64_t t = 0; t < L; ++t) src_rows[size_t(r * src_pitch + t)] = src_e[size_t(r * L + t)];
+    for (int64_t t = 0; t < L; ++t) {
+      src_rows[size_t(r * src_pitch + t)] = src_e[size_t(r * L + t)];
+      src_rows_fp32[size_t(r * src_pitch + t)] = float(widen(src_e[size_t(r * L + t)]));
+    }
   const CUtensorMap src_map =
       rows && !std::is_same_v<T, float> ? sm90::emulated_tensor_map(tensor_map(
                  src_rows.data(), 4, {uint64_t(L), uint64_t(src_g), uint64_t(G), uint64_t(B)},
@@ -224,13 +230,17 @@ void run_conv(const ConvCase& cs, bool rows = false) {
   p.tiles = int64_t(p.o_tiles) * p.t_tiles * B * G;
   const unsigned grid = unsigned(std::min<int64_t>(p.tiles, cs.ctas));
   if (rows) {
-    p.src = src_rows.data();
+    p.src = fp32_rows ? static_cast<const void*>(src_rows_fp32.data()) : static_cast<const void*>(src_rows.data());
     p.src_stride[0] = src_channels * src_pitch;
     p.src_stride[1] = src_pitch;
     p.src_stride[2] = 1;
     p.in_g = int32_t(src_g);
-    emu::launch({grid, 1, 1}, detail::kThreads, detail::RowTraits<T>::kSmemBytes,
-                [&] { detail::dense_wgmma_conv_rows_emulated<T>(w_map, src_map, p); });
+    emu::launch({grid, 1, 1}, detail::kThreads, detail::RowTraits<T>::kSmemBytes, [&] {
+      if (fp32_rows)
+        detail::dense_wgmma_conv_rows_emulated<T, float>(w_map, src_map, p);
+      else
+        detail::dense_wgmma_conv_rows_emulated<T, T>(w_map, src_map, p);
+    });
   } else {
     emu::launch({grid, 1, 1}, detail::kThreads, Tr::kSmemBytes,
                 [&] { detail::dense_wgmma_conv_emulated<T>(w_map, src_map, p); });
@@ -475,6 +485,10 @@ TEST(DenseWgmmaEmulated, DxFromRowsBf16) {
   for (const auto& cs : kDx) run_conv<__nv_bfloat16>(cs, true);
 }
 TEST(DenseWgmmaEmulated, DxFromRowsFp32) { run_conv<float>(kDx[0], true); }
+TEST(DenseWgmmaEmulated, DxFromFp32Rows16Bit) {  // the silu gradient's path for 16-bit dtypes
+  run_conv<__nv_bfloat16>(kDx[0], true, true);
+  run_conv<__half>(kDx[2], true, true);
+}
 TEST(DenseWgmmaEmulated, DxBf16) {
   for (const auto& cs : kDx) run_conv<__nv_bfloat16>(cs);
 }
