@@ -183,10 +183,20 @@ __device__ __forceinline__ void load_channel_last_bias(float (&bias)[4], const v
 }
 
 // ---- forward ----
+// Blocks per SM the forward asks the register allocator for: a whole tile is staged and waited
+// for before any compute, so the overlap of loads with compute comes from other blocks on the
+// SM. 16-bit, up to 4 taps: at most 64 registers, so 4 blocks of 256 threads (K = 4 took 75, 3
+// blocks, before; now 59-61, no spills). Everything else: 0, the compiler's own choice (1 would
+// change it). Not yet measured (docs/performance.md, depthwise, session 4).
+template <typename T>
+constexpr int channel_last_forward_min_blocks(int width) {
+  return sizeof(T) == 2 && width >= 1 && width <= 4 ? 4 : 0;
+}
+
 // kWidth > 0: that width with dilation 1, taps and the input window in registers.
 // kWidth == 0: any width and dilation; taps in an outer loop, weights read per tap.
 template <typename T, int kWidth>
-__global__ void __launch_bounds__(ChannelLastTile::kThreads)
+__global__ void __launch_bounds__(ChannelLastTile::kThreads, channel_last_forward_min_blocks<T>(kWidth))
     depthwise_forward_channel_last(DepthwiseForwardParams p, ChannelLastGrid g) {
   using Tile = ChannelLastTile;
   constexpr int kC = Tile::kChannels, kRun = channel_last_run<T>(), kSteps = channel_last_tile_steps<T>();
