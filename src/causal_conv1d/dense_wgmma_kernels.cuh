@@ -315,6 +315,26 @@ __device__ __forceinline__ int32_t window_start(int32_t t0, int32_t shift_base) 
   return s >= 0 ? s & ~7 : -((-s + 7) & ~7);
 }
 
+// Transposes kSteps steps x 64 channels of raw TMA boxes (rows = channels, 64 steps per 8 KiB
+// box, 128-byte swizzle) at `src` into step rows of 64 channels at `dst` (the same swizzle), for
+// the operand windows of both kernels. Warps 1..kTransposeWarps of the producer warpgroup; a
+// job is 8 steps (group sg) x 32 channels, four 8x8 matrices (channel groups cg), ldmatrix.trans
+// + stmatrix, conflict-free on both sides.
+template <int kSteps>
+__device__ __forceinline__ void transpose_raw_window(uint32_t src, uint32_t dst, int warp, int lane) {
+  const int i = lane / 8, j = lane % 8;  // matrix i, its row j
+  for (int job = warp - 1; job < (kSteps / 8) * 2; job += kTransposeWarps) {
+    const int sg = job / 2, cg = (job % 2) * 4 + i;
+    // raw: box sg/8, row = channel 8cg + j, chunk (sg % 8) at its swizzled place.
+    const uint32_t from = src + (sg / 8) * kRawBoxBytes + (8 * cg + j) * 128 + (((sg % 8) ^ j) << 4);
+    // window: row = step 8sg + j (phase j), chunk cg at its swizzled place.
+    const uint32_t to = dst + (8 * sg + j) * 128 + ((cg ^ j) << 4);
+    uint32_t r[4];
+    sm90::ldmatrix_x4_trans(r, from);
+    sm90::stmatrix_x4(to, r);
+  }
+}
+
 // Eight fp32 steps t .. t+7 of a source row (zero outside [0, length) and for a dead row):
 // two 16-byte loads when all are inside (t is a multiple of 8, rows 16-byte aligned).
 __device__ __forceinline__ void load_eight_steps(const float* row, int32_t t, int32_t length, bool live,
@@ -430,19 +450,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         if (round > 0) sm90::mbarrier_wait(&win_empty[s], (round - 1) & 1);
         const uint32_t dst = sm90::smem_u32(win + s * Tr::kWindowBytes);
         if constexpr (!kLoadRows) {
-          // Job: 8 steps (group sg) x 32 channels (half), four 8x8 matrices, channel group cg = 4 half + i.
-          const uint32_t src = sm90::smem_u32(raw + s * kWinBytes);
-          const int i = lane / 8, j = lane % 8;  // ldmatrix/stmatrix: matrix i, its row j
-          for (int job = warp - 1; job < (kWinSteps / 8) * 2; job += kTransposeWarps) {
-            const int sg = job / 2, cg = (job % 2) * 4 + i;
-            // raw: box sg/8, row = channel 8cg + j, chunk (sg % 8) at its swizzled place.
-            const uint32_t from = src + (sg / 8) * kRawBoxBytes + (8 * cg + j) * 128 + (((sg % 8) ^ j) << 4);
-            // window: row = step 8sg + j (phase j), chunk cg at its swizzled place.
-            const uint32_t to = dst + (8 * sg + j) * 128 + ((cg ^ j) << 4);
-            uint32_t r[4];
-            sm90::ldmatrix_x4_trans(r, from);
-            sm90::stmatrix_x4(to, r);
-          }
+          transpose_raw_window<kWinSteps>(sm90::smem_u32(raw + s * kWinBytes), dst, warp, lane);
         } else {
           // Lane: channels 2*lane, 2*lane + 1 of the chunk; job: 8 steps.
           const int32_t s0 = cc * kBK + 2 * lane;
@@ -642,22 +650,9 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int32_t off0 = shift0 - window_start(0, shift0);
 
   if (warpgroup == 0) {
-    if (kFromRows && threadIdx.x == 0) {  // producer: G's tile and two boxes of x rows
-      for (int64_t u = u0; u < u1; ++u) {
-        const int64_t it = u - u0;
-        const int slot = int(it % Tr::kStages);
-        const uint32_t round = uint32_t(it / Tr::kStages);
-        if (round > 0) sm90::mbarrier_wait(&empty[slot], (round - 1) & 1);
-        uint8_t* st = stages + slot * Tr::kStageBytes;
-        const int32_t b = int32_t(u / p.t_units), t0 = int32_t(u % p.t_units) * kDwSteps;
-        const int32_t w0 = window_start(t0, shift0);
-        sm90::mbarrier_arrive_expect_tx(&full[slot], kATileBytes + 2 * kRawBoxBytes);
-        sm90::tma_load_4d(st, &g_map, &full[slot], t0, m * kBM, g, b);
-        for (int box = 0; box < 2; ++box)
-          sm90::tma_load_4d(st + kATileBytes + box * kRawBoxBytes, &x_map, &full[slot], w0 + 64 * box, c * kBK, g, b);
-      }
-    } else if (threadIdx.x == 0) {  // producer
-      const uint32_t bytes = Tr::kCopies * (kATileBytes + kTaps * kDwBBytes);
+    if (threadIdx.x == 0) {  // producer: G's tile, and the x rows of the CTA's taps (kFromRows: two boxes)
+      const uint32_t bytes =
+          kFromRows ? kATileBytes + 2 * kRawBoxBytes : Tr::kCopies * (kATileBytes + kTaps * kDwBBytes);
       for (int64_t u = u0; u < u1; ++u) {
         const int64_t it = u - u0;
         const int slot = int(it % Tr::kStages);
@@ -668,10 +663,17 @@ __global__ void __launch_bounds__(kThreads, 1)
         sm90::mbarrier_arrive_expect_tx(&full[slot], bytes);
         for (int copy = 0; copy < Tr::kCopies; ++copy) {
           sm90::tma_load_4d(st + copy * kATileBytes, &g_map, &full[slot], t0, m * kBM, g, b + copy * p.batch);
-          for (int j = 0; j < kTaps; ++j) {
-            const int32_t k = q * kDwTaps + j;
-            sm90::tma_load_4d(st + Tr::kCopies * kATileBytes + (copy * kDwTaps + j) * kDwBBytes, &x_map, &full[slot],
-                              c * kBK, g, t0 - (p.width - 1 - k) * p.dilation, b + copy * p.batch);
+          if constexpr (kFromRows) {
+            const int32_t w0 = window_start(t0, shift0);
+            for (int box = 0; box < 2; ++box)
+              sm90::tma_load_4d(st + kATileBytes + box * kRawBoxBytes, &x_map, &full[slot], w0 + 64 * box, c * kBK, g,
+                                b);
+          } else {
+            for (int j = 0; j < kTaps; ++j) {
+              const int32_t k = q * kDwTaps + j;
+              sm90::tma_load_4d(st + Tr::kCopies * kATileBytes + (copy * kDwTaps + j) * kDwBBytes, &x_map,
+                                &full[slot], c * kBK, g, t0 - (p.width - 1 - k) * p.dilation, b + copy * p.batch);
+            }
           }
         }
       }
@@ -686,15 +688,8 @@ __global__ void __launch_bounds__(kThreads, 1)
         sm90::mbarrier_wait(&full[slot], uint32_t(it / Tr::kStages) & 1);
         const uint8_t* st = stages + slot * Tr::kStageBytes;
         if constexpr (kFromRows) {
-          // Raw boxes (rows = channels) -> window (rows = steps): as dense_wgmma_conv_rows.
-          const uint32_t src = sm90::smem_u32(st + kATileBytes), dst = src + 2 * kRawBoxBytes;
-          const int i = lane / 8, j = lane % 8;
-          for (int job = warp - 1; job < (kDwWinSteps / 8) * 2; job += kTransposeWarps) {
-            const int sg = job / 2, cg = (job % 2) * 4 + i;
-            uint32_t r[4];
-            sm90::ldmatrix_x4_trans(r, src + (sg / 8) * kRawBoxBytes + (8 * cg + j) * 128 + (((sg % 8) ^ j) << 4));
-            sm90::stmatrix_x4(dst + (8 * sg + j) * 128 + ((cg ^ j) << 4), r);
-          }
+          const uint32_t raw = sm90::smem_u32(st + kATileBytes);
+          transpose_raw_window<kDwWinSteps>(raw, raw + 2 * kRawBoxBytes, warp, lane);
           sm90::fence_proxy_async_shared();
           __syncwarp();
           if (lane == 0) sm90::mbarrier_arrive(&win_full[slot]);
