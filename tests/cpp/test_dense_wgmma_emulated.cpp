@@ -123,6 +123,19 @@ std::vector<uint16_t> channel_last(const std::vector<T>& x, int64_t B, int64_t G
   return out;
 }
 
+// Rows of L values (rows x L, contiguous) in rows of `pitch` (a whole 16 bytes past L), as TS;
+// the padding is NaN, which the kernels must never read.
+constexpr int64_t padded_pitch(int64_t L) { return (L + 7) / 8 * 8 + 8; }
+
+template <typename TS, typename T>
+std::vector<TS> padded_rows(const std::vector<T>& values, int64_t rows, int64_t L) {
+  const int64_t pitch = padded_pitch(L);
+  std::vector<TS> out(size_t(rows * pitch), test::round_to(TS{}, std::nan("")));
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t t = 0; t < L; ++t) out[size_t(r * pitch + t)] = test::round_to(TS{}, widen(values[size_t(r * L + t)]));
+  return out;
+}
+
 // ---- the convolution: forward, or dx as the transposed convolution ----
 
 template <typename T>
@@ -180,14 +193,9 @@ void run_conv(const ConvCase& cs, bool rows = false, bool fp32_rows = false) {
         }
   const int64_t s8 = (src_g + 7) / 8 * 8;
   const std::vector<uint16_t> staged = channel_last<T>(src_e, B, G, src_g, L, s8);
-  const int64_t src_pitch = (L + 7) / 8 * 8 + 8, src_channels = G * src_g;
-  std::vector<T> src_rows(size_t(B * src_channels * src_pitch), test::round_to(T{}, std::nan("")));
-  std::vector<float> src_rows_fp32(src_rows.size(), std::numeric_limits<float>::quiet_NaN());
-  for (int64_t r = 0; r < B * src_channels; ++r)
-    for (int64_t t = 0; t < L; ++t) {
-      src_rows[size_t(r * src_pitch + t)] = src_e[size_t(r * L + t)];
-      src_rows_fp32[size_t(r * src_pitch + t)] = float(widen(src_e[size_t(r * L + t)]));
-    }
+  const int64_t src_pitch = padded_pitch(L), src_channels = G * src_g;
+  const std::vector<T> src_rows = padded_rows<T>(src_e, B * src_channels, L);
+  const std::vector<float> src_rows_fp32 = padded_rows<float>(src_e, B * src_channels, L);
   const CUtensorMap src_map =
       rows && !std::is_same_v<T, float> ? sm90::emulated_tensor_map(tensor_map(
                  src_rows.data(), 4, {uint64_t(L), uint64_t(src_g), uint64_t(G), uint64_t(B)},
@@ -320,10 +328,8 @@ void run_weight_grad(const DwCase& cs, bool x_rows = false) {
   // x, channel-last as the forward stages it.
   const int64_t s8 = (S + 7) / 8 * 8;
   const std::vector<uint16_t> x_staged = channel_last<T>(x_e, B, G, S, L, s8);
-  const int64_t x_pitch = (L + 7) / 8 * 8 + 8;
-  std::vector<T> x_rows_buf(size_t(B * cin * x_pitch), test::round_to(T{}, std::nan("")));
-  for (int64_t r = 0; r < B * cin; ++r)
-    for (int64_t t = 0; t < L; ++t) x_rows_buf[size_t(r * x_pitch + t)] = x_e[size_t(r * L + t)];
+  const int64_t x_pitch = padded_pitch(L);
+  const std::vector<T> x_rows_buf = padded_rows<T>(x_e, B * cin, L);
   const CUtensorMap x_map =
       x_rows ? sm90::emulated_tensor_map(tensor_map(x_rows_buf.data(), 4,
                                                     {uint64_t(L), uint64_t(S), uint64_t(G), uint64_t(B)},
