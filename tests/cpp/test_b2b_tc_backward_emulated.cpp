@@ -25,6 +25,7 @@
 
 #include "b2b_kernel_params.h"
 #include "b2b_test_data.h"
+#include "error_tally.h"
 #include "host_tensor.h"
 
 namespace causalconv {
@@ -42,21 +43,7 @@ struct Case {
   int64_t tiles_per_block = 4;
 };
 
-struct ErrorTally {
-  int64_t bad = 0;
-  double err2 = 0, ref2 = 0;
-  void add(double got, double want, double tol, const char* what, int64_t i, int64_t j, int64_t k) {
-    if (!(std::abs(got - want) <= tol)) {
-      if (bad < 5)
-        ADD_FAILURE() << what << "[" << i << "," << j << "," << k << "] = " << got << ", expected " << want
-                      << " (tolerance " << tol << ")";
-      ++bad;
-    }
-    err2 += (got - want) * (got - want);
-    ref2 += want * want;
-  }
-  double rel_l2() const { return std::sqrt(err2 / std::max(ref2, 1e-300)); }
-};
+using test::ErrorTally;
 
 template <typename T, int kMaxBlocks>
 void launch_emulated(const detail::B2BBackwardParams& p, const detail::B2BTiling& tiling, float* partials) {

@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "b2b_test_data.h"
+#include "error_tally.h"
 #include "host_tensor.h"
 #include "storage_types.h"
 
@@ -100,19 +101,7 @@ struct Data {
   }
 };
 
-struct ErrorTally {
-  int64_t bad = 0;
-  double err2 = 0, ref2 = 0;
-  void add(double got, double want, double tol, const char* what, int64_t b, int64_t c, int64_t t) {
-    if (!(std::abs(got - want) <= tol)) {
-      if (bad < 5) ADD_FAILURE() << what << "[" << b << "," << c << "," << t << "] = " << got << ", expected " << want;
-      ++bad;
-    }
-    err2 += (got - want) * (got - want);
-    ref2 += want * want;
-  }
-  double rel_l2() const { return std::sqrt(err2 / std::max(ref2, 1e-300)); }
-};
+using test::ErrorTally;
 
 template <typename T>
 void run_forward(const Case& cs) {

@@ -1,0 +1,31 @@
+// Test utility: element-by-element comparison against a reference with a per-element
+// tolerance, counting the misses (the first five reported) and accumulating the relative L2
+// error over all elements.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+
+namespace causalconv::test {
+
+struct ErrorTally {
+  int64_t bad = 0;
+  double err2 = 0, ref2 = 0;
+  // One element, at index (i, j, k) of `what`.
+  void add(double got, double want, double tol, const char* what, int64_t i, int64_t j, int64_t k) {
+    if (!(std::abs(got - want) <= tol)) {
+      if (bad < 5)
+        ADD_FAILURE() << what << "[" << i << "," << j << "," << k << "] = " << got << ", expected " << want
+                      << " (tolerance " << tol << ")";
+      ++bad;
+    }
+    err2 += (got - want) * (got - want);
+    ref2 += want * want;
+  }
+  double rel_l2() const { return std::sqrt(err2 / std::max(ref2, 1e-300)); }
+};
+
+}  // namespace causalconv::test
