@@ -269,12 +269,13 @@ bool src_read_in_place(const WgJob& j) {
          j.src_stride[0] >= 0 && j.src_stride[0] % 8 == 0 && (j.groups == 1 || j.src_g % 8 == 0);
 }
 
-// fp32 source rows through dense_wgmma_conv_rows (the window builders load them and split them
-// into bf16 hi/lo, or round the fp32 silu gradient to a 16-bit dtype, themselves) are
-// emulation-tested (test_dense_wgmma_emulated.cpp) but have not yet run on a GPU; until then
-// they take the staging pre-pass. Turn on after the H200 check listed in docs/performance.md
-// (dense, session 4).
-constexpr bool kDenseFp32FromRows = false;
+// fp32 source rows through dense_wgmma_conv_rows<T, float> (the window builders load them
+// themselves) against the staging pre-pass, measured on the H200 (session 5, docs/performance.md):
+// the builders' loads are a fixed cost per 64-channel chunk that the chunk's MMAs hide only when
+// it has enough taps. fp32 seed (K = 4): 0.858 -> 0.822 ms; B8 C512 L4096 K = 3: 0.302 -> 0.374 ms.
+// So fp32 takes rows from K = 4 up. A 16-bit dx under silu (the builders round the fp32 gradient)
+// keeps the pre-pass: one product per step leaves a third of the MMAs to hide the same loads.
+bool fp32_rows_pay_off(const WgJob& j) { return j.dtype == DType::f32 && !j.src_fp32 && j.width >= 4; }
 
 // A channel-first source whose rows the convolution kernel can copy and transpose itself
 // (dense_wgmma_conv_rows): unit time stride, 16-byte aligned base and row strides, and every
@@ -282,7 +283,7 @@ constexpr bool kDenseFp32FromRows = false;
 bool src_rows_in_place(const WgJob& j) {
   const bool fp32_rows = j.dtype == DType::f32 || j.src_fp32;
   const int64_t vec = fp32_rows ? 4 : 8;  // elements per 16 bytes
-  if (fp32_rows && !kDenseFp32FromRows) return false;
+  if (fp32_rows && !fp32_rows_pay_off(j)) return false;
   if (j.src_stride[2] != 1 || reinterpret_cast<uintptr_t>(j.src) % 16 != 0 || j.src_stride[1] <= 0 ||
       j.src_stride[1] % vec != 0 || j.src_stride[0] < 0 || j.src_stride[0] % vec != 0)
     return false;
@@ -413,16 +414,15 @@ void launch_wgmma(const WgJob& j, cudaStream_t stream, const char* what) {
     p.src = j.src;
     for (int d = 0; d < 3; ++d) p.src_stride[d] = j.src_stride[d];
     p.in_g = int32_t(j.src_g);
-    auto launch = [&](auto kernel) {
-      constexpr size_t smem = RowTraits<T>::kSmemBytes;
+    auto launch = [&](auto kernel, size_t smem) {
       check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)), what);
       kernel<<<grid, kThreads, smem, stream>>>(w_map, rows_map, p);
       check_launch(what);
     };
     if (fp32_rows)
-      launch(dense_wgmma_conv_rows<T, float>);
+      launch(dense_wgmma_conv_rows<T, float>, RowTraits<T, float>::kSmemBytes);
     else
-      launch(dense_wgmma_conv_rows<T, T>);
+      launch(dense_wgmma_conv_rows<T, T>, RowTraits<T, T>::kSmemBytes);
     return;
   }
 
@@ -491,9 +491,8 @@ struct WgDwLayout {
 };
 
 // The weight-gradient kernel reading 16-bit x from its own rows (kFromRows) instead of a staged
-// channel-last copy: emulation-tested, not yet run on a GPU (the N-major operand starting inside
-// a swizzle period is what tests/cpp/test_sm90_primitives_cuda.cu checks first). Turn on after
-// the H200 check listed in docs/performance.md (dense, session 4).
+// channel-last copy: correct on the H200 (tests, racecheck) but slower there (bf16 seed fwd+bwd
+// 1.322 ms against 1.232 staged, session 5, docs/performance.md), so it stays off.
 constexpr bool kDenseWeightGradFromRows = false;
 
 // 16-bit x rows the weight-gradient kernel can copy and transpose itself: unit time stride,

@@ -289,24 +289,27 @@ constexpr int kWinBoxes = 5;
 constexpr int kWinSteps = kWinBoxes * 64;                      // 320
 constexpr uint32_t kRawBoxBytes = 64 * kBK * 2;                // 8 KiB: 64 channels x 64 steps (16-bit)
 constexpr uint32_t kWinBytes = kWinSteps * kBK * 2;            // 40 KiB per 16-bit copy, either orientation
-constexpr int kRowWindows = 2;
 constexpr int kTransposeWarps = 3;                             // warps 1-3 of the producer warpgroup
 
-// Shared memory of dense_wgmma_conv_rows<T>: the weight ring, the raw TMA windows (16-bit),
-// the channel-last windows (fp32: hi and lo), then the mbarriers.
-template <typename T>
+// Shared memory of dense_wgmma_conv_rows<T, TS>: the weight ring, the raw TMA window (16-bit
+// sources), the channel-last windows (fp32: hi and lo), then the mbarriers. One raw slot is
+// enough: a builder warp issues the next window's boxes as soon as the last one is transposed,
+// more than a chunk of MMAs before it is needed, and the bytes saved deepen the weight ring (the
+// weights come from L2 every stage; six 16-bit stages give five stages, ~5k cycles, of lead).
+template <typename T, typename TS = T>
 struct RowTraits {
   static constexpr bool kSplit = std::is_same_v<T, float>;
   using Mma = std::conditional_t<kSplit, __nv_bfloat16, T>;
   static constexpr int kCopies = kSplit ? 2 : 1;
   static constexpr int kAStages = kSplit ? 2 : 4;
   static constexpr uint32_t kAStageBytes = kCopies * kATileBytes;
-  static constexpr uint32_t kRawBytes = kSplit ? 0 : kWinBytes;       // per window slot
+  static constexpr int kRawSlots = std::is_same_v<TS, float> ? 0 : 1;  // fp32 rows: the builders load them
   static constexpr uint32_t kWindowBytes = kCopies * kWinBytes;       // per window slot
-  static constexpr int kBarriers = 2 * kAStages + 4 * kRowWindows;
-  static constexpr size_t kSmemBytes = size_t(kAStages) * kAStageBytes +
-                                       size_t(kRowWindows) * (kRawBytes + kWindowBytes) + 1024 +
-                                       kBarriers * sizeof(uint64_t);
+  static constexpr int kWindows = kSplit ? 2 : 3;                     // channel-last windows
+  static constexpr int kBarriers = 2 * kAStages + 2 * kRawSlots + 2 * kWindows;
+  static constexpr size_t kSmemBytes = size_t(kAStages) * kAStageBytes + size_t(kRawSlots) * kWinBytes +
+                                       size_t(kWindows) * kWindowBytes + 1024 + kBarriers * sizeof(uint64_t);
+  static_assert(kSmemBytes <= 227 * 1024, "fits the opt-in shared memory of an SM");
 };
 
 // The window's first step for tile step t0 (a multiple of 256): t0 + shift_base rounded down to 8.
@@ -319,19 +322,28 @@ __device__ __forceinline__ int32_t window_start(int32_t t0, int32_t shift_base) 
 // box, 128-byte swizzle) at `src` into step rows of 64 channels at `dst` (the same swizzle), for
 // the operand windows of both kernels. Warps 1..kTransposeWarps of the producer warpgroup; a
 // job is 8 steps (group sg) x 32 channels, four 8x8 matrices (channel groups cg), ldmatrix.trans
-// + stmatrix, conflict-free on both sides.
+// + stmatrix, conflict-free on both sides. A warp loads kBatch jobs before storing them: one
+// job at a time would leave a shared-memory round trip per job exposed, and the window is on
+// the critical path of every chunk.
 template <int kSteps>
 __device__ __forceinline__ void transpose_raw_window(uint32_t src, uint32_t dst, int warp, int lane) {
+  constexpr int kJobs = (kSteps / 8) * 2, kBatch = 4;
   const int i = lane / 8, j = lane % 8;  // matrix i, its row j
-  for (int job = warp - 1; job < (kSteps / 8) * 2; job += kTransposeWarps) {
-    const int sg = job / 2, cg = (job % 2) * 4 + i;
-    // raw: box sg/8, row = channel 8cg + j, chunk (sg % 8) at its swizzled place.
-    const uint32_t from = src + (sg / 8) * kRawBoxBytes + (8 * cg + j) * 128 + (((sg % 8) ^ j) << 4);
-    // window: row = step 8sg + j (phase j), chunk cg at its swizzled place.
-    const uint32_t to = dst + (8 * sg + j) * 128 + ((cg ^ j) << 4);
-    uint32_t r[4];
-    sm90::ldmatrix_x4_trans(r, from);
-    sm90::stmatrix_x4(to, r);
+  for (int first = warp - 1; first < kJobs; first += kTransposeWarps * kBatch) {
+    uint32_t r[kBatch][4];
+#pragma unroll
+    for (int b = 0; b < kBatch; ++b) {
+      const int job = first + b * kTransposeWarps, sg = job / 2, cg = (job % 2) * 4 + i;
+      // raw: box sg/8, row = channel 8cg + j, chunk (sg % 8) at its swizzled place.
+      if (job < kJobs)
+        sm90::ldmatrix_x4_trans(r[b], src + (sg / 8) * kRawBoxBytes + (8 * cg + j) * 128 + (((sg % 8) ^ j) << 4));
+    }
+#pragma unroll
+    for (int b = 0; b < kBatch; ++b) {
+      const int job = first + b * kTransposeWarps, sg = job / 2, cg = (job % 2) * 4 + i;
+      // window: row = step 8sg + j (phase j), chunk cg at its swizzled place.
+      if (job < kJobs) sm90::stmatrix_x4(dst + (8 * sg + j) * 128 + ((cg ^ j) << 4), r[b]);
+    }
   }
 }
 
@@ -375,21 +387,21 @@ __global__ void __launch_bounds__(kThreads, 1)
     dense_wgmma_conv_rows(const __grid_constant__ CUtensorMap w_map, const __grid_constant__ CUtensorMap src_map,
                           const WgParams p) {
 #ifdef CAUSALCONV_SM90A
-  using Tr = RowTraits<T>;
+  using Tr = RowTraits<T, TS>;
   // fp32 source rows: loaded by the window builders (no TMA boxes); else 16-bit rows of T by TMA.
   constexpr bool kLoadRows = std::is_same_v<TS, float>;
   static_assert(kLoadRows || std::is_same_v<TS, T>, "16-bit sources are T's own type");
   using Mma = typename Tr::Mma;
   uint8_t* const smem_raw = sm90::dynamic_shared();
   uint8_t* const a_stages = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
-  uint8_t* const raw = a_stages + Tr::kAStages * Tr::kAStageBytes;  // kRowWindows x (boxes of channel rows)
-  uint8_t* const win = raw + kRowWindows * Tr::kRawBytes;           // kRowWindows x (copies of step rows)
-  uint64_t* const a_full = reinterpret_cast<uint64_t*>(win + kRowWindows * Tr::kWindowBytes);
+  uint8_t* const raw = a_stages + Tr::kAStages * Tr::kAStageBytes;  // kRawSlots x (boxes of channel rows)
+  uint8_t* const win = raw + Tr::kRawSlots * kWinBytes;              // kWindows x (copies of step rows)
+  uint64_t* const a_full = reinterpret_cast<uint64_t*>(win + Tr::kWindows * Tr::kWindowBytes);
   uint64_t* const a_empty = a_full + Tr::kAStages;
   uint64_t* const raw_full = a_empty + Tr::kAStages;
-  uint64_t* const raw_empty = raw_full + kRowWindows;
-  uint64_t* const win_full = raw_empty + kRowWindows;
-  uint64_t* const win_empty = win_full + kRowWindows;
+  uint64_t* const raw_empty = raw_full + Tr::kRawSlots;
+  uint64_t* const win_full = raw_empty + Tr::kRawSlots;
+  uint64_t* const win_empty = win_full + Tr::kWindows;
   if (threadIdx.x == 0) {
     sm90::tma_prefetch_descriptor(&w_map);
     if constexpr (!kLoadRows) sm90::tma_prefetch_descriptor(&src_map);
@@ -397,9 +409,11 @@ __global__ void __launch_bounds__(kThreads, 1)
       sm90::mbarrier_init(&a_full[s], 1);
       sm90::mbarrier_init(&a_empty[s], kConsumerWarps);
     }
-    for (int s = 0; s < kRowWindows; ++s) {
+    for (int s = 0; s < Tr::kRawSlots; ++s) {
       sm90::mbarrier_init(&raw_full[s], 1);
       sm90::mbarrier_init(&raw_empty[s], kTransposeWarps);
+    }
+    for (int s = 0; s < Tr::kWindows; ++s) {
       sm90::mbarrier_init(&win_full[s], kTransposeWarps);
       sm90::mbarrier_init(&win_empty[s], kConsumerWarps);
     }
@@ -408,22 +422,12 @@ __global__ void __launch_bounds__(kThreads, 1)
   __syncthreads();
 
   const int warpgroup = threadIdx.x / 128, warp = (threadIdx.x % 128) / 32, lane = threadIdx.x % 32;
-  if (warpgroup == 0 && warp == 0) {  // producer: one thread issues every copy
+  if (warpgroup == 0 && warp == 0) {  // producer: one thread issues the weights' copies
     if (lane != 0) return;
-    int64_t it_a = 0, it_w = 0;
+    int64_t it_a = 0;
     for (int64_t tile = blockIdx.x; tile < p.tiles; tile += gridDim.x) {
       const TileCoords c = tile_coords(p, tile);
-      const int32_t w0 = window_start(c.tt * kBN, p.shift_base);
-      for (int32_t cc = 0; cc < p.c_chunks; ++cc, ++it_w) {
-        if constexpr (!kLoadRows) {
-          const int rs = int(it_w % kRowWindows);
-          const uint32_t round = uint32_t(it_w / kRowWindows);
-          if (round > 0) sm90::mbarrier_wait(&raw_empty[rs], (round - 1) & 1);
-          sm90::mbarrier_arrive_expect_tx(&raw_full[rs], kWinBytes);
-          for (int box = 0; box < kWinBoxes; ++box)
-            sm90::tma_load_4d(raw + rs * kWinBytes + box * kRawBoxBytes, &src_map, &raw_full[rs], w0 + 64 * box,
-                              cc * kBK, c.g, c.b);
-        }
+      for (int32_t cc = 0; cc < p.c_chunks; ++cc) {
         for (int32_t k = 0; k < p.width; ++k, ++it_a) {
           const int slot = int(it_a % Tr::kAStages);
           const uint32_t a_round = uint32_t(it_a / Tr::kAStages);
@@ -444,13 +448,29 @@ __global__ void __launch_bounds__(kThreads, 1)
       const TileCoords c = tile_coords(p, tile);
       const int32_t w0 = window_start(c.tt * kBN, p.shift_base);
       for (int32_t cc = 0; cc < p.c_chunks; ++cc, ++it_w) {
-        const int s = int(it_w % kRowWindows);
-        const uint32_t round = uint32_t(it_w / kRowWindows);
-        if constexpr (!kLoadRows) sm90::mbarrier_wait(&raw_full[s], round & 1);
+        const int s = int(it_w % Tr::kWindows);
+        const uint32_t round = uint32_t(it_w / Tr::kWindows);
+        [[maybe_unused]] int raw_slot = 0;
+        if constexpr (!kLoadRows) {
+          // 16-bit: lane 0 of warp 1 copies this chunk's boxes into a raw slot once the three warps
+          // have transposed its last use, before waiting for a free window below: the copy runs
+          // while the consumers still read the windows built before it.
+          const int rs = int(it_w % Tr::kRawSlots);
+          const uint32_t raw_round = uint32_t(it_w / Tr::kRawSlots);
+          if (warp == 1 && lane == 0) {
+            if (raw_round > 0) sm90::mbarrier_wait(&raw_empty[rs], (raw_round - 1) & 1);
+            sm90::mbarrier_arrive_expect_tx(&raw_full[rs], kWinBytes);
+            for (int box = 0; box < kWinBoxes; ++box)
+              sm90::tma_load_4d(raw + rs * kWinBytes + box * kRawBoxBytes, &src_map, &raw_full[rs], w0 + 64 * box,
+                                cc * kBK, c.g, c.b);
+          }
+          sm90::mbarrier_wait(&raw_full[rs], raw_round & 1);
+          raw_slot = rs;
+        }
         if (round > 0) sm90::mbarrier_wait(&win_empty[s], (round - 1) & 1);
         const uint32_t dst = sm90::smem_u32(win + s * Tr::kWindowBytes);
         if constexpr (!kLoadRows) {
-          transpose_raw_window<kWinSteps>(sm90::smem_u32(raw + s * kWinBytes), dst, warp, lane);
+          transpose_raw_window<kWinSteps>(sm90::smem_u32(raw + raw_slot * kWinBytes), dst, warp, lane);
         } else {
           // Lane: channels 2*lane, 2*lane + 1 of the chunk; job: 8 steps.
           const int32_t s0 = cc * kBK + 2 * lane;
@@ -493,7 +513,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         sm90::fence_proxy_async_shared();  // the window's bytes, before the consumers' wgmma reads them
         __syncwarp();
         if (lane == 0) {
-          if constexpr (!kLoadRows) sm90::mbarrier_arrive(&raw_empty[s]);
+          if constexpr (!kLoadRows) sm90::mbarrier_arrive(&raw_empty[raw_slot]);
           sm90::mbarrier_arrive(&win_full[s]);
         }
       }
@@ -513,8 +533,8 @@ __global__ void __launch_bounds__(kThreads, 1)
     sm90::fence_registers(acc);
     int prev_slot = -1, prev_win = -1;  // the stage (and, after a chunk's last tap, the window) to release
     for (int32_t cc = 0; cc < p.c_chunks; ++cc, ++it_w) {
-      const int ws = int(it_w % kRowWindows);
-      sm90::mbarrier_wait(&win_full[ws], uint32_t(it_w / kRowWindows) & 1);
+      const int ws = int(it_w % Tr::kWindows);
+      sm90::mbarrier_wait(&win_full[ws], uint32_t(it_w / Tr::kWindows) & 1);
       const uint32_t window = sm90::smem_u32(win + ws * Tr::kWindowBytes);
       for (int32_t k = 0; k < p.width; ++k, ++it_a) {
         const int slot = int(it_a % Tr::kAStages);

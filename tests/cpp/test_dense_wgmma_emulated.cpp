@@ -243,7 +243,8 @@ void run_conv(const ConvCase& cs, bool rows = false, bool fp32_rows = false) {
     p.src_stride[1] = src_pitch;
     p.src_stride[2] = 1;
     p.in_g = int32_t(src_g);
-    emu::launch({grid, 1, 1}, detail::kThreads, detail::RowTraits<T>::kSmemBytes, [&] {
+    const size_t smem = fp32_rows ? detail::RowTraits<T, float>::kSmemBytes : detail::RowTraits<T, T>::kSmemBytes;
+    emu::launch({grid, 1, 1}, detail::kThreads, smem, [&] {
       if (fp32_rows)
         detail::dense_wgmma_conv_rows_emulated<T, float>(w_map, src_map, p);
       else

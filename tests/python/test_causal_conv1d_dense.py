@@ -177,7 +177,7 @@ def test_hopper_rows_with_a_padded_pitch(dtype, groups, seeded):
 @requires_cuda
 def test_hopper_racecheck_shapes(seeded):
     # Small shapes through each Hopper kernel for compute-sanitizer racecheck (scripts/gpu-check):
-    # the convolution from rows (16-bit; fp32 when kDenseFp32FromRows), from staged channel-last
+    # the convolution from rows (16-bit; fp32 from K = 4, as here), from staged channel-last
     # x (L not a multiple of 8), dx, and the weight gradients (two source chunks, two taps chunks).
     for dtype in DTYPES:
         for length in (520, 517):
