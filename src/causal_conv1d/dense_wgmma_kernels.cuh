@@ -274,16 +274,16 @@ __global__ void __launch_bounds__(kThreads, 1)
 // tap's B operand is that window read from row off0 + k*d: a descriptor start inside the
 // window (any row: the swizzle follows absolute addresses). So x crosses HBM and L2 once per
 // chunk instead of once per tap, and no channel-last copy is written to HBM.
-//  * 16-bit: the producer thread copies the window as kWinBoxes TMA boxes {64 steps, 64
-//    channels} (time innermost: each box starts on a whole 16 bytes) into a raw buffer; the
-//    three warps transpose it (ldmatrix.trans + stmatrix: 32 channels x 8 steps per pair,
+//  * 16-bit: lane 0 of the first builder warp copies the window as kWinBoxes TMA boxes {64
+//    steps, 64 channels} (time innermost: each box starts on a whole 16 bytes) into a raw
+//    buffer; the three warps transpose it (ldmatrix.trans + stmatrix: 32 channels x 8 steps per pair,
 //    both sides conflict-free under the 128-byte swizzle).
 //  * fp32 source rows (TS = float: x in fp32, or the fp32 gradient through silu for a 16-bit
 //    dx): the three warps load the rows themselves (a lane: two channels x 8 steps, four
 //    16-byte loads) and store channel pairs into the window (a warp writes one whole 128-byte
 //    row per store): fp32 (T = float) split into bf16 hi and lo windows, three products per
 //    reduction step as dense_wgmma_conv; a 16-bit T rounded to it.
-// The weights (A) keep their own ring, one stage per (chunk, tap).
+// The weights (A) keep their own ring, one stage per (chunk, tap), filled by the producer thread.
 // Requires off0 + (K-1)d + 256 <= kWinSteps, off0 = shift_base - floor8(shift_base).
 constexpr int kWinBoxes = 5;
 constexpr int kWinSteps = kWinBoxes * 64;                      // 320
@@ -292,10 +292,13 @@ constexpr uint32_t kWinBytes = kWinSteps * kBK * 2;            // 40 KiB per 16-
 constexpr int kTransposeWarps = 3;                             // warps 1-3 of the producer warpgroup
 
 // Shared memory of dense_wgmma_conv_rows<T, TS>: the weight ring, the raw TMA window (16-bit
-// sources), the channel-last windows (fp32: hi and lo), then the mbarriers. One raw slot is
-// enough: a builder warp issues the next window's boxes as soon as the last one is transposed,
-// more than a chunk of MMAs before it is needed, and the bytes saved deepen the weight ring (the
-// weights come from L2 every stage; six 16-bit stages give five stages, ~5k cycles, of lead).
+// sources), the channel-last windows (fp32: hi and lo), then the mbarriers. 16-bit: weights
+// 4 x 16 KiB, one raw slot, three windows (224 KiB). The windows are what the consumers wait for:
+// a window slot frees only when its chunk's MMAs are done, so a third slot gives the builders a
+// whole chunk more to build the next one; one raw slot is enough because a builder warp issues
+// the next chunk's boxes as soon as the last ones are transposed. (Measured on the H200, session
+// 5: this layout 0.324 ms on the bf16 seed forward; two windows + two raw slots 0.337; two
+// windows, one raw slot and 6 weight stages 0.350; docs/performance.md.)
 template <typename T, typename TS = T>
 struct RowTraits {
   static constexpr bool kSplit = std::is_same_v<T, float>;
