@@ -56,23 +56,43 @@ def test_bytes_and_flops_of_depthwise_forward():
     assert case_named("depthwise fp32 B4 D4096 L8192 K4").bytes_moved == 2 * (2 * activation_bytes + weight_bytes)
 
 
-def test_forward_backward_case_counts_both_passes_and_checks_forward_only():
+def test_forward_backward_case_counts_both_passes_and_checks_every_gradient():
     case = cases.depthwise(4, 4096, 8192, 4, torch.bfloat16, backward=True)
     activation_bytes, weight_bytes = 2 * 4 * 4096 * 8192, 2 * 4096 * 4
     # x read twice, y written, dy read, dx written; w read twice, dw written.
     assert case.bytes_moved == 5 * activation_bytes + 3 * weight_bytes
-    assert case.name.endswith(" fwd+bwd") and case.check_note == "forward only"
+    assert case.name.endswith(" fwd+bwd") and case.output_names == ("out", "dx", "dweight")
+    assert cases.depthwise(4, 4096, 8192, 4, torch.bfloat16).output_names == ("out",)
 
 
 @pytest.mark.parametrize("backward", [False, True])
 def test_torch_baseline_runs_and_passes_its_check_on_cpu(backward):
     case = cases.depthwise(2, 6, 33, 4, torch.float32, bias=True, activation="silu", backward=backward)
     inputs = case.make_inputs(torch.device("cpu"), seed=1)
-    verdict = case.check(case.baselines["torch"]()(inputs), case.reference(inputs))
+    outs, refs = case.baselines["torch"]()(inputs), case.reference(inputs)
+    assert len(outs) == len(refs) == (4 if backward else 1)  # out, then dx, dweight, dbias
+    assert all(r.dtype == torch.float64 for r in refs)
+    verdict = case.check(outs, refs)
     assert verdict["passed"] and verdict["rel_l2"] < 1e-6
-    assert verdict["note"] == ("forward only" if backward else "")
     if backward:
+        assert verdict["grad_rel_l2"] < 1e-6 and verdict["note"].startswith("gradients rel L2 ")
         assert inputs["x"].grad is None  # autograd.grad: no accumulation across runs
+    else:
+        assert verdict["note"] == "" and "grad_rel_l2" not in verdict
+
+
+def test_a_wrong_gradient_fails_the_verdict_and_is_named():
+    case = cases.depthwise(2, 6, 33, 4, torch.float32, bias=True, backward=True)
+    inputs = case.make_inputs(torch.device("cpu"), seed=2)
+    outs, refs = case.baselines["torch"]()(inputs), case.reference(inputs)
+    wrong_dweight = outs[2].clone()
+    wrong_dweight[0, 0] += 1.0
+    verdict = case.check((*outs[:2], wrong_dweight, outs[3]), refs)
+    assert not verdict["passed"] and verdict["note"] == "gradients fail: dweight"
+    assert verdict["rel_l2"] < 1e-6  # the output itself is right
+    nan_dbias = torch.full_like(outs[3], float("nan"))
+    verdict = case.check((*outs[:3], nan_dbias), refs)
+    assert not verdict["passed"] and verdict["note"] == "gradients fail: dbias"
 
 
 def test_compare_fails_on_nan_and_on_large_error():
@@ -142,7 +162,7 @@ def test_bytes_and_flops_of_b2b():
     both = case_named("b2b bf16 B1 D4096 L8192 Kp3 Km128 fwd+bwd")
     # + backward: x and dout read, dx written (and the weights read, their gradients written).
     assert both.bytes_moved == 3 * x_bytes + 2 * out_bytes + 3 * weight_bytes
-    assert both.check_note == "forward only"
+    assert both.output_names == ("out", "dx", "dweight_proj", "dweight_mixer", "dskip_bias")
 
 
 @pytest.mark.parametrize("backward", [False, True])
@@ -151,6 +171,7 @@ def test_b2b_torch_baseline_runs_and_passes_its_check_on_cpu(backward):
     inputs = case.make_inputs(torch.device("cpu"), seed=1)
     verdict = case.check(case.baselines["torch"]()(inputs), case.reference(inputs))
     assert verdict["passed"] and verdict["rel_l2"] < 1e-6
+    assert verdict.get("grad_rel_l2", 0.0) < 1e-6
 
 
 # ---- dense cases: FLOPs, TF32 on/off baselines with allclose verdicts ----
@@ -177,6 +198,7 @@ def test_dense_torch_baselines_run_on_cpu_with_allclose_verdicts(backward):
         verdict = case.check(case.baselines[name]()(inputs), ref)
         assert verdict["passed"] and verdict["allclose"], (name, verdict)
         assert "allclose(atol=0.0001, rtol=0.0001) ok" in verdict["note"]
+        assert ("gradients rel L2" in verdict["note"]) == backward
     saved = torch.backends.cudnn.allow_tf32
     with cases.tf32(not saved):
         assert torch.backends.cudnn.allow_tf32 == (not saved)

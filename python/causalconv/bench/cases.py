@@ -21,7 +21,9 @@ import causalconv
 from causalconv import reference
 
 Inputs = Dict[str, torch.Tensor]
-Runner = Callable[[Inputs], torch.Tensor]
+# What a run returns: the output, then (forward+backward cases) the gradient of every input.
+Outputs = Tuple[torch.Tensor, ...]
+Runner = Callable[[Inputs], Outputs]
 
 # Relative L2 error bounds against the fp64 reference (DESIGN.md §4).
 REL_L2_BOUND = {torch.float32: 1e-5, torch.float16: 2e-3, torch.bfloat16: 1e-2}
@@ -46,13 +48,13 @@ class Case:
     baselines: Dict[str, BaselineFactory]
     bytes_moved: int  # minimum HBM traffic: each input read once, each output written once
     flops: int
-    reference: Callable[[Inputs], torch.Tensor]  # fp64 result of what run_* returns
-    check_note: str = ""  # what the check does not cover, e.g. "forward only"
+    reference: Callable[[Inputs], Outputs]  # fp64 results of what run_* returns
+    output_names: Tuple[str, ...] = ("out",)  # one per result: "out", then "d<input>" per gradient
     quick: bool = False  # part of the --quick subset
     allclose: Optional[Tuple[float, float]] = None  # (atol, rtol): also require torch.allclose
 
-    def check(self, out: torch.Tensor, ref: torch.Tensor) -> dict:
-        return compare(out, ref, REL_L2_BOUND[self.dtype], self.check_note, self.allclose)
+    def check(self, outs: Outputs, refs: Outputs) -> dict:
+        return compare_outputs(self.output_names, outs, refs, REL_L2_BOUND[self.dtype], self.allclose)
 
 
 def compare(out: torch.Tensor, ref: torch.Tensor, bound: float, note: str = "",
@@ -77,6 +79,30 @@ def compare(out: torch.Tensor, ref: torch.Tensor, bound: float, note: str = "",
         result["passed"] = result["passed"] and close
         result["note"] = "; ".join(n for n in (note, f"allclose(atol={atol:g}, rtol={rtol:g}) "
                                               + ("ok" if close else "fails")) if n)
+    return result
+
+
+def compare_outputs(names: Sequence[str], outs: Outputs, refs: Outputs, bound: float,
+                    allclose: Optional[Tuple[float, float]] = None) -> dict:
+    """``compare`` of the output (with ``allclose``, the forward's accuracy contract) and of every
+    gradient after it (relative L2 bound only); any failure fails the verdict.
+
+    ``rel_l2`` and ``max_abs`` stay the output's; ``grad_rel_l2`` is the worst gradient's and the
+    note names the gradients that fail.
+    """
+    result = compare(outs[0], refs[0], bound, allclose=allclose)
+    if len(names) == 1:
+        return result
+    failed, worst = [], 0.0
+    for name, out, ref in zip(names[1:], outs[1:], refs[1:]):
+        grad = compare(out, ref, bound)
+        if not grad["passed"]:
+            failed.append(name)
+        worst = max(worst, grad["rel_l2"] if grad["rel_l2"] is not None else math.inf)
+    result["grad_rel_l2"] = worst
+    result["passed"] = result["passed"] and not failed
+    grads = f"gradients fail: {', '.join(failed)}" if failed else f"gradients rel L2 {worst:.1e}"
+    result["note"] = "; ".join(n for n in (grads, result["note"]) if n)
     return result
 
 
@@ -110,8 +136,9 @@ def tensor_case(*, family: str, name: str, dtype: torch.dtype, inputs: Dict[str,
     e.g. with TF32 switched on or off.
 
     With ``backward`` every run does forward + backward with respect to all inputs
-    (an extra ``dout`` input holds the output gradient), while the check stays
-    on the forward output.
+    (an extra ``dout`` input holds the output gradient) and returns the output and
+    every input's gradient; the check compares each with fp64 autograd through
+    ``reference``.
     """
     nbytes = dtype.itemsize
     input_bytes = sum(math.prod(s) for s in inputs.values()) * nbytes
@@ -134,7 +161,15 @@ def tensor_case(*, family: str, name: str, dtype: torch.dtype, inputs: Dict[str,
         return tensors
 
     def runner(fn):
-        return _forward_backward(fn, list(inputs)) if backward else (lambda t: fn(**t))
+        return _forward_backward(fn, list(inputs)) if backward else (lambda t: (fn(**t),))
+
+    def reference_run(t: Inputs) -> Outputs:
+        if not backward:
+            return (reference(**{n: t[n].detach() for n in inputs}),)
+        leaves = {n: t[n].detach().double().requires_grad_(True) for n in inputs}
+        out = reference(**leaves)
+        grads = torch.autograd.grad(out, list(leaves.values()), t["dout"].double())
+        return (out.detach(), *grads)
 
     def lazy_runner(name, factory):
         context = (baseline_contexts or {}).get(name)
@@ -145,9 +180,9 @@ def tensor_case(*, family: str, name: str, dtype: torch.dtype, inputs: Dict[str,
     return Case(name=name + (" fwd+bwd" if backward else ""), family=family, dtype=dtype,
                 make_inputs=make_inputs, run_ours=runner(ours),
                 baselines={b: lazy_runner(b, f) for b, f in baselines.items()},
-                bytes_moved=bytes_moved, flops=flops,
-                reference=lambda t: reference(**{n: t[n].detach() for n in inputs}),
-                check_note="forward only" if backward else "", quick=quick, allclose=allclose)
+                bytes_moved=bytes_moved, flops=flops, reference=reference_run,
+                output_names=("out", *(f"d{n}" for n in inputs)) if backward else ("out",),
+                quick=quick, allclose=allclose)
 
 
 def _in_context(context: Callable[[], ContextManager], run: Runner) -> Runner:
@@ -165,11 +200,11 @@ def _randn(shape, channel_last: bool, gen, device, dtype) -> torch.Tensor:
 
 
 def _forward_backward(fn: Callable[..., torch.Tensor], differentiable: List[str]) -> Runner:
-    def run(t: Inputs) -> torch.Tensor:
+    def run(t: Inputs) -> Outputs:
         out = fn(**{n: t[n] for n in differentiable})
         # autograd.grad rather than .backward(): nothing accumulates across timed runs.
-        torch.autograd.grad(out, [t[n] for n in differentiable], t["dout"])
-        return out
+        grads = torch.autograd.grad(out, [t[n] for n in differentiable], t["dout"])
+        return (out.detach(), *grads)
     return run
 
 

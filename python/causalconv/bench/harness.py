@@ -88,9 +88,13 @@ def run_case(case: Case, timer: Timer, copy_gbps: float, seed: int,
             runners[name] = None
             results[name] = {"available": False, "reason": str(e)}
 
-    ref = case.reference(inputs)
-    checks = {name: _check(case, run, inputs, ref) for name, run in runners.items() if run}
-    del ref  # fp64 output: free it before timing
+    try:
+        ref = case.reference(inputs)
+        checks = {name: _check(case, run, inputs, ref) for name, run in runners.items() if run}
+        del ref  # fp64 results: free them before timing
+    except Exception as e:  # e.g. out of memory in fp64 autograd: time the runs, but nothing passes unchecked
+        note = f"not checked: the fp64 reference failed: {type(e).__name__}: {str(e).splitlines()[0][:120]}"
+        checks = {name: {"rel_l2": None, "max_abs": None, "passed": False, "note": note} for name in runners}
     torch.cuda.empty_cache()
 
     for name, run in runners.items():  # ours first, then the baselines in their order
@@ -108,11 +112,11 @@ def run_case(case: Case, timer: Timer, copy_gbps: float, seed: int,
             "passed": results["ours"]["passed"], "results": {n: results[n] for n in runners}}
 
 
-def _check(case: Case, run, inputs: Dict[str, torch.Tensor], ref: torch.Tensor) -> dict:
+def _check(case: Case, run, inputs: Dict[str, torch.Tensor], ref) -> dict:
     try:
-        out = run(inputs)
+        outs = run(inputs)
         torch.cuda.synchronize()  # surface asynchronous launch errors here
-        return case.check(out, ref)
+        return case.check(outs, ref)
     except Exception as e:  # report any failure of one implementation, keep benchmarking the rest
         return {"passed": False, "error": f"{type(e).__name__}: {e}"}
 
