@@ -62,6 +62,8 @@ def test_forward_backward_case_counts_both_passes_and_checks_every_gradient():
     # x read twice, y written, dy read, dx written; w read twice, dw written.
     assert case.bytes_moved == 5 * activation_bytes + 3 * weight_bytes
     assert case.name.endswith(" fwd+bwd") and case.output_names == ("out", "dx", "dweight")
+    assert case.reductions == ("dweight",)  # fp32: the looser bound of sums over batch x length
+    assert cases.dense(2, 8, 12, 40, 3, torch.float32, backward=True).reductions == ("dweight", "dbias")
     assert cases.depthwise(4, 4096, 8192, 4, torch.bfloat16).output_names == ("out",)
 
 
@@ -163,6 +165,7 @@ def test_bytes_and_flops_of_b2b():
     # + backward: x and dout read, dx written (and the weights read, their gradients written).
     assert both.bytes_moved == 3 * x_bytes + 2 * out_bytes + 3 * weight_bytes
     assert both.output_names == ("out", "dx", "dweight_proj", "dweight_mixer", "dskip_bias")
+    assert both.reductions == ("dweight_proj", "dweight_mixer", "dskip_bias")
 
 
 @pytest.mark.parametrize("backward", [False, True])
