@@ -495,6 +495,12 @@ struct WgDwLayout {
 // 1.322 ms against 1.232 staged, session 5, docs/performance.md), so it stays off.
 constexpr bool kDenseWeightGradFromRows = false;
 
+// The weight-gradient kernel reading one staged-x window per unit for all its taps
+// (dw_window_steps) instead of a 64-step tile per tap: emulation-tested, not yet run on a GPU
+// (written after session 5's last GPU run). Turn on after the H200 check and A/B in
+// docs/performance.md (dense, session 5, next steps).
+constexpr bool kDenseWeightGradXWindow = false;
+
 // 16-bit x rows the weight-gradient kernel can copy and transpose itself: unit time stride,
 // 16-byte aligned base and row strides, and a CTA's taps (up to 4) inside its 128-step window.
 bool weight_grad_x_rows(const DenseBackwardParams& b) {
@@ -552,6 +558,15 @@ void launch_wgmma_weight_grad(const DenseBackwardParams& b, const void* grad, bo
   // channel-last (as the forward stages it).
   const bool x_rows = weight_grad_x_rows(b);
   CUtensorMap x_map;
+  // Staged x: boxes of `steps` rows of 64 channels (a tap's tile, or a window of all a launch's taps).
+  auto staged_x_map = [&](const void* x_staged, uint32_t steps) {
+    const uint64_t x_dims[4] = {uint64_t(l.s8), uint64_t(g.groups), uint64_t(g.length),
+                                uint64_t(g.batch * Tr::kCopies)};
+    const uint64_t x_strides[3] = {uint64_t(l.s8) * 2, uint64_t(g.groups * l.s8) * 2,
+                                   uint64_t(g.length * g.groups * l.s8) * 2};
+    const uint32_t x_box[4] = {kBK, 1, steps, 1};
+    return encode_tensor_map(x_staged, mma_dtype, 4, x_dims, x_strides, x_box, what);
+  };
   if (x_rows) {
     const uint64_t x_dims[4] = {uint64_t(g.length), uint64_t(S), uint64_t(g.groups), uint64_t(g.batch)};
     const uint64_t x_strides[3] = {uint64_t(b.x_stride[1]) * 2, uint64_t(S * b.x_stride[1]) * 2,
@@ -559,15 +574,9 @@ void launch_wgmma_weight_grad(const DenseBackwardParams& b, const void* grad, bo
     const uint32_t x_box[4] = {64, kBK, 1, 1};
     x_map = encode_tensor_map(b.x, g.dtype, 4, x_dims, x_strides, x_box, what);
   } else {
-    auto* x_staged = static_cast<uint16_t*>(workspace);
     launch_copy_to_channel_last<T>(b.x, false, b.x_stride, g.groups, S, l.s8, g.length, g.batch, l.x_copy_elems,
-                                 x_staged, stream, what);
-    const uint64_t x_dims[4] = {uint64_t(l.s8), uint64_t(g.groups), uint64_t(g.length),
-                                uint64_t(g.batch * Tr::kCopies)};
-    const uint64_t x_strides[3] = {uint64_t(l.s8) * 2, uint64_t(g.groups * l.s8) * 2,
-                                   uint64_t(g.length * g.groups * l.s8) * 2};
-    const uint32_t x_box[4] = {kBK, 1, kDwSteps, 1};
-    x_map = encode_tensor_map(x_staged, mma_dtype, 4, x_dims, x_strides, x_box, what);
+                                   static_cast<uint16_t*>(workspace), stream, what);
+    x_map = staged_x_map(workspace, kDwSteps);
   }
 
   // The gradient as (L, D, G, B) rows with time innermost.
@@ -612,10 +621,12 @@ void launch_wgmma_weight_grad(const DenseBackwardParams& b, const void* grad, bo
   for (int i = 0, n = dw_launches(int(g.width), launches); i < n; ++i) {
     p.q_base = launches[i].q_base;
     p.q_count = launches[i].q_count;
+    p.x_window = !x_rows && kDenseWeightGradXWindow ? dw_window_steps(launches[i].taps, g.dilation) : 0;
+    const CUtensorMap launch_x_map = p.x_window > 0 ? staged_x_map(workspace, uint32_t(p.x_window)) : x_map;
     auto launch = [&](auto kernel, size_t smem) {
       check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)), what);
       const dim3 grid(unsigned(g.groups * l.o_tiles * l.c_chunks * p.q_count), unsigned(l.parts));
-      kernel<<<grid, kThreads, smem, stream>>>(g_map, x_map, p);
+      kernel<<<grid, kThreads, smem, stream>>>(g_map, launch_x_map, p);
       check_launch(what);
     };
     auto launch_taps = [&](auto from_rows) {

@@ -572,7 +572,9 @@ __global__ void __launch_bounds__(kThreads, 1)
 // reduction = time in units of 64 steps of one batch row. Per unit:
 //   A: G[b][o][t0, +64), 128 x 64, K-major (time is G's innermost axis; t0 is a multiple of 64);
 //   B_k: x rows t0 - (K-1-k)d + [0, 64) of the channel-last x staged for the forward, 64 sources
-//        each: N-major (tap shifts land on the outer time axis, any value).
+//        each: N-major (tap shifts land on the outer time axis, any value). Either a 64-row tile
+//        per tap, or (p.x_window) one window of 64 + (kTaps-1)d rows per unit, tap j's operand
+//        from its row j*d: the same rows, a quarter of the bytes at K = 4, d = 1.
 // The two consumer warpgroups keep one m64n64 accumulator set per tap (4 x 32 fp32). CTAs of
 // one part sum a fixed contiguous range of units and write fp32 partials in dense_generic.cu's
 // layout (parts x (C_out*S*K, then C_out)); its ordered reduction makes the result bitwise
@@ -604,7 +606,17 @@ struct DwParams {
   int32_t batch, groups, out_g, in_g, width, dilation;
   int32_t o_tiles, c_chunks, t_units, parts;
   int32_t q_base, q_count;  // this launch's tap chunks: q_base .. q_base + q_count - 1
+  int32_t x_window;         // staged x: rows of one window per unit (dw_window_steps), 0: a tile per tap
 };
+
+// The staged-x window of a launch whose CTAs take `taps` taps: one TMA box of kDwSteps +
+// (taps-1)d rows per unit serves them all (tap j's N-major operand from row j*d; any row: the
+// swizzle follows absolute addresses), where a 64-row tile per tap moves up to 4x the bytes
+// through L2. 0 when it does not fit the stage's x space of kDwTaps tiles.
+inline int dw_window_steps(int taps, int64_t dilation) {
+  const int64_t steps = kDwSteps + (taps - 1) * dilation;
+  return steps <= kDwTaps * kDwSteps ? int(steps) : 0;
+}
 
 // The launches of a width-`width` weight gradient: {taps per CTA, first tap chunk, chunks}.
 struct DwLaunch {
@@ -674,8 +686,9 @@ __global__ void __launch_bounds__(kThreads, 1)
 
   if (warpgroup == 0) {
     if (threadIdx.x == 0) {  // producer: G's tile, and the x rows of the CTA's taps (kFromRows: two boxes)
-      const uint32_t bytes =
-          kFromRows ? kATileBytes + 2 * kRawBoxBytes : Tr::kCopies * (kATileBytes + kTaps * kDwBBytes);
+      const uint32_t bytes = kFromRows ? kATileBytes + 2 * kRawBoxBytes
+                             : Tr::kCopies * (kATileBytes + (p.x_window > 0 ? uint32_t(p.x_window) * 128
+                                                                            : kTaps * kDwBBytes));
       for (int64_t u = u0; u < u1; ++u) {
         const int64_t it = u - u0;
         const int slot = int(it % Tr::kStages);
@@ -691,6 +704,9 @@ __global__ void __launch_bounds__(kThreads, 1)
             for (int box = 0; box < 2; ++box)
               sm90::tma_load_4d(st + kATileBytes + box * kRawBoxBytes, &x_map, &full[slot], w0 + 64 * box, c * kBK, g,
                                 b);
+          } else if (p.x_window > 0) {
+            sm90::tma_load_4d(st + Tr::kCopies * kATileBytes + copy * kDwTaps * kDwBBytes, &x_map, &full[slot],
+                              c * kBK, g, t0 + shift0, b + copy * p.batch);
           } else {
             for (int j = 0; j < kTaps; ++j) {
               const int32_t k = q * kDwTaps + j;
@@ -748,22 +764,22 @@ __global__ void __launch_bounds__(kThreads, 1)
     if constexpr (kFromRows) sm90::mbarrier_wait(&win_full[slot], uint32_t(it / Tr::kStages) & 1);
     const uint32_t st = sm90::smem_u32(stages + slot * Tr::kStageBytes);
     const uint32_t a_hi = st + cw * 64 * 128, b_hi = st + Tr::kCopies * kATileBytes;
-    // Tap j's x rows: its own tile, or (kFromRows) the window from row off0 + j*d.
-    const uint32_t b_window = b_hi + 2 * kRawBoxBytes + uint32_t(off0) * 128;
-    const uint32_t b_step = kFromRows ? uint32_t(p.dilation) * 128 : kDwBBytes;
+    const uint32_t b_lo = b_hi + kDwTaps * kDwBBytes;  // fp32: the lo copy's x
+    // Tap j's x rows: its own tile, or a window from row j*d (kFromRows: the transposed window,
+    // from row off0 + j*d).
+    const uint32_t b_first = kFromRows ? b_hi + 2 * kRawBoxBytes + uint32_t(off0) * 128 : b_hi;
+    const uint32_t b_step = kFromRows || p.x_window > 0 ? uint32_t(p.dilation) * 128 : kDwBBytes;
     sm90::wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < kDwSteps / 16; ++kk) {
       const uint64_t da = sm90::smem_descriptor(a_hi + kk * 32, 16, 1024);
 #pragma unroll
       for (int j = 0; j < kTaps; ++j) {
-        const uint64_t db =
-            sm90::smem_descriptor((kFromRows ? b_window : b_hi) + j * b_step + kk * 2048, kDwBBytes, 1024);
+        const uint64_t db = sm90::smem_descriptor(b_first + j * b_step + kk * 2048, kDwBBytes, 1024);
         sm90::wgmma_m64n64k16_bt<Mma>(acc[j], da, db, 1);
         if constexpr (Tr::kSplit) {
           const uint64_t da_lo = sm90::smem_descriptor(a_hi + kATileBytes + kk * 32, 16, 1024);
-          const uint64_t db_lo =
-              sm90::smem_descriptor(b_hi + (kDwTaps + j) * kDwBBytes + kk * 2048, kDwBBytes, 1024);
+          const uint64_t db_lo = sm90::smem_descriptor(b_lo + j * b_step + kk * 2048, kDwBBytes, 1024);
           sm90::wgmma_m64n64k16_bt<Mma>(acc[j], da, db_lo, 1);
           sm90::wgmma_m64n64k16_bt<Mma>(acc[j], da_lo, db, 1);
         }

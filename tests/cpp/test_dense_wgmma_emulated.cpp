@@ -307,12 +307,17 @@ struct DwCase {
   bool grad_in_place;  // 16-bit dy read by TMA where it lies (else staged rows, as stage_rows)
 };
 
-// x_rows: x read from its own rows by the kernel (kFromRows, 16-bit; rows padded to a 16-byte
-// pitch with NaN that must never be read); else channel-last as the forward stages it.
+// How the weight-gradient kernel reads x: channel-last as the forward stages it, a 64-step tile
+// per tap or one window per unit for all the CTA's taps (x_window), or from its own rows
+// (kFromRows, 16-bit; rows padded to a 16-byte pitch with NaN that must never be read).
+enum class DwX { staged_taps, staged_window, rows };
+
 template <typename T>
-void run_weight_grad(const DwCase& cs, bool x_rows = false) {
+void run_weight_grad(const DwCase& cs, DwX mode = DwX::staged_taps) {
   using Tr = detail::DwTraits<T>;
-  SCOPED_TRACE(::testing::Message() << name_of<T>() << (x_rows ? " x rows" : " x staged") << " dweight B"
+  const bool x_rows = mode == DwX::rows;
+  const char* const x_name = x_rows ? "x rows" : mode == DwX::staged_window ? "x staged window" : "x staged";
+  SCOPED_TRACE(::testing::Message() << name_of<T>() << " " << x_name << " dweight B"
                                     << cs.batch << " G" << cs.groups << " Cin/g "
                                     << cs.cin_g << " Cout/g " << cs.cout_g << " K" << cs.width << " d"
                                     << cs.dilation << " L" << cs.length << " in place " << cs.grad_in_place);
@@ -331,16 +336,19 @@ void run_weight_grad(const DwCase& cs, bool x_rows = false) {
   const std::vector<uint16_t> x_staged = channel_last<T>(x_e, B, G, S, L, s8);
   const int64_t x_pitch = padded_pitch(L);
   const std::vector<T> x_rows_buf = padded_rows<T>(x_e, B * cin, L);
+  auto staged_map = [&](uint32_t steps) {  // boxes of `steps` rows (a tap's tile, or a window)
+    return sm90::emulated_tensor_map(
+        tensor_map(x_staged.data(), 4, {uint64_t(s8), uint64_t(G), uint64_t(L), uint64_t(B * kCopies<T>)},
+                   {uint64_t(s8) * 2, uint64_t(G * s8) * 2, uint64_t(L * G * s8) * 2},
+                   {uint32_t(detail::kBK), 1, steps, 1}));
+  };
   const CUtensorMap x_map =
       x_rows ? sm90::emulated_tensor_map(tensor_map(x_rows_buf.data(), 4,
                                                     {uint64_t(L), uint64_t(S), uint64_t(G), uint64_t(B)},
                                                     {uint64_t(x_pitch) * 2, uint64_t(S * x_pitch) * 2,
                                                      uint64_t(cin * x_pitch) * 2},
                                                     {64, uint32_t(detail::kBK), 1, 1}))
-             : sm90::emulated_tensor_map(
-                   tensor_map(x_staged.data(), 4, {uint64_t(s8), uint64_t(G), uint64_t(L), uint64_t(B * kCopies<T>)},
-                              {uint64_t(s8) * 2, uint64_t(G * s8) * 2, uint64_t(L * G * s8) * 2},
-                              {uint32_t(detail::kBK), 1, uint32_t(detail::kDwSteps), 1}));
+             : staged_map(detail::kDwSteps);
 
   // The gradient rows, time innermost: in place (a row pitch past L, padding NaN), or staged as
   // stage_rows writes them (pitch rounded up to 8; the padding is never written there: NaN here).
@@ -387,9 +395,12 @@ void run_weight_grad(const DwCase& cs, bool x_rows = false) {
   for (int i = 0, n = detail::dw_launches(int(K), launches); i < n; ++i) {
     p.q_base = launches[i].q_base;
     p.q_count = launches[i].q_count;
+    p.x_window = mode == DwX::staged_window ? detail::dw_window_steps(launches[i].taps, dil) : 0;
+    if (mode == DwX::staged_window) EXPECT_GT(p.x_window, 0) << "the case's window fits a stage";
+    const CUtensorMap launch_x_map = p.x_window > 0 ? staged_map(uint32_t(p.x_window)) : x_map;
     const unsigned grid = unsigned(G * o_tiles * c_chunks * p.q_count);
     auto launch = [&](auto kernel, size_t smem) {
-      emu::launch({grid, unsigned(parts), 1}, detail::kThreads, smem, [&] { kernel(g_map, x_map, p); });
+      emu::launch({grid, unsigned(parts), 1}, detail::kThreads, smem, [&] { kernel(g_map, launch_x_map, p); });
     };
     auto launch_taps = [&](auto from_rows) {
       constexpr bool kRows = decltype(from_rows)::value;
@@ -435,7 +446,7 @@ void run_weight_grad(const DwCase& cs, bool x_rows = false) {
   for (int64_t o = 0; o < cout; ++o) check("dbias", cout * S * K + o, o, db_ref(o), db_mag(o));
   EXPECT_EQ(bad, 0);
   std::printf("[ dense_wgmma ] %s %s dweight/dbias (%lld parts): max |error| / magnitude %.3g\n", name_of<T>(),
-              x_rows ? "x rows" : "x staged", static_cast<long long>(parts), worst);
+              x_name, static_cast<long long>(parts), worst);
 }
 
 // Channels per group not multiples of 64/128 (and above them: two source chunks, two output
@@ -506,10 +517,19 @@ TEST(DenseWgmmaEmulated, WeightGradBf16) {
 }
 // x from rows: the cases above, and a CTA's widest window (off0 + 3d + 64 = 7 + 57 + 64 = 128).
 TEST(DenseWgmmaEmulated, WeightGradFromRowsBf16) {
-  for (const auto& cs : kWeightGrad) run_weight_grad<__nv_bfloat16>(cs, true);
-  run_weight_grad<__nv_bfloat16>({1, 1, 40, 48, 4, 19, 300, true}, true);
+  for (const auto& cs : kWeightGrad) run_weight_grad<__nv_bfloat16>(cs, DwX::rows);
+  run_weight_grad<__nv_bfloat16>({1, 1, 40, 48, 4, 19, 300, true}, DwX::rows);
 }
-TEST(DenseWgmmaEmulated, WeightGradFromRowsFp16) { run_weight_grad<__half>(kWeightGrad[1], true); }
+TEST(DenseWgmmaEmulated, WeightGradFromRowsFp16) { run_weight_grad<__half>(kWeightGrad[1], DwX::rows); }
+// One staged window per unit: the cases above, and the widest window (64 + 3 * 64 = 256 rows).
+TEST(DenseWgmmaEmulated, WeightGradStagedWindowBf16) {
+  for (const auto& cs : kWeightGrad) run_weight_grad<__nv_bfloat16>(cs, DwX::staged_window);
+  run_weight_grad<__nv_bfloat16>({1, 1, 40, 48, 4, 64, 300, false}, DwX::staged_window);
+}
+TEST(DenseWgmmaEmulated, WeightGradStagedWindowFp32) {
+  run_weight_grad<float>(kWeightGrad[1], DwX::staged_window);
+  run_weight_grad<float>(kWeightGrad[4], DwX::staged_window);
+}
 TEST(DenseWgmmaEmulated, WeightGradFp16) {
   run_weight_grad<__half>(kWeightGrad[0]);
   run_weight_grad<__half>(kWeightGrad[1]);
