@@ -8,7 +8,8 @@ kernel, ours and torch's).
 
 Cases: dw-k4 (bf16 B4 C4096 L8192 K4), dw-k7 (bf16 B1 C4096 L8192 K7), dw-small (bf16 B8 C2048
 L2048 K4), dw-cl (bf16 B4 C4096 L8192 K4 channel-last), dw-k128 (bf16 B1 C4096 L8192 K128),
-dense-seed (bf16 B32 C256->256 L8192 K4), dense-seed-fp32, b2b-km7 / b2b-km128 / b2b-km256
+dense-seed (bf16 B32 C256->256 L8192 K4), dense-seed-fp32, dense-d8 (bf16 B16 C64->64 L16000 K2
+dilation 8), b2b-km7 / b2b-km128 / b2b-km256
 (bf16 B1 D4096 L8192, Kp 3 / 3 / 4).
 """
 
@@ -18,7 +19,7 @@ import torch
 
 import causalconv
 
-CASES = {  # name: (dtype, batch, c_in, c_out or None for depthwise, length, width, channel_last)
+CASES = {  # name: (dtype, batch, c_in, c_out or None for depthwise, length, width, channel_last[, dilation])
     "dw-k4": (torch.bfloat16, 4, 4096, None, 8192, 4, False),
     "dw-k7": (torch.bfloat16, 1, 4096, None, 8192, 7, False),
     "dw-small": (torch.bfloat16, 8, 2048, None, 2048, 4, False),
@@ -26,6 +27,7 @@ CASES = {  # name: (dtype, batch, c_in, c_out or None for depthwise, length, wid
     "dw-k128": (torch.bfloat16, 1, 4096, None, 8192, 128, False),
     "dense-seed": (torch.bfloat16, 32, 256, 256, 8192, 4, False),
     "dense-seed-fp32": (torch.float32, 32, 256, 256, 8192, 4, False),
+    "dense-d8": (torch.bfloat16, 16, 64, 64, 16000, 2, False, 8),  # 0.09 ms of GPU time for 15 us of bytes
 }
 
 
@@ -46,20 +48,21 @@ def make_b2b_case(name: str, backward: bool):
 
 
 def make_case(name: str, backward: bool):
-    dtype, batch, c_in, c_out, length, width, channel_last = CASES[name]
+    dtype, batch, c_in, c_out, length, width, channel_last, *dilation = CASES[name]
     shape = (batch, length, c_in) if channel_last else (batch, c_in, length)
     x = torch.randn(*shape, device="cuda", dtype=dtype)
     x = (x.transpose(1, 2) if channel_last else x).requires_grad_(backward)
     w_shape = (c_in, width) if c_out is None else (c_out, c_in, width)
     w = (torch.randn(*w_shape, device="cuda", dtype=dtype) / width).requires_grad_(backward)
-    return x, w
+    return x, w, (dilation[0] if dilation else 1)
 
 
 def run(inputs, backward: bool):
     if len(inputs) == 4:
         y = causalconv.b2b_causal_conv1d(*inputs)
     else:
-        y = causalconv.causal_conv1d(*inputs)
+        x, w, dilation = inputs
+        y = causalconv.causal_conv1d(x, w, dilation=dilation)
     if backward:
         y.backward(torch.ones_like(y))
 
