@@ -93,7 +93,8 @@ def run_case(case: Case, timer: Timer, copy_gbps: float, seed: int,
         checks = {name: _check(case, run, inputs, ref) for name, run in runners.items() if run}
         del ref  # fp64 results: free them before timing
     except Exception as e:  # e.g. out of memory in fp64 autograd: time the runs, but nothing passes unchecked
-        note = f"not checked: the fp64 reference failed: {type(e).__name__}: {str(e).splitlines()[0][:120]}"
+        first_line = (str(e).splitlines() or [""])[0][:120]
+        note = f"not checked: the fp64 reference failed: {type(e).__name__}: {first_line}"
         checks = {name: {"rel_l2": None, "max_abs": None, "passed": False, "note": note} for name in runners}
     torch.cuda.empty_cache()
 
