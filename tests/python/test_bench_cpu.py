@@ -1,5 +1,6 @@
 """CPU-only tests of the benchmark CLI (python -m causalconv.bench): no GPU needed."""
 
+import dataclasses
 import json
 import subprocess
 import sys
@@ -7,7 +8,7 @@ import sys
 import pytest
 import torch
 
-from causalconv.bench import cases, report
+from causalconv.bench import cases, harness, report
 from causalconv.bench.__main__ import NO_GPU, main
 
 
@@ -95,6 +96,23 @@ def test_a_wrong_gradient_fails_the_verdict_and_is_named():
     nan_dbias = torch.full_like(outs[3], float("nan"))
     verdict = case.check((*outs[:3], nan_dbias), refs)
     assert not verdict["passed"] and verdict["note"] == "gradients fail: dbias"
+
+
+def test_a_failing_reference_leaves_the_runs_timed_but_unchecked():
+    case = cases.depthwise(2, 6, 33, 4, torch.float32, backward=True)
+
+    def reference_out_of_memory(_inputs):
+        raise RuntimeError("out of memory while computing the fp64 gradients\nmore detail")
+
+    case = dataclasses.replace(case, run_ours=case.baselines["torch"](), baselines={},
+                               reference=reference_out_of_memory)
+    seen = []
+    result = harness.run_case(case, lambda fn: 1.0, copy_gbps=1000.0, seed=0,
+                              on_result=lambda name, r: seen.append(name), device=torch.device("cpu"))
+    ours = result["results"]["ours"]
+    assert seen == ["ours"] and not result["passed"] and ours["ms"] == 1.0
+    assert ours["note"] == ("not checked: the fp64 reference failed: RuntimeError: "
+                            "out of memory while computing the fp64 gradients")
 
 
 def test_compare_fails_on_nan_and_on_large_error():

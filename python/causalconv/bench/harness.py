@@ -74,12 +74,12 @@ def copy_bandwidth_gbps(timer: Timer, nbytes: int = COPY_BYTES) -> float:
 
 
 def run_case(case: Case, timer: Timer, copy_gbps: float, seed: int,
-             on_result: Callable[[str, dict], None]) -> dict:
+             on_result: Callable[[str, dict], None], device: torch.device = torch.device("cuda")) -> dict:
     """Checks ours and every available baseline against the fp64 reference, then times them.
 
     ``on_result(implementation, result)`` is called as each result is complete.
     """
-    inputs = case.make_inputs(torch.device("cuda"), seed)
+    inputs = case.make_inputs(device, seed)
     runners, results = {"ours": case.run_ours}, {}
     for name, factory in case.baselines.items():
         try:
