@@ -34,7 +34,7 @@ __device__ __forceinline__ float b2b_tile_dot(const float* a, const float* b) {
     const int o = threadIdx.x + e * B2BBwdTile::kThreads;
     s = fmaf(a[o], b[o], s);
   }
-  return b2b_warp_sum(s);
+  return warp_sum(s);
 }
 
 template <typename T>
@@ -586,19 +586,19 @@ __global__ void __launch_bounds__(B2BBackwardChunkTile::kThreads, b2b_chunk_min_
 #pragma unroll
     for (int k = 0; k < kP; ++k)
       if (k >= kP - kp) {  // uniform across the block
-        const float sum = b2b_warp_sum(dwp[j][k]);
+        const float sum = warp_sum(dwp[j][k]);
         if (lane == 0) red_s[warp * kRed + j * kp + k - (kP - kp)] = sum;
       }
   if constexpr (!kWide) {
 #pragma unroll
     for (int k = 0; k < kM; ++k)
       if (k >= kM - km) {
-        const float sum = b2b_warp_sum(dwm[k]);
+        const float sum = warp_sum(dwm[k]);
         if (lane == 0) red_s[warp * kRed + 3 * kp + k - (kM - km)] = sum;
       }
   }
   {
-    const float sum = b2b_warp_sum(dskip);
+    const float sum = warp_sum(dskip);
     if (lane == 0) red_s[warp * kRed + (kWide ? 3 * kp : 3 * kp + km)] = sum;
   }
   __syncthreads();

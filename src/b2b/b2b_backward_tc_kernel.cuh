@@ -260,7 +260,7 @@ __global__ void __launch_bounds__(ToeplitzTile::kThreads)
   }
 
   // dskip: a shuffle tree per warp, the warps in order.
-  dskip = b2b_warp_sum(dskip);
+  dskip = warp_sum(dskip);
   if (lane == 0) skip_s[warp] = dskip;
   __syncthreads();
   if (!partials) return;

@@ -167,12 +167,6 @@ __device__ __forceinline__ void b2b_store_tile(T* row, int64_t j0, int64_t n, co
   }
 }
 
-__device__ __forceinline__ float b2b_warp_sum(float v) {
-#pragma unroll
-  for (int offset = 16; offset > 0; offset >>= 1) v += __shfl_xor_sync(0xffffffffu, v, offset);
-  return v;
-}
-
 }  // namespace causalconv::detail
 #endif
 

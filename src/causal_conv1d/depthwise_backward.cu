@@ -12,6 +12,7 @@
 #include "causal_conv1d/depthwise_kernels.h"
 #include "causalconv/error.h"
 #include "causal_conv1d/depthwise_tiling.cuh"
+#include "causal_conv1d/depthwise_window_kernels.cuh"
 #include "common/cuda_math.cuh"
 #include "common/cuda_runtime.h"
 #include "common/vector_access.cuh"
@@ -22,17 +23,6 @@ namespace {
 using Tile = BackwardTile;
 
 constexpr int kWarps = Tile::kThreads / 32;
-
-__device__ __forceinline__ float silu_grad(float u) {
-  const float s = 1.0f / (1.0f + expf(-u));
-  return s * (1.0f + u * (1.0f - s));
-}
-
-__device__ __forceinline__ float warp_sum(float v) {
-#pragma unroll
-  for (int offset = 16; offset > 0; offset >>= 1) v += __shfl_xor_sync(0xffffffffu, v, offset);
-  return v;
-}
 
 // Shared memory: w[K] | x[H + T + H] | g[T + H] | per-warp partials[kWarps][K+1].
 __host__ __device__ inline size_t backward_smem_floats(int64_t width, int64_t halo) {
@@ -82,7 +72,7 @@ __global__ void __launch_bounds__(Tile::kThreads)
       for (int i = threadIdx.x; i < halo + kTileOutputs; i += Tile::kThreads) {
         float u = bias;
         for (int k = 0; k < width; ++k) u = fmaf(w_s[k], x_s[i + k * dil], u);  // x_s[H + i - (K-1-k)d]
-        g_s[i] *= silu_grad(u);
+        g_s[i] *= silu_derivative(u);
       }
       __syncthreads();
     }
@@ -118,122 +108,6 @@ __global__ void __launch_bounds__(Tile::kThreads)
         for (int w = 0; w < kWarps; ++w) s += red_s[w * (width + 1) + k];
         tile_partials[k] = s;
       }
-    }
-  }
-}
-
-// ---- window kernel: dilation 1, K <= 8, 16-byte aligned rows ----
-// As the forward's window kernel: a warp owns a span of 32 * kWindowVectors
-// consecutive 16-byte vectors of one row, lane l taking vectors e * 32 + l; the halos
-// on both sides come from neighbouring lanes (only the span's edge lanes load theirs).
-// Each thread sums its weight-gradient terms, a fixed shuffle tree sums the warp, and
-// lane 0 writes the span's partials; the ordered reduction below finishes them.
-constexpr int kVectorThreads = 128;
-constexpr int kWindowVectors = 4;
-constexpr int kMaxWindowWidth = 8;
-constexpr int kWarpsPerBlock = kVectorThreads / 32;
-
-template <typename T>
-constexpr int64_t window_span() {
-  return int64_t(32) * kWindowVectors * Vec16<T>::kElems;
-}
-
-template <typename T, int kWidth>
-__global__ void __launch_bounds__(kVectorThreads)
-    depthwise_backward_window(DepthwiseBackwardParams p, int64_t spans_per_row, int64_t spans, float* partials) {
-  constexpr int kVec = Vec16<T>::kElems;
-  constexpr int kHaloVectors = (kWidth - 1 + kVec - 1) / kVec;  // on each side
-  constexpr int kHalo = kHaloVectors * kVec;
-  const int lane = threadIdx.x % 32;
-  const int64_t span = int64_t(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32;
-  if (span >= spans) return;  // whole warps: the shuffles below see full warps
-  const int64_t row = div_nonneg(span, spans_per_row);
-  const int64_t span_in_row = span - row * spans_per_row;
-  const int64_t span_start = span_in_row * window_span<T>();
-  const int64_t b = div_nonneg(row, p.channels), c = row - b * p.channels;
-  const int64_t n = p.length;
-  const T* x = static_cast<const T*>(p.x) + b * p.x_stride[0] + c * p.x_stride[1];
-  const T* dy = static_cast<const T*>(p.dy) + b * p.dy_stride[0] + c * p.dy_stride[1];
-
-  uint4 x_raw[kWindowVectors], dy_raw[kWindowVectors];
-#pragma unroll
-  for (int e = 0; e < kWindowVectors; ++e) {
-    const int64_t t = span_start + int64_t(e * 32 + lane) * kVec;
-    x_raw[e] = load_span_vector(x, t, n);
-    dy_raw[e] = load_span_vector(dy, t, n);
-  }
-  // Edge lanes: the vectors s positions before the span (x) and after it (x and dy).
-  uint4 x_before[kHaloVectors], x_after[kHaloVectors], dy_after[kHaloVectors];
-  const uint4 zero = make_uint4(0, 0, 0, 0);
-#pragma unroll
-  for (int s = 1; s <= kHaloVectors; ++s) {
-    const int64_t t_before = span_start + int64_t(lane - s) * kVec;
-    x_before[s - 1] = lane < s && t_before >= 0 ? load_raw16(x + t_before) : zero;
-    const int64_t t_after = span_start + int64_t(kWindowVectors * 32 + lane + s - 32) * kVec;
-    const bool edge = lane + s >= 32;
-    x_after[s - 1] = edge && p.silu ? load_span_vector(x, t_after, n) : zero;
-    dy_after[s - 1] = edge ? load_span_vector(dy, t_after, n) : zero;
-  }
-
-  const T* weight = static_cast<const T*>(p.weight) + c * p.w_stride[0];
-  float w[kWidth];
-#pragma unroll
-  for (int k = 0; k < kWidth; ++k) w[k] = to_float(weight[k * p.w_stride[1]]);
-  const float bias = p.bias ? to_float(static_cast<const T*>(p.bias)[c * p.bias_stride]) : 0.0f;
-
-  float dw[kWidth + 1] = {};  // slot kWidth: the bias gradient
-#pragma unroll
-  for (int e = 0; e < kWindowVectors; ++e) {
-    const int64_t t = span_start + int64_t(e * 32 + lane) * kVec;
-    float xw[kHalo + kVec + kHalo];  // x[t - kHalo + i]; the part after t + kVec feeds the silu input of g's halo
-    float g[kVec + kHalo];           // g[t + i]: dy through the activation, zero past the row's end
-#pragma unroll
-    for (int s = 1; s <= kHaloVectors; ++s) {
-      decode16<T>(span_vector_before(x_raw, e, s, x_before[s - 1], lane), xw + kHalo - s * kVec);
-      decode16<T>(span_vector_after(dy_raw, e, s, dy_after[s - 1], lane), g + s * kVec);
-    }
-    decode16<T>(x_raw[e], xw + kHalo);
-    decode16<T>(dy_raw[e], g);
-    if (p.silu) {
-#pragma unroll
-      for (int s = 1; s <= kHaloVectors; ++s)
-        decode16<T>(span_vector_after(x_raw, e, s, x_after[s - 1], lane), xw + kHalo + s * kVec);
-#pragma unroll
-      for (int i = 0; i < kVec + kWidth - 1; ++i) {
-        float u = bias;
-#pragma unroll
-        for (int k = 0; k < kWidth; ++k) u = fmaf(w[k], xw[kHalo + i - (kWidth - 1 - k)], u);
-        g[i] *= silu_grad(u);
-      }
-    }
-    if (p.dx) {
-      float out[kVec];
-#pragma unroll
-      for (int i = 0; i < kVec; ++i) {
-        float acc = 0.0f;
-#pragma unroll
-        for (int k = 0; k < kWidth; ++k) acc = fmaf(w[k], g[i + (kWidth - 1 - k)], acc);
-        out[i] = acc;
-      }
-      T* dx = static_cast<T*>(p.dx) + b * p.dx_stride[0] + c * p.dx_stride[1];
-      if (t + kVec <= n)
-        store_vec16(dx + t, out);
-      else if (t < n)
-        store_partial(dx + t, int(n - t), out);
-    }
-#pragma unroll
-    for (int i = 0; i < kVec; ++i) {
-#pragma unroll
-      for (int k = 0; k < kWidth; ++k) dw[k] = fmaf(g[i], xw[kHalo + i - (kWidth - 1 - k)], dw[k]);
-      dw[kWidth] += g[i];
-    }
-  }
-  if (partials) {
-    float* span_partials = partials + ((c * p.batch + b) * spans_per_row + span_in_row) * (kWidth + 1);
-#pragma unroll
-    for (int k = 0; k <= kWidth; ++k) {
-      const float s = warp_sum(dw[k]);
-      if (lane == 0) span_partials[k] = s;
     }
   }
 }
@@ -319,7 +193,7 @@ __global__ void __launch_bounds__(kChannelLastThreads)
       for (int r = warp; r < g_rows; r += kChannelLastWarps) {
         float u = bias;
         for (int k = 0; k < width; ++k) u = fmaf(w_c[k], x_s[(r + halo - (width - 1 - k) * dil) * kC + lane], u);
-        g_s[r * kC + lane] *= silu_grad(u);
+        g_s[r * kC + lane] *= silu_derivative(u);
       }
       __syncthreads();
     }
@@ -410,7 +284,7 @@ void launch_channel_last(const DepthwiseBackwardParams& p, float* partials, cuda
 
 template <typename T>
 int64_t window_spans_per_row(const DepthwiseBackwardParams& p) {
-  return (p.length + window_span<T>() - 1) / window_span<T>();
+  return (p.length + backward_window_span<T>() - 1) / backward_window_span<T>();
 }
 
 template <typename T>

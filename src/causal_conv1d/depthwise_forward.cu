@@ -1,8 +1,8 @@
 // Depthwise causal conv forward. Four kernels, picked in launch_typed:
 //
-// Window kernel (channel-first rows, 16-byte aligned, dilation 1, K <= 8): each
-// thread loads 16-byte vectors of inputs plus their halos into registers and slides
-// the K taps over them (K is a template argument).
+// Window kernel (depthwise_window_kernels.cuh; channel-first rows, 16-byte aligned,
+// dilation 1, K <= 8): each thread loads 16-byte vectors of inputs plus their halos into
+// registers and slides the K taps over them (K is a template argument).
 // Channel-last kernel (stride(1) == 1, reach <= kMaxChannelLastReach): a block stages a
 // time tile x 128 channels plus the causal halo in shared memory; each thread slides the
 // taps down a run of steps of 4 channels (depthwise_channel_last_kernel.cuh).
@@ -17,6 +17,7 @@
 #include "causal_conv1d/depthwise_channel_last_kernel.cuh"
 #include "causal_conv1d/depthwise_kernels.h"
 #include "causal_conv1d/depthwise_tiling.cuh"
+#include "causal_conv1d/depthwise_window_kernels.cuh"
 #include "common/cuda_math.cuh"
 #include "common/cuda_runtime.h"
 #include "common/vector_access.cuh"
@@ -26,86 +27,9 @@ namespace {
 
 using Tile = ForwardTile;
 
-constexpr int kVectorThreads = 128;
-
-// ---- window kernel ----
-// A warp owns a span of 32 * window_vectors<T>() consecutive 16-byte vectors of one
-// row; lane l takes vectors e * 32 + l, so every load and store instruction of the warp
-// covers 512 contiguous bytes. All of a thread's loads are issued before any compute.
-// The halo of a vector (the K-1 inputs before it) comes from the lanes holding the
-// vectors before it; only lanes at the span's start load theirs from memory.
-constexpr int kMaxWindowWidth = 8;
-constexpr int kWarpsPerBlock = kVectorThreads / 32;
-
-template <typename T>
-constexpr int window_vectors() {
-  return sizeof(T) == 2 ? 8 : 4;  // 128 or 64 bytes in flight per thread
-}
-
-template <typename T>
-constexpr int64_t window_span() {
-  return int64_t(32) * window_vectors<T>() * Vec16<T>::kElems;
-}
-
-template <typename T, int kWidth>
-__global__ void __launch_bounds__(kVectorThreads)
-    depthwise_forward_window(DepthwiseForwardParams p, int64_t spans_per_row, int64_t spans) {
-  constexpr int kVec = Vec16<T>::kElems;
-  constexpr int kVectors = window_vectors<T>();
-  constexpr int kHaloVectors = (kWidth - 1 + kVec - 1) / kVec;
-  constexpr int kHalo = kHaloVectors * kVec;
-  const int lane = threadIdx.x % 32;
-  const int64_t span = int64_t(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32;
-  if (span >= spans) return;  // whole warps: the shuffles below see full warps
-  const int64_t row = div_nonneg(span, spans_per_row);
-  const int64_t span_start = (span - row * spans_per_row) * window_span<T>();
-  const int64_t b = div_nonneg(row, p.channels), c = row - b * p.channels;
-  const int64_t n = p.length;
-  const T* x = static_cast<const T*>(p.x) + b * p.x_stride[0] + c * p.x_stride[1];
-  T* y = static_cast<T*>(p.y) + b * p.y_stride[0] + c * p.y_stride[1];
-
-  uint4 raw[kVectors];
-#pragma unroll
-  for (int e = 0; e < kVectors; ++e) raw[e] = load_span_vector(x, span_start + int64_t(e * 32 + lane) * kVec, n);
-  uint4 before[kHaloVectors];  // lanes below s: the vector s positions before the span's first
-#pragma unroll
-  for (int s = 1; s <= kHaloVectors; ++s) {
-    const int64_t t = span_start + int64_t(lane - s) * kVec;
-    before[s - 1] = lane < s && t >= 0 ? load_raw16(x + t) : make_uint4(0, 0, 0, 0);
-  }
-
-  const T* weight = static_cast<const T*>(p.weight) + c * p.w_stride[0];
-  float w[kWidth];
-#pragma unroll
-  for (int k = 0; k < kWidth; ++k) w[k] = to_float(weight[k * p.w_stride[1]]);
-  const float bias = p.bias ? to_float(static_cast<const T*>(p.bias)[c * p.bias_stride]) : 0.0f;
-
-#pragma unroll
-  for (int e = 0; e < kVectors; ++e) {
-    float win[kHalo + kVec];  // x[t - kHalo + i] for this vector's first step t
-#pragma unroll
-    for (int s = 1; s <= kHaloVectors; ++s)
-      decode16<T>(span_vector_before(raw, e, s, before[s - 1], lane), win + kHalo - s * kVec);
-    decode16<T>(raw[e], win + kHalo);
-    float out[kVec];
-#pragma unroll
-    for (int i = 0; i < kVec; ++i) {
-      float acc = bias;
-#pragma unroll
-      for (int k = 0; k < kWidth; ++k) acc = fmaf(w[k], win[kHalo + i - (kWidth - 1 - k)], acc);
-      out[i] = p.silu ? silu(acc) : acc;
-    }
-    const int64_t t = span_start + int64_t(e * 32 + lane) * kVec;
-    if (t + kVec <= n)
-      store_vec16(y + t, out);
-    else if (t < n)
-      store_partial(y + t, int(n - t), out);
-  }
-}
-
 template <typename T, int kWidth>
 void launch_window(const DepthwiseForwardParams& p, cudaStream_t stream) {
-  const int64_t spans_per_row = (p.length + window_span<T>() - 1) / window_span<T>();
+  const int64_t spans_per_row = (p.length + forward_window_span<T>() - 1) / forward_window_span<T>();
   const int64_t spans = p.batch * p.channels * spans_per_row;
   const unsigned blocks = unsigned((spans + kWarpsPerBlock - 1) / kWarpsPerBlock);
   depthwise_forward_window<T, kWidth><<<blocks, kVectorThreads, 0, stream>>>(p, spans_per_row, spans);
@@ -113,7 +37,7 @@ void launch_window(const DepthwiseForwardParams& p, cudaStream_t stream) {
 
 template <typename T>
 bool try_launch_window(const DepthwiseForwardParams& p, bool channel_last, cudaStream_t stream) {
-  const int64_t spans = p.batch * p.channels * ((p.length + window_span<T>() - 1) / window_span<T>());
+  const int64_t spans = p.batch * p.channels * ((p.length + forward_window_span<T>() - 1) / forward_window_span<T>());
   if (channel_last || p.dilation != 1 || p.width > kMaxWindowWidth || p.x_stride[2] != 1 || p.y_stride[2] != 1 ||
       !vector_aligned<T>(p.x, p.x_stride, 2) || !vector_aligned<T>(p.y, p.y_stride, 2) ||
       spans / kWarpsPerBlock >= kMaxGridX)

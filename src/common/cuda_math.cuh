@@ -35,4 +35,12 @@ __device__ __forceinline__ float silu_derivative(float u) {
   return s * (1.0f + u * (1.0f - s));
 }
 
+// Sum over a full warp in a fixed butterfly order (every lane gets it): the same bits run
+// after run, as the deterministic weight gradients need.
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+  for (int offset = 16; offset > 0; offset >>= 1) v += __shfl_xor_sync(0xffffffffu, v, offset);
+  return v;
+}
+
 }  // namespace causalconv::detail

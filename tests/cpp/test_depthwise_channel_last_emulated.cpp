@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "b2b_test_data.h"
+#include "depthwise_emulated_checks.h"
 #include "storage_types.h"
 #include "causalconv/reference.h"
 #include "host_tensor.h"
@@ -28,8 +29,12 @@
 namespace causalconv {
 namespace {
 
-using test::HostTensor;
+using test::count_bad;
 using test::dtype_of;
+using test::HostTensor;
+using test::kPoison;
+using test::kSentinel;
+using test::rounded;
 using test::widen;
 namespace emu = causalconv::emulation;
 
@@ -42,10 +47,8 @@ struct Case {
 
 // A channel-last (B, C, L) tensor in storage type T: element (b, c, t) at
 // b * stride_b + t * stride_t + c, rows padded past C and sequences past L; unaligned:
-// the data starts one element into the buffer. Inputs are filled with NaN (a kernel
-// reading padding fails its comparison), outputs with a finite sentinel (a kernel
-// writing padding, even NaN, is caught).
-constexpr double kPoison = std::numeric_limits<double>::quiet_NaN(), kSentinel = 1234.0;
+// the data starts one element into the buffer; padding holds `fill_value` (kPoison for
+// inputs, kSentinel for outputs).
 
 template <typename T>
 struct ChannelLast {
@@ -78,59 +81,9 @@ struct ChannelLast {
 };
 
 template <typename T>
-std::vector<T> rounded(HostTensor& h) {  // a contiguous (C, K) or (C) tensor, rounded to T in place
-  std::vector<T> out(size_t(h.numel()));
-  for (int64_t i = 0; i < h.numel(); ++i) {
-    out[size_t(i)] = test::round_to(T{}, h.flat(i));
-    h.flat(i) = widen(out[size_t(i)]);
-  }
-  return out;
-}
-
-template <typename T>
-double ulp() {
-  return std::is_same_v<T, float> ? std::ldexp(1.0, -23) : std::is_same_v<T, __half> ? std::ldexp(1.0, -10)
-                                                                                      : std::ldexp(1.0, -7);
-}
-
-template <typename T>
 bool aligned_rows(const T* base, int64_t stride_b, int64_t stride_t) {
   const int64_t strides[2] = {stride_b, stride_t};
   return detail::vector_aligned<T>(base, strides, 2);
-}
-
-// Element by element: the rounding to T of the result plus fp32 accumulation error
-// relative to the terms' magnitude (mag).
-template <typename T>
-int64_t count_bad(const char* what, ChannelLast<T>& got, const HostTensor& ref, const HostTensor& mag) {
-  int64_t bad = 0;
-  for (int64_t b = 0; b < got.batch; ++b)
-    for (int64_t c = 0; c < got.channels; ++c)
-      for (int64_t t = 0; t < got.length; ++t) {
-        const double g = widen(got.at(b, c, t)), r = ref(b, c, t);
-        if (!(std::abs(g - r) <= ulp<T>() * std::abs(r) + 2e-6 * mag(b, c, t) + 1e-7)) {
-          if (bad < 5) ADD_FAILURE() << what << "[" << b << "," << c << "," << t << "] = " << g << ", expected " << r;
-          ++bad;
-        }
-      }
-  return bad;
-}
-
-// Sum of |w[k] x[t - (K-1-k)d]| (+|bias|): the scale of a forward output's rounding error.
-HostTensor forward_magnitude(const HostTensor& x, const HostTensor& w, const HostTensor* bias, int64_t dilation) {
-  const int64_t B = x.size(0), C = x.size(1), L = x.size(2), K = w.size(1);
-  HostTensor mag({B, C, L});
-  for (int64_t b = 0; b < B; ++b)
-    for (int64_t c = 0; c < C; ++c)
-      for (int64_t t = 0; t < L; ++t) {
-        double m = bias ? std::abs((*bias)(c)) : 0.0;
-        for (int64_t k = 0; k < K; ++k) {
-          const int64_t s = t - (K - 1 - k) * dilation;
-          if (s >= 0) m += std::abs(w(c, k) * x(b, c, s));
-        }
-        mag(b, c, t) = m;
-      }
-  return mag;
 }
 
 template <typename T>
@@ -189,7 +142,7 @@ void run_forward(const Case& cs) {
                                cs.silu ? Activation::silu : Activation::none};
   if (cs.bias) args.bias = bias.view();
   reference::causal_conv1d_forward(args);
-  EXPECT_EQ(count_bad("y", y_e, y_ref, forward_magnitude(x, w, cs.bias ? &bias : nullptr, cs.dilation)), 0);
+  EXPECT_EQ(count_bad<T>("y", y_e, y_ref, test::forward_magnitude(x, w, cs.bias ? &bias : nullptr, cs.dilation)), 0);
   EXPECT_TRUE(y_e.padding_untouched()) << "wrote outside the output's elements";
 }
 
@@ -265,41 +218,11 @@ void run_backward(const Case& cs) {
   if (cs.bias) args.bias = bias.view();
   reference::causal_conv1d_backward(args);
 
-  // dx: sum over taps of w * g with |silu'| <= 1.1.
-  HostTensor dx_mag({B, C, L});
-  for (int64_t b = 0; b < B; ++b)
-    for (int64_t c = 0; c < C; ++c)
-      for (int64_t t = 0; t < L; ++t) {
-        double m = 0;
-        for (int64_t k = 0; k < K; ++k)
-          if (t + (K - 1 - k) < L) m += 1.1 * std::abs(w(c, k) * dy(b, c, t + (K - 1 - k)));
-        dx_mag(b, c, t) = m;
-      }
-  EXPECT_EQ(count_bad("dx", dx_e, dx_ref, dx_mag), 0);
+  EXPECT_EQ(count_bad<T>("dx", dx_e, dx_ref, test::dx_magnitude(w, dy)), 0);
   EXPECT_TRUE(dx_e.padding_untouched()) << "wrote outside dx's elements";
 
   // Weight gradients: the partials summed in the reduction kernel's order, in fp32.
-  int64_t bad = 0;
-  for (int64_t c = 0; c < C; ++c)
-    for (int64_t k = 0; k <= K; ++k) {
-      float sum = 0.0f;
-      for (int64_t q = 0; q < parts; ++q) {
-        const float v = partials[size_t((c * parts + q) * (K + 1) + k)];
-        ASSERT_FALSE(std::isnan(v)) << "partial (" << c << ", " << q << ", " << k << ") not written";
-        sum += v;
-      }
-      double ref = k < K ? dw_ref(c, k) : db_ref(c), mag = 0;
-      for (int64_t b = 0; b < B; ++b)
-        for (int64_t t = 0; t < L; ++t) {
-          const int64_t s = t - (K - 1 - k);
-          mag += 1.1 * std::abs(dy(b, c, t)) * (k == K ? 1.0 : s >= 0 ? std::abs(x(b, c, s)) : 0.0);
-        }
-      if (!(std::abs(sum - ref) <= 1e-5 * mag + 1e-6)) {  // fp32 sums of up to B*L terms
-        if (bad < 5) ADD_FAILURE() << (k < K ? "dweight[" : "dbias[") << c << "," << k << "] = " << sum << ", expected " << ref;
-        ++bad;
-      }
-    }
-  EXPECT_EQ(bad, 0);
+  EXPECT_EQ(test::count_bad_weight_grads(partials, parts, x, dy, dw_ref, db_ref), 0);
 }
 
 // Forward: every width path (unrolled K <= 8 with dilation 1, the tap loop otherwise),

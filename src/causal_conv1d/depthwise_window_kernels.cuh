@@ -1,0 +1,210 @@
+// The window kernels of the depthwise convolution: channel-first rows of 16-byte vectors,
+// dilation 1, K <= 8 (a template argument), no shared memory. Device code only (the launchers
+// stay in depthwise_forward.cu / depthwise_backward.cu), so that
+// tests/cpp/test_depthwise_window_emulated.cpp can run them as host C++ under
+// tests/cpp/cuda_emulation.h.
+//
+// A warp owns a span of 32 * kVectors consecutive 16-byte vectors of one row; lane l takes
+// vectors e * 32 + l, so every load and store instruction of the warp covers 512 contiguous
+// bytes. The grid is one warp per span, spans ordered row by row (row = b * C + c).
+#pragma once
+
+#include <cstdint>
+
+#include "causal_conv1d/depthwise_kernels.h"
+#include "common/cuda_math.cuh"
+#include "common/vector_access.cuh"
+
+// Included by one translation unit each (the launchers' .cu file, or an emulated test): the
+// anonymous namespace keeps each copy of the kernels to itself.
+namespace causalconv::detail {
+namespace {
+
+constexpr int kVectorThreads = 128;
+constexpr int kMaxWindowWidth = 8;
+constexpr int kWarpsPerBlock = kVectorThreads / 32;
+
+// ---- forward ----
+// All of a thread's loads are issued before any compute. The halo of a vector (the K-1
+// inputs before it) comes from the lanes holding the vectors before it; only lanes at the
+// span's start load theirs from memory.
+template <typename T>
+constexpr int forward_window_vectors() {
+  return sizeof(T) == 2 ? 8 : 4;  // 128 or 64 bytes in flight per thread
+}
+
+template <typename T>
+constexpr int64_t forward_window_span() {
+  return int64_t(32) * forward_window_vectors<T>() * Vec16<T>::kElems;
+}
+
+template <typename T, int kWidth>
+__global__ void __launch_bounds__(kVectorThreads)
+    depthwise_forward_window(DepthwiseForwardParams p, int64_t spans_per_row, int64_t spans) {
+  constexpr int kVec = Vec16<T>::kElems;
+  constexpr int kVectors = forward_window_vectors<T>();
+  constexpr int kHaloVectors = (kWidth - 1 + kVec - 1) / kVec;
+  constexpr int kHalo = kHaloVectors * kVec;
+  const int lane = threadIdx.x % 32;
+  const int64_t span = int64_t(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32;
+  if (span >= spans) return;  // whole warps: the shuffles below see full warps
+  const int64_t row = div_nonneg(span, spans_per_row);
+  const int64_t span_start = (span - row * spans_per_row) * forward_window_span<T>();
+  const int64_t b = div_nonneg(row, p.channels), c = row - b * p.channels;
+  const int64_t n = p.length;
+  const T* x = static_cast<const T*>(p.x) + b * p.x_stride[0] + c * p.x_stride[1];
+  T* y = static_cast<T*>(p.y) + b * p.y_stride[0] + c * p.y_stride[1];
+
+  uint4 raw[kVectors];
+#pragma unroll
+  for (int e = 0; e < kVectors; ++e) raw[e] = load_span_vector(x, span_start + int64_t(e * 32 + lane) * kVec, n);
+  uint4 before[kHaloVectors];  // lanes below s: the vector s positions before the span's first
+#pragma unroll
+  for (int s = 1; s <= kHaloVectors; ++s) {
+    const int64_t t = span_start + int64_t(lane - s) * kVec;
+    before[s - 1] = lane < s && t >= 0 ? load_raw16(x + t) : make_uint4(0, 0, 0, 0);
+  }
+
+  const T* weight = static_cast<const T*>(p.weight) + c * p.w_stride[0];
+  float w[kWidth];
+#pragma unroll
+  for (int k = 0; k < kWidth; ++k) w[k] = to_float(weight[k * p.w_stride[1]]);
+  const float bias = p.bias ? to_float(static_cast<const T*>(p.bias)[c * p.bias_stride]) : 0.0f;
+
+#pragma unroll
+  for (int e = 0; e < kVectors; ++e) {
+    float win[kHalo + kVec];  // x[t - kHalo + i] for this vector's first step t
+#pragma unroll
+    for (int s = 1; s <= kHaloVectors; ++s)
+      decode16<T>(span_vector_before(raw, e, s, before[s - 1], lane), win + kHalo - s * kVec);
+    decode16<T>(raw[e], win + kHalo);
+    float out[kVec];
+#pragma unroll
+    for (int i = 0; i < kVec; ++i) {
+      float acc = bias;
+#pragma unroll
+      for (int k = 0; k < kWidth; ++k) acc = fmaf(w[k], win[kHalo + i - (kWidth - 1 - k)], acc);
+      out[i] = p.silu ? silu(acc) : acc;
+    }
+    const int64_t t = span_start + int64_t(e * 32 + lane) * kVec;
+    if (t + kVec <= n)
+      store_vec16(y + t, out);
+    else if (t < n)
+      store_partial(y + t, int(n - t), out);
+  }
+}
+
+// ---- backward: dx, and per-span weight-gradient partials ----
+// The halos on both sides come from neighbouring lanes (only the span's edge lanes load
+// theirs). Each thread sums its weight-gradient terms, a fixed shuffle tree sums the warp,
+// and lane 0 writes the span's partials; an ordered reduction (depthwise_backward.cu)
+// finishes them.
+constexpr int kBackwardWindowVectors = 4;
+
+template <typename T>
+constexpr int64_t backward_window_span() {
+  return int64_t(32) * kBackwardWindowVectors * Vec16<T>::kElems;
+}
+
+template <typename T, int kWidth>
+__global__ void __launch_bounds__(kVectorThreads)
+    depthwise_backward_window(DepthwiseBackwardParams p, int64_t spans_per_row, int64_t spans, float* partials) {
+  constexpr int kVec = Vec16<T>::kElems;
+  constexpr int kHaloVectors = (kWidth - 1 + kVec - 1) / kVec;  // on each side
+  constexpr int kHalo = kHaloVectors * kVec;
+  const int lane = threadIdx.x % 32;
+  const int64_t span = int64_t(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32;
+  if (span >= spans) return;  // whole warps: the shuffles below see full warps
+  const int64_t row = div_nonneg(span, spans_per_row);
+  const int64_t span_in_row = span - row * spans_per_row;
+  const int64_t span_start = span_in_row * backward_window_span<T>();
+  const int64_t b = div_nonneg(row, p.channels), c = row - b * p.channels;
+  const int64_t n = p.length;
+  const T* x = static_cast<const T*>(p.x) + b * p.x_stride[0] + c * p.x_stride[1];
+  const T* dy = static_cast<const T*>(p.dy) + b * p.dy_stride[0] + c * p.dy_stride[1];
+
+  uint4 x_raw[kBackwardWindowVectors], dy_raw[kBackwardWindowVectors];
+#pragma unroll
+  for (int e = 0; e < kBackwardWindowVectors; ++e) {
+    const int64_t t = span_start + int64_t(e * 32 + lane) * kVec;
+    x_raw[e] = load_span_vector(x, t, n);
+    dy_raw[e] = load_span_vector(dy, t, n);
+  }
+  // Edge lanes: the vectors s positions before the span (x) and after it (x and dy).
+  uint4 x_before[kHaloVectors], x_after[kHaloVectors], dy_after[kHaloVectors];
+  const uint4 zero = make_uint4(0, 0, 0, 0);
+#pragma unroll
+  for (int s = 1; s <= kHaloVectors; ++s) {
+    const int64_t t_before = span_start + int64_t(lane - s) * kVec;
+    x_before[s - 1] = lane < s && t_before >= 0 ? load_raw16(x + t_before) : zero;
+    const int64_t t_after = span_start + int64_t(kBackwardWindowVectors * 32 + lane + s - 32) * kVec;
+    const bool edge = lane + s >= 32;
+    x_after[s - 1] = edge && p.silu ? load_span_vector(x, t_after, n) : zero;
+    dy_after[s - 1] = edge ? load_span_vector(dy, t_after, n) : zero;
+  }
+
+  const T* weight = static_cast<const T*>(p.weight) + c * p.w_stride[0];
+  float w[kWidth];
+#pragma unroll
+  for (int k = 0; k < kWidth; ++k) w[k] = to_float(weight[k * p.w_stride[1]]);
+  const float bias = p.bias ? to_float(static_cast<const T*>(p.bias)[c * p.bias_stride]) : 0.0f;
+
+  float dw[kWidth + 1] = {};  // slot kWidth: the bias gradient
+#pragma unroll
+  for (int e = 0; e < kBackwardWindowVectors; ++e) {
+    const int64_t t = span_start + int64_t(e * 32 + lane) * kVec;
+    float xw[kHalo + kVec + kHalo];  // x[t - kHalo + i]; the part after t + kVec feeds the silu input of g's halo
+    float g[kVec + kHalo];           // g[t + i]: dy through the activation, zero past the row's end
+#pragma unroll
+    for (int s = 1; s <= kHaloVectors; ++s) {
+      decode16<T>(span_vector_before(x_raw, e, s, x_before[s - 1], lane), xw + kHalo - s * kVec);
+      decode16<T>(span_vector_after(dy_raw, e, s, dy_after[s - 1], lane), g + s * kVec);
+    }
+    decode16<T>(x_raw[e], xw + kHalo);
+    decode16<T>(dy_raw[e], g);
+    if (p.silu) {
+#pragma unroll
+      for (int s = 1; s <= kHaloVectors; ++s)
+        decode16<T>(span_vector_after(x_raw, e, s, x_after[s - 1], lane), xw + kHalo + s * kVec);
+#pragma unroll
+      for (int i = 0; i < kVec + kWidth - 1; ++i) {
+        float u = bias;
+#pragma unroll
+        for (int k = 0; k < kWidth; ++k) u = fmaf(w[k], xw[kHalo + i - (kWidth - 1 - k)], u);
+        g[i] *= silu_derivative(u);
+      }
+    }
+    if (p.dx) {
+      float out[kVec];
+#pragma unroll
+      for (int i = 0; i < kVec; ++i) {
+        float acc = 0.0f;
+#pragma unroll
+        for (int k = 0; k < kWidth; ++k) acc = fmaf(w[k], g[i + (kWidth - 1 - k)], acc);
+        out[i] = acc;
+      }
+      T* dx = static_cast<T*>(p.dx) + b * p.dx_stride[0] + c * p.dx_stride[1];
+      if (t + kVec <= n)
+        store_vec16(dx + t, out);
+      else if (t < n)
+        store_partial(dx + t, int(n - t), out);
+    }
+#pragma unroll
+    for (int i = 0; i < kVec; ++i) {
+#pragma unroll
+      for (int k = 0; k < kWidth; ++k) dw[k] = fmaf(g[i], xw[kHalo + i - (kWidth - 1 - k)], dw[k]);
+      dw[kWidth] += g[i];
+    }
+  }
+  if (partials) {
+    float* span_partials = partials + ((c * p.batch + b) * spans_per_row + span_in_row) * (kWidth + 1);
+#pragma unroll
+    for (int k = 0; k <= kWidth; ++k) {
+      const float s = warp_sum(dw[k]);
+      if (lane == 0) span_partials[k] = s;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace causalconv::detail

@@ -1,0 +1,239 @@
+// The depthwise window kernels (channel-first rows of 16-byte vectors, dilation 1, K <= 8;
+// depthwise_window_kernels.cuh) run on the CPU under tests/cpp/cuda_emulation.h, against the
+// fp64 reference: halos passed between lanes, vectors and spans, span-start halos loaded from
+// memory, rows ending inside a vector and inside a span, bias and silu, dx and the per-span
+// weight-gradient partials, element by element. (On the GPU:
+// tests/python/test_causal_conv1d_depthwise.py.)
+#include "cuda_emulation.h"  // first: it sets up the emulated CUDA built-ins
+
+#define depthwise_forward_window depthwise_forward_window_emulated
+#define depthwise_backward_window depthwise_backward_window_emulated
+#include "causal_conv1d/depthwise_window_kernels.cuh"
+#undef depthwise_forward_window
+#undef depthwise_backward_window
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <random>
+#include <utility>
+#include <vector>
+
+#include "causalconv/reference.h"
+#include "depthwise_emulated_checks.h"
+#include "host_tensor.h"
+#include "storage_types.h"
+
+namespace causalconv {
+namespace {
+
+using test::count_bad;
+using test::dtype_of;
+using test::HostTensor;
+using test::kPoison;
+using test::kSentinel;
+using test::rounded;
+using test::widen;
+namespace emu = causalconv::emulation;
+
+// A channel-first (B, C, L) tensor in storage type T: rows of `pitch` elements (whole 16-byte
+// vectors, at least one vector past L), padding holding `fill_value`.
+template <typename T>
+struct Rows {
+  static constexpr int64_t kVec = detail::Vec16<T>::kElems;
+  int64_t batch, channels, length, pitch;
+  double fill;
+  std::vector<T> buffer;
+  Rows(int64_t b, int64_t c, int64_t l, double fill_value)
+      : batch(b), channels(c), length(l), pitch((l + kVec - 1) / kVec * kVec + kVec),
+        fill(widen(test::round_to(T{}, fill_value))), buffer(size_t(b * c * pitch), test::round_to(T{}, fill_value)) {}
+  T* data() { return buffer.data(); }
+  T& at(int64_t b, int64_t c, int64_t t) { return buffer[size_t((b * channels + c) * pitch + t)]; }
+  void set_strides(int64_t (&s)[3]) const {
+    s[0] = channels * pitch;
+    s[1] = pitch;
+    s[2] = 1;
+  }
+  void load(HostTensor& h) {  // rounds h to T in place
+    for (int64_t b = 0; b < batch; ++b)
+      for (int64_t c = 0; c < channels; ++c)
+        for (int64_t t = 0; t < length; ++t) {
+          at(b, c, t) = test::round_to(T{}, h(b, c, t));
+          h(b, c, t) = widen(at(b, c, t));
+        }
+  }
+  bool padding_untouched() {
+    for (int64_t i = 0; i < int64_t(buffer.size()); ++i) {
+      const double v = widen(buffer[size_t(i)]);
+      if (i % pitch >= length && !(v == fill || (std::isnan(v) && std::isnan(fill)))) return false;
+    }
+    return true;
+  }
+};
+
+struct Case {
+  int64_t batch, channels, length, width;
+  bool bias, silu;
+  bool dx = true, weight_grads = true;  // backward: which outputs are asked for
+};
+
+// Calls f(std::integral_constant<int, K>) for the kernel's width.
+template <typename F>
+void with_width(int64_t width, F&& f) {
+  static_assert(detail::kMaxWindowWidth == 8, "one case per width");
+  switch (width) {
+    case 2: f(std::integral_constant<int, 2>{}); break;
+    case 3: f(std::integral_constant<int, 3>{}); break;
+    case 4: f(std::integral_constant<int, 4>{}); break;
+    case 5: f(std::integral_constant<int, 5>{}); break;
+    case 6: f(std::integral_constant<int, 6>{}); break;
+    case 7: f(std::integral_constant<int, 7>{}); break;
+    case 8: f(std::integral_constant<int, 8>{}); break;
+    default: FAIL() << "no window kernel for K = " << width;
+  }
+}
+
+template <typename T>
+void run_forward(const Case& cs) {
+  SCOPED_TRACE(::testing::Message() << "forward B" << cs.batch << " C" << cs.channels << " L" << cs.length << " K"
+                                    << cs.width << " bias " << cs.bias << " silu " << cs.silu);
+  const int64_t B = cs.batch, C = cs.channels, L = cs.length, K = cs.width;
+  std::random_device seed;
+  HostTensor x({B, C, L}), w({C, K}), bias({C});
+  x.fill_uniform(seed());
+  w.fill_uniform(seed());
+  bias.fill_uniform(seed());
+  Rows<T> x_e(B, C, L, kPoison), y_e(B, C, L, kSentinel);
+  x_e.load(x);
+  const std::vector<T> w_e = rounded<T>(w), bias_e = rounded<T>(bias);
+
+  detail::DepthwiseForwardParams p{};
+  p.x = x_e.data();
+  p.weight = w_e.data();
+  p.bias = cs.bias ? bias_e.data() : nullptr;
+  p.y = y_e.data();
+  p.dtype = dtype_of<T>();
+  p.batch = B;
+  p.channels = C;
+  p.length = L;
+  p.width = K;
+  p.dilation = 1;
+  x_e.set_strides(p.x_stride);
+  y_e.set_strides(p.y_stride);
+  p.w_stride[0] = K;
+  p.w_stride[1] = 1;
+  p.bias_stride = 1;
+  p.silu = cs.silu;
+  // As launch_window in depthwise_forward.cu.
+  const int64_t span = detail::forward_window_span<T>(), spans_per_row = (L + span - 1) / span;
+  const int64_t spans = B * C * spans_per_row;
+  const unsigned blocks = unsigned((spans + detail::kWarpsPerBlock - 1) / detail::kWarpsPerBlock);
+  emu::launch({blocks, 1, 1}, detail::kVectorThreads, 0, [&] {
+    with_width(K, [&](auto width) {
+      detail::depthwise_forward_window_emulated<T, decltype(width)::value>(p, spans_per_row, spans);
+    });
+  });
+
+  HostTensor y_ref({B, C, L});
+  CausalConv1dForwardArgs args{x.view(), w.view(), std::nullopt, y_ref.view(), 1, C,
+                               cs.silu ? Activation::silu : Activation::none};
+  if (cs.bias) args.bias = bias.view();
+  reference::causal_conv1d_forward(args);
+  EXPECT_EQ(count_bad<T>("y", y_e, y_ref, test::forward_magnitude(x, w, cs.bias ? &bias : nullptr, 1)), 0);
+  EXPECT_TRUE(y_e.padding_untouched()) << "wrote outside the output's elements";
+}
+
+template <typename T>
+void run_backward(const Case& cs) {
+  SCOPED_TRACE(::testing::Message() << "backward B" << cs.batch << " C" << cs.channels << " L" << cs.length << " K"
+                                    << cs.width << " bias " << cs.bias << " silu " << cs.silu << " dx " << cs.dx
+                                    << " weight grads " << cs.weight_grads);
+  const int64_t B = cs.batch, C = cs.channels, L = cs.length, K = cs.width;
+  std::random_device seed;
+  HostTensor x({B, C, L}), w({C, K}), bias({C}), dy({B, C, L});
+  x.fill_uniform(seed());
+  w.fill_uniform(seed());
+  bias.fill_uniform(seed());
+  dy.fill_uniform(seed());
+  Rows<T> x_e(B, C, L, kPoison), dy_e(B, C, L, kPoison), dx_e(B, C, L, kSentinel);
+  x_e.load(x);
+  dy_e.load(dy);
+  const std::vector<T> w_e = rounded<T>(w), bias_e = rounded<T>(bias);
+
+  detail::DepthwiseBackwardParams p{};
+  p.x = x_e.data();
+  p.weight = w_e.data();
+  p.bias = cs.bias ? bias_e.data() : nullptr;
+  p.dy = dy_e.data();
+  p.dx = cs.dx ? dx_e.data() : nullptr;
+  p.dtype = dtype_of<T>();
+  p.batch = B;
+  p.channels = C;
+  p.length = L;
+  p.width = K;
+  p.dilation = 1;
+  x_e.set_strides(p.x_stride);
+  dy_e.set_strides(p.dy_stride);
+  dx_e.set_strides(p.dx_stride);
+  p.w_stride[0] = K;
+  p.w_stride[1] = 1;
+  p.bias_stride = 1;
+  p.silu = cs.silu;
+  // As launch_window in depthwise_backward.cu; partials [c][b][span][K + 1].
+  const int64_t span = detail::backward_window_span<T>(), spans_per_row = (L + span - 1) / span;
+  const int64_t spans = B * C * spans_per_row, parts = B * spans_per_row;
+  std::vector<float> partials(size_t(C * parts * (K + 1)), std::numeric_limits<float>::quiet_NaN());
+  float* const partials_arg = cs.weight_grads ? partials.data() : nullptr;
+  const unsigned blocks = unsigned((spans + detail::kWarpsPerBlock - 1) / detail::kWarpsPerBlock);
+  emu::launch({blocks, 1, 1}, detail::kVectorThreads, 0, [&] {
+    with_width(K, [&](auto width) {
+      detail::depthwise_backward_window_emulated<T, decltype(width)::value>(p, spans_per_row, spans, partials_arg);
+    });
+  });
+
+  HostTensor dx_ref({B, C, L}), dw_ref({C, K}), db_ref({C});
+  CausalConv1dBackwardArgs args{x.view(), w.view(), std::nullopt, dy.view(), dx_ref.view(), dw_ref.view(),
+                                db_ref.view(), 1, C, cs.silu ? Activation::silu : Activation::none};
+  if (cs.bias) args.bias = bias.view();
+  reference::causal_conv1d_backward(args);
+  if (cs.dx) EXPECT_EQ(count_bad<T>("dx", dx_e, dx_ref, test::dx_magnitude(w, dy)), 0);
+  EXPECT_TRUE(dx_e.padding_untouched()) << (cs.dx ? "wrote outside dx's elements" : "wrote dx, not asked for");
+  if (cs.weight_grads) EXPECT_EQ(test::count_bad_weight_grads(partials, parts, x, dy, dw_ref, db_ref), 0);
+}
+
+// Every width; rows shorter than a vector (L = 1, L < K), ending inside a vector, inside a
+// span and on a span's edge; several spans per row (halos from the previous span's vectors
+// loaded by the span-start lanes); batch > 1; bias and silu on and off.
+template <typename T>
+void forward_cases() {
+  const int64_t span = detail::forward_window_span<T>(), vec = detail::Vec16<T>::kElems;
+  for (int64_t k = 2; k <= 8; ++k) run_forward<T>({2, 3, span + 5 * vec + 3, k, k % 2 == 0, k % 3 == 0});
+  run_forward<T>({1, 2, 1, 4, true, true});            // L = 1
+  run_forward<T>({1, 2, 5, 8, true, false});           // L < K
+  run_forward<T>({1, 1, 2 * span, 4, false, true});    // whole spans
+  run_forward<T>({3, 2, 33 * vec + 1, 3, true, true});  // one lane's vector past the first 32
+}
+
+template <typename T>
+void backward_cases() {
+  const int64_t span = detail::backward_window_span<T>(), vec = detail::Vec16<T>::kElems;
+  for (int64_t k = 2; k <= 8; ++k) run_backward<T>({2, 3, span + 5 * vec + 3, k, k % 2 == 0, k % 3 != 0});
+  run_backward<T>({1, 2, 1, 4, true, true});              // L = 1
+  run_backward<T>({1, 2, 5, 8, true, true});              // L < K
+  run_backward<T>({1, 1, 2 * span, 4, false, true});      // whole spans: the look-ahead halo of the last is zero
+  run_backward<T>({3, 2, 33 * vec + 1, 3, true, true});   // one lane's vector past the first 32
+  run_backward<T>({1, 2, span + 7, 5, true, true, false, true});  // weight gradients only
+  run_backward<T>({1, 2, span + 7, 5, false, true, true, false}); // dx only
+}
+
+TEST(DepthwiseWindowEmulated, ForwardFloat32) { forward_cases<float>(); }
+TEST(DepthwiseWindowEmulated, ForwardFloat16) { forward_cases<__half>(); }
+TEST(DepthwiseWindowEmulated, ForwardBFloat16) { forward_cases<__nv_bfloat16>(); }
+TEST(DepthwiseWindowEmulated, BackwardFloat32) { backward_cases<float>(); }
+TEST(DepthwiseWindowEmulated, BackwardFloat16) { backward_cases<__half>(); }
+TEST(DepthwiseWindowEmulated, BackwardBFloat16) { backward_cases<__nv_bfloat16>(); }
+
+}  // namespace
+}  // namespace causalconv
