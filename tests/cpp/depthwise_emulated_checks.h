@@ -1,7 +1,7 @@
-// Checks shared by the emulated depthwise kernel tests (channel-last and window kernels):
-// element-by-element comparison with the fp64 reference, scaled by the magnitude of the
-// terms each output sums, and the weight gradients summed from the kernels' per-part
-// partials in the reduction kernel's order.
+// What the emulated depthwise kernel tests share (channel-last, window and tensor-core
+// kernels): the parameters' common fields, element-by-element comparison with the fp64
+// reference scaled by the magnitude of the terms each output sums, and the weight gradients
+// summed from the kernels' per-part partials in the reduction kernel's order.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -12,10 +12,31 @@
 #include <type_traits>
 #include <vector>
 
+#include "causal_conv1d/depthwise_kernels.h"
+#include "causalconv/reference.h"
 #include "host_tensor.h"
 #include "storage_types.h"
 
 namespace causalconv::test {
+
+// The fields DepthwiseForwardParams and DepthwiseBackwardParams share: shapes, a contiguous
+// (C, K) weight, a contiguous bias or none (the callers set the activations and their strides).
+template <typename T, typename Params>
+void set_common_params(Params& p, const std::vector<T>& weight, const T* bias, int64_t batch, int64_t channels,
+                       int64_t length, int64_t width, int64_t dilation, bool silu) {
+  p.weight = weight.data();
+  p.bias = bias;
+  p.dtype = dtype_of<T>();
+  p.batch = batch;
+  p.channels = channels;
+  p.length = length;
+  p.width = width;
+  p.dilation = dilation;
+  p.w_stride[0] = width;
+  p.w_stride[1] = 1;
+  p.bias_stride = 1;
+  p.silu = silu;
+}
 
 // Inputs are filled with NaN around their elements (a kernel reading padding fails its
 // comparison), outputs with a finite sentinel (a kernel writing padding, even NaN, is caught).
@@ -53,6 +74,32 @@ int64_t count_bad(const char* what, Got& got, const HostTensor& ref, const HostT
         }
       }
   return bad;
+}
+
+// The fp64 reference of a depthwise forward (bias: none when null).
+inline HostTensor reference_forward(const HostTensor& x, const HostTensor& w, const HostTensor* bias,
+                                    int64_t dilation, bool silu) {
+  HostTensor y({x.size(0), x.size(1), x.size(2)});
+  CausalConv1dForwardArgs args{x.view(), w.view(), std::nullopt, y.view(), dilation, x.size(1),
+                               silu ? causalconv::Activation::silu : causalconv::Activation::none};
+  if (bias) args.bias = bias->view();
+  reference::causal_conv1d_forward(args);
+  return y;
+}
+
+// The fp64 reference of a depthwise backward at dilation 1: dx, dweight, dbias.
+struct BackwardReference {
+  HostTensor dx, dw, db;
+};
+inline BackwardReference reference_backward(const HostTensor& x, const HostTensor& w, const HostTensor* bias,
+                                            const HostTensor& dy, bool silu) {
+  BackwardReference r{HostTensor({x.size(0), x.size(1), x.size(2)}), HostTensor({w.size(0), w.size(1)}),
+                      HostTensor({w.size(0)})};
+  CausalConv1dBackwardArgs args{x.view(), w.view(), std::nullopt, dy.view(), r.dx.view(), r.dw.view(),
+                                r.db.view(), 1, x.size(1), silu ? causalconv::Activation::silu : causalconv::Activation::none};
+  if (bias) args.bias = bias->view();
+  reference::causal_conv1d_backward(args);
+  return r;
 }
 
 // Sum of |w[k] x[t - (K-1-k)d]| (+|bias|): the scale of a forward output's rounding error.

@@ -30,7 +30,6 @@ namespace causalconv {
 namespace {
 
 using test::count_bad;
-using test::dtype_of;
 using test::HostTensor;
 using test::kPoison;
 using test::kSentinel;
@@ -102,23 +101,12 @@ void run_forward(const Case& cs) {
   const std::vector<T> w_e = rounded<T>(w), bias_e = rounded<T>(bias);
 
   detail::DepthwiseForwardParams p{};
+  test::set_common_params(p, w_e, cs.bias ? bias_e.data() : nullptr, B, C, L, K, cs.dilation, cs.silu);
   p.x = x_e.data();
-  p.weight = w_e.data();
-  p.bias = cs.bias ? bias_e.data() : nullptr;
   p.y = y_e.data();
-  p.dtype = dtype_of<T>();
-  p.batch = B;
-  p.channels = C;
-  p.length = L;
-  p.width = K;
-  p.dilation = cs.dilation;
   p.x_stride[0] = p.y_stride[0] = x_e.stride_b;
   p.x_stride[1] = p.y_stride[1] = 1;
   p.x_stride[2] = p.y_stride[2] = x_e.stride_t;
-  p.w_stride[0] = K;
-  p.w_stride[1] = 1;
-  p.bias_stride = 1;
-  p.silu = cs.silu;
   const bool vectors = aligned_rows(x_e.data(), x_e.stride_b, x_e.stride_t);
   EXPECT_EQ(vectors, cs.aligned);
   const detail::ChannelLastGrid g = detail::make_channel_last_grid<T>(B, C, L, K, cs.dilation, vectors, false);
@@ -137,11 +125,7 @@ void run_forward(const Case& cs) {
     }
   });
 
-  HostTensor y_ref({B, C, L});
-  CausalConv1dForwardArgs args{x.view(), w.view(), std::nullopt, y_ref.view(), cs.dilation, C,
-                               cs.silu ? Activation::silu : Activation::none};
-  if (cs.bias) args.bias = bias.view();
-  reference::causal_conv1d_forward(args);
+  const HostTensor y_ref = test::reference_forward(x, w, cs.bias ? &bias : nullptr, cs.dilation, cs.silu);
   EXPECT_EQ(count_bad<T>("y", y_e, y_ref, test::forward_magnitude(x, w, cs.bias ? &bias : nullptr, cs.dilation)), 0);
   EXPECT_TRUE(y_e.padding_untouched()) << "wrote outside the output's elements";
 }
@@ -166,26 +150,15 @@ void run_backward(const Case& cs) {
   const std::vector<T> w_e = rounded<T>(w), bias_e = rounded<T>(bias);
 
   detail::DepthwiseBackwardParams p{};
+  test::set_common_params(p, w_e, cs.bias ? bias_e.data() : nullptr, B, C, L, K, 1, cs.silu);
   p.x = x_e.data();
-  p.weight = w_e.data();
-  p.bias = cs.bias ? bias_e.data() : nullptr;
   p.dy = dy_e.data();
   p.dx = dx_e.data();
-  p.dtype = dtype_of<T>();
-  p.batch = B;
-  p.channels = C;
-  p.length = L;
-  p.width = K;
-  p.dilation = 1;
   for (int64_t* s : {p.x_stride, p.dy_stride, p.dx_stride}) {
     s[0] = x_e.stride_b;
     s[1] = 1;
     s[2] = x_e.stride_t;
   }
-  p.w_stride[0] = K;
-  p.w_stride[1] = 1;
-  p.bias_stride = 1;
-  p.silu = cs.silu;
   const bool vectors = aligned_rows(x_e.data(), x_e.stride_b, x_e.stride_t);
   EXPECT_EQ(vectors, cs.aligned);
   detail::ChannelLastGrid g = detail::make_channel_last_grid<T>(B, C, L, K, 1, vectors, true);
@@ -212,17 +185,13 @@ void run_backward(const Case& cs) {
                 }
               });
 
-  HostTensor dx_ref({B, C, L}), dw_ref({C, K}), db_ref({C});
-  CausalConv1dBackwardArgs args{x.view(), w.view(), std::nullopt, dy.view(), dx_ref.view(), dw_ref.view(),
-                                db_ref.view(), 1, C, cs.silu ? Activation::silu : Activation::none};
-  if (cs.bias) args.bias = bias.view();
-  reference::causal_conv1d_backward(args);
+  const test::BackwardReference ref = test::reference_backward(x, w, cs.bias ? &bias : nullptr, dy, cs.silu);
 
-  EXPECT_EQ(count_bad<T>("dx", dx_e, dx_ref, test::dx_magnitude(w, dy)), 0);
+  EXPECT_EQ(count_bad<T>("dx", dx_e, ref.dx, test::dx_magnitude(w, dy)), 0);
   EXPECT_TRUE(dx_e.padding_untouched()) << "wrote outside dx's elements";
 
   // Weight gradients: the partials summed in the reduction kernel's order, in fp32.
-  EXPECT_EQ(test::count_bad_weight_grads(partials, parts, x, dy, dw_ref, db_ref), 0);
+  EXPECT_EQ(test::count_bad_weight_grads(partials, parts, x, dy, ref.dw, ref.db), 0);
 }
 
 // Forward: every width path (unrolled K <= 8 with dilation 1, the tap loop otherwise),

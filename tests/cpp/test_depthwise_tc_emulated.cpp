@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "b2b_test_data.h"
+#include "depthwise_emulated_checks.h"
 #include "error_tally.h"
 #include "host_tensor.h"
 #include "storage_types.h"
@@ -35,7 +36,6 @@ namespace {
 
 using test::Activation;
 using test::HostTensor;
-using test::dtype_of;
 using test::widen;
 namespace emu = causalconv::emulation;
 
@@ -113,26 +113,15 @@ void run_forward(const Case& cs) {
   Activation<T> y(B, C, L);
 
   detail::DepthwiseForwardParams p{};
+  test::set_common_params(p, d.w, cs.bias ? d.bias.data() : nullptr, B, C, L, K, 1, cs.silu);
   p.x = d.x.data.data();
-  p.weight = d.w.data();
-  p.bias = cs.bias ? d.bias.data() : nullptr;
   p.y = y.data.data();
-  p.dtype = dtype_of<T>();
-  p.batch = B;
-  p.channels = C;
-  p.length = L;
-  p.width = K;
-  p.dilation = 1;
   p.x_stride[0] = d.x.stride_b;
   p.x_stride[1] = d.x.stride_c;
   p.x_stride[2] = 1;
   p.y_stride[0] = y.stride_b;
   p.y_stride[1] = y.stride_c;
   p.y_stride[2] = 1;
-  p.w_stride[0] = K;
-  p.w_stride[1] = 1;
-  p.bias_stride = 1;
-  p.silu = cs.silu;
   const int64_t tiles = (L + detail::ToeplitzTile::kOutputs - 1) / detail::ToeplitzTile::kOutputs;
   const int64_t tile_blocks = (tiles + cs.tiles_per_block - 1) / cs.tiles_per_block;
   with_max_blocks(K, [&](auto max_blocks) {
@@ -177,26 +166,15 @@ void run_backward(const Case& cs, bool want_dx = true, bool want_dw = true) {
   std::vector<float> partials(size_t(C * B * tiles * (K + 1)), std::numeric_limits<float>::quiet_NaN());
 
   detail::DepthwiseBackwardParams p{};
+  test::set_common_params(p, d.w, cs.bias ? d.bias.data() : nullptr, B, C, L, K, 1, cs.silu);
   p.x = d.x.data.data();
-  p.weight = d.w.data();
-  p.bias = cs.bias ? d.bias.data() : nullptr;
   p.dy = d.dy.data.data();
   p.dx = want_dx ? dx.data.data() : nullptr;
-  p.dtype = dtype_of<T>();
-  p.batch = B;
-  p.channels = C;
-  p.length = L;
-  p.width = K;
-  p.dilation = 1;
   for (auto* s : {p.x_stride, p.dy_stride, p.dx_stride}) {
     s[0] = d.x.stride_b;
     s[1] = d.x.stride_c;
     s[2] = 1;
   }
-  p.w_stride[0] = K;
-  p.w_stride[1] = 1;
-  p.bias_stride = 1;
-  p.silu = cs.silu;
   const int64_t tile_blocks = (tiles + cs.tiles_per_block - 1) / cs.tiles_per_block;
   with_max_blocks(K, [&](auto max_blocks) {
     constexpr int kMaxBlocks = decltype(max_blocks)::value;

@@ -30,7 +30,6 @@ namespace causalconv {
 namespace {
 
 using test::count_bad;
-using test::dtype_of;
 using test::HostTensor;
 using test::kPoison;
 using test::kSentinel;
@@ -110,22 +109,11 @@ void run_forward(const Case& cs) {
   const std::vector<T> w_e = rounded<T>(w), bias_e = rounded<T>(bias);
 
   detail::DepthwiseForwardParams p{};
+  test::set_common_params(p, w_e, cs.bias ? bias_e.data() : nullptr, B, C, L, K, 1, cs.silu);
   p.x = x_e.data();
-  p.weight = w_e.data();
-  p.bias = cs.bias ? bias_e.data() : nullptr;
   p.y = y_e.data();
-  p.dtype = dtype_of<T>();
-  p.batch = B;
-  p.channels = C;
-  p.length = L;
-  p.width = K;
-  p.dilation = 1;
   x_e.set_strides(p.x_stride);
   y_e.set_strides(p.y_stride);
-  p.w_stride[0] = K;
-  p.w_stride[1] = 1;
-  p.bias_stride = 1;
-  p.silu = cs.silu;
   // As launch_window in depthwise_forward.cu.
   const int64_t span = detail::forward_window_span<T>(), spans_per_row = (L + span - 1) / span;
   const int64_t spans = B * C * spans_per_row;
@@ -136,11 +124,7 @@ void run_forward(const Case& cs) {
     });
   });
 
-  HostTensor y_ref({B, C, L});
-  CausalConv1dForwardArgs args{x.view(), w.view(), std::nullopt, y_ref.view(), 1, C,
-                               cs.silu ? Activation::silu : Activation::none};
-  if (cs.bias) args.bias = bias.view();
-  reference::causal_conv1d_forward(args);
+  const HostTensor y_ref = test::reference_forward(x, w, cs.bias ? &bias : nullptr, 1, cs.silu);
   EXPECT_EQ(count_bad<T>("y", y_e, y_ref, test::forward_magnitude(x, w, cs.bias ? &bias : nullptr, 1)), 0);
   EXPECT_TRUE(y_e.padding_untouched()) << "wrote outside the output's elements";
 }
@@ -163,24 +147,13 @@ void run_backward(const Case& cs) {
   const std::vector<T> w_e = rounded<T>(w), bias_e = rounded<T>(bias);
 
   detail::DepthwiseBackwardParams p{};
+  test::set_common_params(p, w_e, cs.bias ? bias_e.data() : nullptr, B, C, L, K, 1, cs.silu);
   p.x = x_e.data();
-  p.weight = w_e.data();
-  p.bias = cs.bias ? bias_e.data() : nullptr;
   p.dy = dy_e.data();
   p.dx = cs.dx ? dx_e.data() : nullptr;
-  p.dtype = dtype_of<T>();
-  p.batch = B;
-  p.channels = C;
-  p.length = L;
-  p.width = K;
-  p.dilation = 1;
   x_e.set_strides(p.x_stride);
   dy_e.set_strides(p.dy_stride);
   dx_e.set_strides(p.dx_stride);
-  p.w_stride[0] = K;
-  p.w_stride[1] = 1;
-  p.bias_stride = 1;
-  p.silu = cs.silu;
   // As launch_window in depthwise_backward.cu; partials [c][b][span][K + 1].
   const int64_t span = detail::backward_window_span<T>(), spans_per_row = (L + span - 1) / span;
   const int64_t spans = B * C * spans_per_row, parts = B * spans_per_row;
@@ -193,14 +166,10 @@ void run_backward(const Case& cs) {
     });
   });
 
-  HostTensor dx_ref({B, C, L}), dw_ref({C, K}), db_ref({C});
-  CausalConv1dBackwardArgs args{x.view(), w.view(), std::nullopt, dy.view(), dx_ref.view(), dw_ref.view(),
-                                db_ref.view(), 1, C, cs.silu ? Activation::silu : Activation::none};
-  if (cs.bias) args.bias = bias.view();
-  reference::causal_conv1d_backward(args);
-  if (cs.dx) EXPECT_EQ(count_bad<T>("dx", dx_e, dx_ref, test::dx_magnitude(w, dy)), 0);
+  const test::BackwardReference ref = test::reference_backward(x, w, cs.bias ? &bias : nullptr, dy, cs.silu);
+  if (cs.dx) EXPECT_EQ(count_bad<T>("dx", dx_e, ref.dx, test::dx_magnitude(w, dy)), 0);
   EXPECT_TRUE(dx_e.padding_untouched()) << (cs.dx ? "wrote outside dx's elements" : "wrote dx, not asked for");
-  if (cs.weight_grads) EXPECT_EQ(test::count_bad_weight_grads(partials, parts, x, dy, dw_ref, db_ref), 0);
+  if (cs.weight_grads) EXPECT_EQ(test::count_bad_weight_grads(partials, parts, x, dy, ref.dw, ref.db), 0);
 }
 
 // Every width; rows shorter than a vector (L = 1, L < K), ending inside a vector, inside a
