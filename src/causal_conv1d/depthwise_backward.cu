@@ -12,6 +12,7 @@
 #include "causal_conv1d/depthwise_kernels.h"
 #include "causalconv/error.h"
 #include "causal_conv1d/depthwise_tiling.cuh"
+#include "causal_conv1d/depthwise_weight_grad_reduce.cuh"
 #include "causal_conv1d/depthwise_window_kernels.cuh"
 #include "common/cuda_math.cuh"
 #include "common/cuda_runtime.h"
@@ -317,23 +318,6 @@ void launch_window(const DepthwiseBackwardParams& p, float* partials, cudaStream
   }
 }
 
-// dweight[c, k] and dbias[c]: sum of the per-tile partials of channel c, in order.
-template <typename T>
-__global__ void __launch_bounds__(Tile::kThreads)
-    depthwise_weight_grad_reduce(DepthwiseBackwardParams p, int64_t parts_per_channel, const float* partials) {
-  const int64_t c = blockIdx.x;
-  const float* part = partials + c * parts_per_channel * (p.width + 1);
-  for (int64_t k = threadIdx.x; k <= p.width; k += Tile::kThreads) {
-    float s = 0.0f;
-    for (int64_t q = 0; q < parts_per_channel; ++q) s += part[q * (p.width + 1) + k];
-    if (k < p.width) {
-      if (p.dweight) static_cast<T*>(p.dweight)[c * p.dw_stride[0] + k * p.dw_stride[1]] = from_float<T>(s);
-    } else if (p.dbias) {
-      static_cast<T*>(p.dbias)[c * p.dbias_stride] = from_float<T>(s);
-    }
-  }
-}
-
 template <typename T>
 int64_t parts_per_channel(const DepthwiseBackwardParams& p) {
   if (channel_last_applies<T>(p))
@@ -348,8 +332,12 @@ int64_t parts_per_channel(const DepthwiseBackwardParams& p) {
 template <typename T>
 void launch_reduce(const DepthwiseBackwardParams& p, float* partials, cudaStream_t stream) {
   if (!partials) return;
-  depthwise_weight_grad_reduce<T><<<unsigned(p.channels), Tile::kThreads, 0, stream>>>(
-      p, parts_per_channel<T>(p), partials);
+  const int64_t blocks = weight_grad_reduce_blocks(p);
+  if (blocks == 0) return;
+  if (blocks > kMaxGridX)
+    throw Error(ErrorKind::not_implemented, "causal_conv1d backward: more than 2^31-1 weight-gradient blocks");
+  depthwise_weight_grad_reduce<T><<<unsigned(blocks), kReduceThreads, 0, stream>>>(p, parts_per_channel<T>(p),
+                                                                                    partials);
   check_launch("causal_conv1d backward (depthwise weight-gradient reduction)");
 }
 

@@ -8,14 +8,18 @@
 
 #define depthwise_forward_window depthwise_forward_window_emulated
 #define depthwise_backward_window depthwise_backward_window_emulated
+#define depthwise_weight_grad_reduce depthwise_weight_grad_reduce_emulated
+#include "causal_conv1d/depthwise_weight_grad_reduce.cuh"
 #include "causal_conv1d/depthwise_window_kernels.cuh"
 #undef depthwise_forward_window
 #undef depthwise_backward_window
+#undef depthwise_weight_grad_reduce
 
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 #include <random>
 #include <utility>
@@ -169,7 +173,37 @@ void run_backward(const Case& cs) {
   const test::BackwardReference ref = test::reference_backward(x, w, cs.bias ? &bias : nullptr, dy, cs.silu);
   if (cs.dx) EXPECT_EQ(count_bad<T>("dx", dx_e, ref.dx, test::dx_magnitude(w, dy)), 0);
   EXPECT_TRUE(dx_e.padding_untouched()) << (cs.dx ? "wrote outside dx's elements" : "wrote dx, not asked for");
-  if (cs.weight_grads) EXPECT_EQ(test::count_bad_weight_grads(partials, parts, x, dy, ref.dw, ref.db), 0);
+  if (!cs.weight_grads) return;
+  EXPECT_EQ(test::count_bad_weight_grads(partials, parts, x, dy, ref.dw, ref.db), 0);
+
+  // The reduction kernel: the partials' fp32 sums in part order, rounded to T, bit for bit (a
+  // (K, C) weight-gradient view, so its strides are not the contiguous ones).
+  const T sentinel = test::round_to(T{}, kSentinel);
+  std::vector<T> dweight(size_t(C * K), sentinel), dbias(size_t(C), sentinel);
+  p.dweight = dweight.data();
+  p.dw_stride[0] = 1;
+  p.dw_stride[1] = C;
+  p.dbias = cs.bias ? dbias.data() : nullptr;
+  p.dbias_stride = 1;
+  emu::launch({unsigned(detail::weight_grad_reduce_blocks(p)), 1, 1}, detail::kReduceThreads, 0,
+              [&] { detail::depthwise_weight_grad_reduce_emulated<T>(p, parts, partials.data()); });
+  const auto bits = [](T v) {
+    uint32_t b = 0;
+    std::memcpy(&b, &v, sizeof(T));
+    return b;
+  };
+  for (int64_t c = 0; c < C; ++c)
+    for (int64_t k = 0; k <= K; ++k) {
+      float sum = 0.0f;
+      for (int64_t q = 0; q < parts; ++q) sum += partials[size_t((c * parts + q) * (K + 1) + k)];
+      const T want = test::round_to(T{}, sum);
+      if (k < K)
+        EXPECT_EQ(bits(dweight[size_t(k * C + c)]), bits(want)) << "dweight[" << c << "," << k << "]";
+      else if (cs.bias)
+        EXPECT_EQ(bits(dbias[size_t(c)]), bits(want)) << "dbias[" << c << "]";
+      else
+        EXPECT_EQ(bits(dbias[size_t(c)]), bits(sentinel)) << "wrote dbias, not asked for";
+    }
 }
 
 // Every width; rows shorter than a vector (L = 1, L < K), ending inside a vector, inside a
