@@ -68,9 +68,11 @@ void launch_typed(const B2BBackwardParams& p, const B2BBackwardPlan& plan, float
     }
     check_launch("b2b_causal_conv1d backward");
   }
-  b2b_weight_grad_reduce<T><<<unsigned(p.dim), Tile::kThreads, 0, stream>>>(p, p.batch * plan.tiling.tile_blocks,
-                                                                               partials);
-  check_launch("b2b_causal_conv1d backward (weight-gradient reduction)");
+  if (const int64_t blocks = b2b_weight_grad_reduce_blocks(p); blocks > 0) {
+    b2b_weight_grad_reduce<T><<<unsigned(blocks), kB2BReduceThreads, 0, stream>>>(p, p.batch * plan.tiling.tile_blocks,
+                                                                                  partials);
+    check_launch("b2b_causal_conv1d backward (weight-gradient reduction)");
+  }
 }
 
 }  // namespace

@@ -616,26 +616,35 @@ __global__ void __launch_bounds__(B2BBackwardChunkTile::kThreads, b2b_chunk_min_
   }
 }
 
-// Channel c's weight gradients: the sum of its partials (batch-major, then block
-// along time), in that order.
+// Channel c's weight gradients: the sum of its partials (batch-major, then block along
+// time), in that order. One thread per (channel, slot), kB2BReduceThreads to a block: a block
+// per channel left all but 3Kp + Km + 1 of its threads idle (D = 4096 blocks at Km 7).
+constexpr int kB2BReduceThreads = 256;
+
+inline int64_t b2b_weight_grad_reduce_blocks(const B2BBackwardParams& p) {
+  return (p.dim * (3 * p.proj_width + p.mixer_width + 1) + kB2BReduceThreads - 1) / kB2BReduceThreads;
+}
+
 template <typename T>
-__global__ void __launch_bounds__(B2BBwdTile::kThreads)
+__global__ void __launch_bounds__(kB2BReduceThreads)
     b2b_weight_grad_reduce(B2BBackwardParams p, int64_t parts_per_channel, const float* partials) {
-  const int64_t c = blockIdx.x;
   const int kp = int(p.proj_width), km = int(p.mixer_width);
   const int slots = 3 * kp + km + 1;
-  const float* part = partials + c * parts_per_channel * slots;
-  for (int s = threadIdx.x; s < slots; s += B2BBwdTile::kThreads) {
-    float sum = 0.0f;
-    for (int64_t q = 0; q < parts_per_channel; ++q) sum += part[q * slots + s];
-    if (s < 3 * kp) {
-      const int j = s / kp, k = s - j * kp;
-      static_cast<T*>(p.dweight_proj)[(3 * c + j) * p.dwp_stride[0] + k * p.dwp_stride[1]] = from_float<T>(sum);
-    } else if (s < 3 * kp + km) {
-      static_cast<T*>(p.dweight_mixer)[c * p.dwm_stride[0] + (s - 3 * kp) * p.dwm_stride[1]] = from_float<T>(sum);
-    } else {
-      static_cast<T*>(p.dskip_bias)[c * p.dskip_stride] = from_float<T>(sum);
-    }
+  const int64_t i = int64_t(blockIdx.x) * kB2BReduceThreads + threadIdx.x;
+  if (i >= p.dim * slots) return;
+  const int64_t c = i / slots;
+  const int s = int(i - c * slots);
+  const float* part = partials + c * parts_per_channel * slots + s;
+  float sum = 0.0f;
+#pragma unroll 8
+  for (int64_t q = 0; q < parts_per_channel; ++q) sum += part[q * slots];
+  if (s < 3 * kp) {
+    const int j = s / kp, k = s - j * kp;
+    static_cast<T*>(p.dweight_proj)[(3 * c + j) * p.dwp_stride[0] + k * p.dwp_stride[1]] = from_float<T>(sum);
+  } else if (s < 3 * kp + km) {
+    static_cast<T*>(p.dweight_mixer)[c * p.dwm_stride[0] + (s - 3 * kp) * p.dwm_stride[1]] = from_float<T>(sum);
+  } else {
+    static_cast<T*>(p.dskip_bias)[c * p.dskip_stride] = from_float<T>(sum);
   }
 }
 

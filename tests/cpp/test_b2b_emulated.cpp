@@ -111,7 +111,7 @@ void run_case(const Case& cs, double bound, double reduction_bound) {
   });
   for (float v : partials) ASSERT_FALSE(std::isnan(v)) << "a weight-gradient partial was not written";
   const int64_t parts = B * bt.tile_blocks;
-  emu::launch({unsigned(D), 1, 1}, detail::B2BBackwardTile::kThreads, 0,
+  emu::launch({unsigned(detail::b2b_weight_grad_reduce_blocks(g)), 1, 1}, detail::kB2BReduceThreads, 0,
               [&] { detail::b2b_weight_grad_reduce_emulated<T>(g, parts, partials.data()); });
 
   const test::B2BReference ref(x, wp, wm, skip, dout), mag = test::b2b_magnitudes(x, wp, wm, skip, dout);
