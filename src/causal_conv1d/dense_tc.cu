@@ -128,20 +128,6 @@ __device__ __forceinline__ void cp_async16(uint32_t dst, const void* src) {
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 __device__ __forceinline__ void cp_async_wait_1() { asm volatile("cp.async.wait_group 1;\n" ::); }
 
-// Two values as one 32-bit word of 16-bit MMA operands (the first in the low half).
-template <bool kHalf>
-__device__ __forceinline__ uint32_t pack2(float a, float b) {
-  if constexpr (kHalf) {
-    const __half2 h = __floats2half2_rn(a, b);
-    return *reinterpret_cast<const uint32_t*>(&h);
-  } else {
-    const __nv_bfloat162 h = __floats2bfloat162_rn(a, b);
-    return *reinterpret_cast<const uint32_t*>(&h);
-  }
-}
-
-__device__ __forceinline__ float bf16_hi(float v) { return __bfloat162float(__float2bfloat16_rn(v)); }
-
 // The bits of a 16-bit MMA operand (bf16 unless kHalf) and back.
 template <bool kHalf>
 __device__ __forceinline__ uint16_t operand_bits(float v) {

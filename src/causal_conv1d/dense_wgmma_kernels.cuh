@@ -130,6 +130,15 @@ struct TileCoords {
   return c;
 }
 
+// Zeroes a warpgroup's wgmma accumulators; the fence keeps the compiler from moving the zeroes
+// past the first asynchronous MMA that reads them.
+template <int N>
+__device__ __forceinline__ void clear_accumulators(float (&acc)[N]) {
+#pragma unroll
+  for (int i = 0; i < N; ++i) acc[i] = 0.0f;
+  sm90::fence_registers(acc);
+}
+
 // Two neighbouring steps of one output row: one 4- or 8-byte store when the row allows.
 template <typename T>
 __device__ __forceinline__ void store_two_steps(T* dst, int64_t step_stride, float v0, float v1, bool both,
@@ -245,9 +254,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   for (int64_t tile = blockIdx.x; tile < p.tiles; tile += gridDim.x) {
     const TileCoords c = tile_coords(p, tile);
     float acc[128];
-#pragma unroll
-    for (int i = 0; i < 128; ++i) acc[i] = 0.0f;
-    sm90::fence_registers(acc);
+    clear_accumulators(acc);
     for (int32_t s = 0; s < stages_per_tile; ++s, ++it) {
       const int slot = int(it % Tr::kStages);
       sm90::mbarrier_wait(&full[slot], uint32_t(it / Tr::kStages) & 1);
@@ -362,27 +369,6 @@ __device__ __forceinline__ void load_eight_steps(const float* row, int32_t t, in
   }
 #pragma unroll
   for (int e = 0; e < 8; ++e) v[e] = live && t + e >= 0 && t + e < length ? row[t + e] : 0.0f;
-}
-
-// Two values rounded to the 16-bit T, packed as (first, second).
-template <typename T>
-__device__ __forceinline__ uint32_t round_pair(float a, float b) {
-  if constexpr (std::is_same_v<T, __half>) {
-    const __half2 h = __floats2half2_rn(a, b);
-    return *reinterpret_cast<const uint32_t*>(&h);
-  } else {
-    const __nv_bfloat162 h = __floats2bfloat162_rn(a, b);
-    return *reinterpret_cast<const uint32_t*>(&h);
-  }
-}
-
-// bf16 hi and lo of two values, packed as (first, second).
-__device__ __forceinline__ void split_pair(float a, float b, uint32_t& hi, uint32_t& lo) {
-  const __nv_bfloat16 ha = __float2bfloat16_rn(a), hb = __float2bfloat16_rn(b);
-  const __nv_bfloat16 la = __float2bfloat16_rn(a - __bfloat162float(ha)),
-                      lb = __float2bfloat16_rn(b - __bfloat162float(hb));
-  hi = uint32_t(__bfloat16_as_ushort(ha)) | uint32_t(__bfloat16_as_ushort(hb)) << 16;
-  lo = uint32_t(__bfloat16_as_ushort(la)) | uint32_t(__bfloat16_as_ushort(lb)) << 16;
 }
 
 template <typename T, typename TS = T>
@@ -500,13 +486,13 @@ __global__ void __launch_bounds__(kThreads, 1)
               for (int e = 0; e < 8; ++e) {
                 const int r = 8 * oct + e;
                 const uint32_t at = uint32_t(r) * 128 + ((uint32_t(lane / 4) ^ uint32_t(r % 8)) << 4) + (lane % 4) * 4;
-                if constexpr (Tr::kSplit) {
-                  uint32_t h, l;
-                  split_pair(v[b][0][e], v[b][1][e], h, l);
-                  *reinterpret_cast<uint32_t*>(hi + at) = h;
-                  *reinterpret_cast<uint32_t*>(hi + kWinBytes + at) = l;
+                const float v0 = v[b][0][e], v1 = v[b][1][e];
+                if constexpr (Tr::kSplit) {  // bf16 hi and lo windows
+                  const float h0 = bf16_hi(v0), h1 = bf16_hi(v1);
+                  *reinterpret_cast<uint32_t*>(hi + at) = pack2<false>(h0, h1);
+                  *reinterpret_cast<uint32_t*>(hi + kWinBytes + at) = pack2<false>(v0 - h0, v1 - h1);
                 } else {
-                  *reinterpret_cast<uint32_t*>(hi + at) = round_pair<T>(v[b][0][e], v[b][1][e]);
+                  *reinterpret_cast<uint32_t*>(hi + at) = pack2<std::is_same_v<T, __half>>(v0, v1);
                 }
               }
             }
@@ -531,9 +517,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   for (int64_t tile = blockIdx.x; tile < p.tiles; tile += gridDim.x) {
     const TileCoords c = tile_coords(p, tile);
     float acc[128];
-#pragma unroll
-    for (int i = 0; i < 128; ++i) acc[i] = 0.0f;
-    sm90::fence_registers(acc);
+    clear_accumulators(acc);
     int prev_slot = -1, prev_win = -1;  // the stage (and, after a chunk's last tap, the window) to release
     for (int32_t cc = 0; cc < p.c_chunks; ++cc, ++it_w) {
       const int ws = int(it_w % Tr::kWindows);
@@ -752,11 +736,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int cw = warpgroup - 1;
   float acc[kTaps][32];
 #pragma unroll
-  for (int j = 0; j < kTaps; ++j) {
-#pragma unroll
-    for (int i = 0; i < 32; ++i) acc[j][i] = 0.0f;
-    sm90::fence_registers(acc[j]);
-  }
+  for (int j = 0; j < kTaps; ++j) clear_accumulators(acc[j]);
   for (int64_t u = u0; u < u1; ++u) {
     const int64_t it = u - u0;
     const int slot = int(it % Tr::kStages);

@@ -19,6 +19,21 @@ __device__ __forceinline__ __half from_float<__half>(float v) { return __float2h
 template <>
 __device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
 
+// Two values as one 32-bit word of 16-bit MMA operands, fp16 or bf16 (the first in the low half).
+template <bool kHalf>
+__device__ __forceinline__ uint32_t pack2(float a, float b) {
+  if constexpr (kHalf) {
+    const __half2 h = __floats2half2_rn(a, b);
+    return *reinterpret_cast<const uint32_t*>(&h);
+  } else {
+    const __nv_bfloat162 h = __floats2bfloat162_rn(a, b);
+    return *reinterpret_cast<const uint32_t*>(&h);
+  }
+}
+
+// The bf16 hi half of v, as fp32: the fp32 split's operands are bf16_hi(v) and v - bf16_hi(v).
+__device__ __forceinline__ float bf16_hi(float v) { return __bfloat162float(__float2bfloat16_rn(v)); }
+
 // Full-precision expf: fp32 results are checked against fp64 at ~1e-6.
 // Quotient of non-negative a / b: 32-bit division when both fit (a 64-bit divide is a
 // ~100-instruction subroutine; in a per-block prologue it can cost more than the tile).
