@@ -475,8 +475,6 @@ bool job_supported(const WgJob& j, bool hopper) {
 
 // ---- weight gradients: host side ----
 
-constexpr int64_t kDwTargetCtas = 264;  // two waves of one CTA per SM on an H100/H200
-
 // The gradient rows (dy, 16-bit, time innermost, 16-byte aligned) that TMA can read in place.
 bool grad_rows_in_place(DType dtype, const void* grad, bool grad_fp32, const int64_t (&gs)[3]) {
   return dtype != DType::f32 && !grad_fp32 && gs[2] == 1 && reinterpret_cast<uintptr_t>(grad) % 16 == 0 &&

@@ -579,6 +579,13 @@ constexpr int kDwTaps = 4;
 constexpr uint32_t kDwBBytes = kDwSteps * kBK * 2;  // 8 KiB: one tap's x rows
 constexpr int kDwWinSteps = 2 * 64;                 // the kFromRows window: two boxes of 64 steps
 
+// CTAs the weight-gradient grid aims for (the time units are split into parts to reach it): four
+// waves of one CTA per SM on an H100/H200. Side by side on the seed case (H200, session 6),
+// 128 / 264 / 528 CTAs gave bf16 fwd+bwd 1.158 / 1.184 / 1.152 ms, fp32 3.005 / 2.983 / 3.014 ms;
+// more parts also shorten each fp32 accumulation chain (fp32 dweight rel L2 1.4e-5 at 528, 2.8e-5
+// at 264; at 128 it failed the 5e-5 bound).
+constexpr int64_t kDwTargetCtas = 528;
+
 template <typename T>
 using DwTraits = RingTraits<T, kATileBytes + kDwTaps * kDwBBytes>;
 static_assert(2 * kRawBoxBytes + kDwWinSteps * 128 <= kDwTaps * kDwBBytes, "raw boxes and window fit a stage");
