@@ -51,12 +51,33 @@ def _forward(x, weight, bias, dilation: int, groups: int, activation: int) -> to
     return y
 
 
-def _backward_kernels(x, weight, bias, dy, dilation: int, groups: int, activation: int):
-    """The backward kernels (dx, dweight, dbias), called by the custom op and by the eager route."""
+# The gradients a backward call computes, as bits of `wanted`: the core skips a gradient it is
+# not given (no weight-gradient pass at all for frozen weights, no dx for an input that needs
+# none; dbias only with a bias).
+WANT_DX, WANT_DWEIGHT, WANT_DBIAS = 1, 2, 4
+WANT_ALL = WANT_DX | WANT_DWEIGHT | WANT_DBIAS
+
+# Ask the core only for the gradients autograd needs. Off until the GPU suite has run the
+# kernels' skipped-output paths through the front end (tests/python: *unwanted_gradients*);
+# until then every call computes all three, as before.
+SKIP_UNWANTED_GRADIENTS = False
+
+
+def _wanted_gradients(needs_input_grad, has_bias: bool) -> int:
+    if not SKIP_UNWANTED_GRADIENTS:
+        return WANT_ALL
+    needs_x, needs_weight, needs_bias = needs_input_grad[:3]
+    return (WANT_DX if needs_x else 0) | (WANT_DWEIGHT if needs_weight else 0) | (
+        WANT_DBIAS if needs_bias and has_bias else 0)
+
+
+def _backward_kernels(x, weight, bias, dy, dilation: int, groups: int, activation: int, wanted: int = WANT_ALL):
+    """The backward kernels, called by the custom op and by the eager route: (dx, dweight,
+    dbias), None for a gradient not in `wanted`."""
     x, dy = _backward_layout(x, weight, dy, dilation, groups)
-    dx, dweight, dbias = _new_grads(x, weight)
-    args = (view(x), view(weight), optional_view(bias), view(dy), view(dx), view(dweight), view(dbias),
-            dilation, groups, activation)
+    dx, dweight, dbias = _new_grads(x, weight, wanted)
+    args = (view(x), view(weight), optional_view(bias), view(dy), optional_view(dx), optional_view(dweight),
+            optional_view(dbias), dilation, groups, activation)
     ws = workspace(_C.causal_conv1d_backward_workspace_bytes(*args), x)
     _C.causal_conv1d_backward(*args, ws, stream_of(x))
     return dx, dweight, dbias
@@ -101,19 +122,28 @@ def _causal_conv1d_bwd(
     dilation: int,
     groups: int,
     activation: int,
+    wanted: int = WANT_ALL,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    return _backward_kernels(x, weight, bias, dy, dilation, groups, activation)
+    # A custom op returns tensors: an empty one stands for a gradient not wanted.
+    return _placeholders(x, _backward_kernels(x, weight, bias, dy, dilation, groups, activation, wanted))
 
 
-def _new_grads(x: torch.Tensor, weight: torch.Tensor):
-    """dx in the layout the kernels read x in (channel-last stays channel-last), dweight, dbias."""
-    return _new_output(x, x.shape[1]), torch.empty_like(weight), weight.new_empty((weight.shape[0],))
+def _placeholders(x: torch.Tensor, grads):
+    return tuple(x.new_empty((0,)) if g is None else g for g in grads)
+
+
+def _new_grads(x: torch.Tensor, weight: torch.Tensor, wanted: int = WANT_ALL):
+    """dx in the layout the kernels read x in (channel-last stays channel-last), dweight, dbias;
+    None for those not in `wanted`."""
+    return (_new_output(x, x.shape[1]) if wanted & WANT_DX else None,
+            torch.empty_like(weight) if wanted & WANT_DWEIGHT else None,
+            weight.new_empty((weight.shape[0],)) if wanted & WANT_DBIAS else None)
 
 
 @_causal_conv1d_bwd.register_fake
-def _(x, weight, bias, dy, dilation, groups, activation):
+def _(x, weight, bias, dy, dilation, groups, activation, wanted=WANT_ALL):
     x, _ = _backward_layout(x, weight, dy, dilation, groups)
-    return _new_grads(x, weight)
+    return _placeholders(x, _new_grads(x, weight, wanted))
 
 
 def _setup_context(ctx, inputs, output):
@@ -124,8 +154,10 @@ def _setup_context(ctx, inputs, output):
 
 def _gradients(ctx, dy, backward_op):
     x, weight, bias = ctx.saved_tensors
-    dx, dweight, dbias = backward_op(x, weight, bias, dy, *ctx.options)
-    return dx, dweight, (dbias if bias is not None else None), None, None, None
+    wanted = _wanted_gradients(ctx.needs_input_grad, bias is not None)
+    dx, dweight, dbias = backward_op(x, weight, bias, dy, *ctx.options, wanted)
+    return (dx if wanted & WANT_DX else None, dweight if wanted & WANT_DWEIGHT else None,
+            dbias if wanted & WANT_DBIAS and bias is not None else None, None, None, None)
 
 
 def _backward(ctx, dy):

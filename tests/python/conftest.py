@@ -54,3 +54,30 @@ def seeded():
     seed = torch.seed() % (2**31)
     torch.manual_seed(seed)
     return seed
+
+
+# Which of (x, weight, bias) need a gradient: each subset autograd can ask the backward for.
+GRADIENT_SUBSETS = [(True, False, False), (False, True, False), (False, False, True), (True, True, False),
+                    (False, True, True), (True, False, True)]
+
+
+def subset_id(needs) -> str:
+    return "+".join(name for name, need in zip(("dx", "dweight", "dbias"), needs) if need)
+
+
+@pytest.fixture
+def skip_unwanted_gradients(monkeypatch):
+    """The front end asks the core only for the gradients autograd needs (causalconv.ops)."""
+    from causalconv import ops
+    monkeypatch.setattr(ops, "SKIP_UNWANTED_GRADIENTS", True)
+
+
+def gradients_of_a_subset(op, x, weight, bias, needs):
+    """op(x, weight, bias) with only the inputs marked in needs requiring a gradient; returns
+    the output gradient used and {index in (x, weight, bias): gradient}."""
+    leaves = [None if t is None else t.detach().requires_grad_(need) for t, need in zip((x, weight, bias), needs)]
+    y = op(*leaves)
+    dy = torch.randn_like(y)
+    wanted = [i for i, t in enumerate(leaves) if t is not None and t.requires_grad]
+    grads = torch.autograd.grad(y, [leaves[i] for i in wanted], dy)
+    return dy, dict(zip(wanted, grads))

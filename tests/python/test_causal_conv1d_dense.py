@@ -11,7 +11,7 @@ import causalconv
 from causalconv import _C
 from causalconv._views import view
 from causalconv.nn import CausalConv1d
-from conftest import rel_l2, requires_cuda
+from conftest import GRADIENT_SUBSETS, gradients_of_a_subset, rel_l2, requires_cuda, subset_id
 
 DTYPES = [torch.float32, torch.float16, torch.bfloat16]
 # fp32: the tensor-core path multiplies bf16 hi/lo halves of each operand (~2^-17
@@ -521,3 +521,28 @@ def test_module_gradients(dtype, seeded):
     assert_close(x.grad, ref[0], dtype, "dx", allclose_fp32=False)
     assert_close(layer.weight.grad, ref[1], dtype, "dweight", reduction=True)
     assert_close(layer.bias.grad, ref[2], dtype, "dbias", reduction=True)
+
+
+# The backward with the core asked for a subset of the gradients (frozen weights: no
+# weight-gradient pass; an input that needs no dx; no dbias): what it writes matches the reference.
+UNWANTED_GRADIENT_PATHS = {  # name: (B, C_in, C_out, L, K, groups, dtype, dilation, activation)
+    "hopper_bf16": (2, 64, 96, 1000, 4, 1, torch.bfloat16, 1, "silu"),
+    "hopper_fp32": (1, 64, 64, 777, 3, 1, torch.float32, 2, None),
+    "cuda_cores": (2, 3, 5, 500, 4, 1, torch.float32, 3, "silu"),
+    "grouped": (1, 6, 10, 300, 2, 2, torch.float16, 1, None),
+}
+
+
+@requires_cuda
+@pytest.mark.parametrize("needs", GRADIENT_SUBSETS, ids=subset_id)
+@pytest.mark.parametrize("path", list(UNWANTED_GRADIENT_PATHS))
+def test_unwanted_gradients_are_skipped(path, needs, skip_unwanted_gradients, seeded):
+    b, c_in, c_out, length, k, groups, dtype, dilation, activation = UNWANTED_GRADIENT_PATHS[path]
+    x, w, bias = make_inputs(b, c_in, c_out, length, k, groups, dtype)
+    dy, grads = gradients_of_a_subset(
+        lambda x, w, bias: causalconv.causal_conv1d(x, w, bias, dilation=dilation, groups=groups,
+                                                    activation=activation),
+        x, w, bias, needs)
+    ref = causalconv.reference.causal_conv1d_backward(x, w, bias, dy, dilation, groups, activation)
+    for i, grad in grads.items():
+        assert_close(grad, ref[i], dtype, ("dx", "dweight", "dbias")[i], reduction=i > 0, allclose_fp32=False)

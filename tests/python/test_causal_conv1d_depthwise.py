@@ -6,7 +6,8 @@ import torch
 import causalconv
 from causalconv import _C
 from causalconv._views import view
-from conftest import assert_close_to_reference, requires_cuda
+from conftest import (GRADIENT_SUBSETS, assert_close_to_reference, gradients_of_a_subset, requires_cuda,
+                      subset_id)
 
 DTYPES = [torch.float32, torch.float16, torch.bfloat16]
 WIDTHS = [2, 3, 4, 5, 7, 8, 16, 31, 64, 128, 256]
@@ -523,3 +524,31 @@ def test_tensor_core_weight_grads_are_deterministic(k, seeded):
     for later in runs[1:]:
         for a, b in zip(runs[0], later):
             assert torch.equal(a, b), "gradients differ bitwise between identical runs"
+
+
+# Each backward path with the core asked for a subset of the gradients (frozen weights, an
+# input that needs no gradient, no bias gradient): the kernels skip the rest, what they write
+# matches the reference.
+UNWANTED_GRADIENT_PATHS = {  # name: (B, C, L, K, dtype, layout, dilation, activation)
+    "window": (2, 9, 2048, 4, torch.bfloat16, "channel_first", 1, "silu"),
+    "tiled": (2, 5, 1000, 5, torch.float32, "channel_first", 2, None),
+    "tensor_cores": (2, 3, 3000, 64, torch.bfloat16, "channel_first", 1, "silu"),
+    "long_reach": (1, 3, 1999, 4, torch.float32, "channel_first", 500, "silu"),
+    "channel_last_unit": (2, 40, 300, 4, torch.bfloat16, "channel_last", 1, "silu"),
+    "channel_last": (2, 33, 129, 7, torch.float16, "channel_last", 3, None),
+    "strided": (2, 6, 300, 3, torch.float32, "strided", 1, "silu"),
+}
+
+
+@requires_cuda
+@pytest.mark.parametrize("needs", GRADIENT_SUBSETS, ids=subset_id)
+@pytest.mark.parametrize("path", list(UNWANTED_GRADIENT_PATHS))
+def test_unwanted_gradients_are_skipped(path, needs, skip_unwanted_gradients, seeded):
+    b, c, length, k, dtype, layout, dilation, activation = UNWANTED_GRADIENT_PATHS[path]
+    x, w, bias = make_inputs(b, c, length, k, dtype, layout, with_bias=True)
+    dy, grads = gradients_of_a_subset(
+        lambda x, w, bias: causalconv.causal_conv1d(x, w, bias, dilation=dilation, activation=activation),
+        x, w, bias, needs)
+    ref = causalconv.reference.causal_conv1d_backward(x, w, bias, dy, dilation, None, activation)
+    for i, grad in grads.items():
+        assert_close_to_reference(grad, ref[i], dtype, ("dx", "dweight", "dbias")[i], reduction=i > 0)

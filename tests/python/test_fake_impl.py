@@ -66,3 +66,32 @@ def test_torch_compile_fullgraph_traces_the_op():
     compiled = torch.compile(lambda x, w: causalconv.causal_conv1d(x, w) * 2, fullgraph=True, backend="eager")
     y = compiled(torch.empty(2, 8, 16, device="meta"), torch.empty(8, 4, device="meta"))
     assert y.shape == (2, 8, 16)
+
+
+@pytest.mark.parametrize("needs", [(True, False, False), (False, True, False), (False, False, True),
+                                   (True, True, False), (False, True, True), (True, True, True)],
+                         ids=lambda n: "".join(name for name, need in zip(("x", "w", "b"), n) if need))
+@pytest.mark.parametrize("with_bias", [False, True])
+def test_backward_asks_only_for_the_gradients_autograd_needs(monkeypatch, needs, with_bias):
+    # With SKIP_UNWANTED_GRADIENTS the backward op is asked for the gradients of the inputs that
+    # need one (dbias only with a bias); the others come back as None. Through the custom op here
+    # (meta tensors); tests/python/test_causal_conv1d_*.py run the kernels the same way.
+    from causalconv import ops
+    monkeypatch.setattr(ops, "SKIP_UNWANTED_GRADIENTS", True)
+    asked = []
+    new_grads = ops._new_grads
+    monkeypatch.setattr(ops, "_new_grads", lambda x, w, wanted=ops.WANT_ALL: asked.append(wanted) or
+                        new_grads(x, w, wanted))
+    needs_x, needs_w, needs_b = needs
+    if needs_b and not with_bias:
+        pytest.skip("no bias to differentiate")
+    x = torch.empty(2, 8, 16, device="meta", requires_grad=needs_x)
+    w = torch.empty(8, 1, 4, device="meta", requires_grad=needs_w)
+    b = torch.empty(8, device="meta", requires_grad=needs_b) if with_bias else None
+    inputs = [t for t in (x, w, b) if t is not None and t.requires_grad]
+    grads = torch.autograd.grad(causalconv.causal_conv1d(x, w, b).sum(), inputs)
+    assert [g.shape for g in grads] == [t.shape for t in inputs]
+    expected = (ops.WANT_DX if needs_x else 0) | (ops.WANT_DWEIGHT if needs_w else 0) | (
+        ops.WANT_DBIAS if needs_b else 0)
+    assert asked == [expected]
+
