@@ -615,6 +615,7 @@ void launch_wgmma_weight_grad(const DenseBackwardParams& b, const void* grad, bo
   p.c_chunks = int32_t(l.c_chunks);
   p.t_units = int32_t(l.t_units);
   p.parts = int32_t(l.parts);
+  p.sum_bias = b.dbias != nullptr;  // without it the dbias warps of those CTAs stay idle
   DwLaunch launches[2];
   for (int i = 0, n = dw_launches(int(g.width), launches); i < n; ++i) {
     p.q_base = launches[i].q_base;

@@ -598,6 +598,7 @@ struct DwParams {
   int32_t o_tiles, c_chunks, t_units, parts;
   int32_t q_base, q_count;  // this launch's tap chunks: q_base .. q_base + q_count - 1
   int32_t x_window;         // staged x: rows of one window per unit (dw_window_steps), 0: a tile per tap
+  int32_t sum_bias;         // 1: the CTAs of channel chunk 0 and tap chunk 0 also sum dbias
 };
 
 // The staged-x window of a launch whose CTAs take `taps` taps: one TMA box of kDwSteps +
@@ -659,7 +660,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int32_t m = rest % p.o_tiles, g = rest / p.o_tiles;
   const int32_t part = blockIdx.y;
   static_assert(kTaps >= 1 && kTaps <= kDwTaps, "1 to 4 taps per CTA");
-  const bool bias_tile = c == 0 && q == 0;
+  const bool bias_tile = p.sum_bias && c == 0 && q == 0;
   const int64_t u0 = part * p.units / p.parts, u1 = (part + 1) * p.units / p.parts;
 
   const int warpgroup = threadIdx.x / 128, warp = (threadIdx.x % 128) / 32, lane = threadIdx.x % 32;

@@ -391,6 +391,7 @@ void run_weight_grad(const DwCase& cs, DwX mode = DwX::staged_taps) {
   p.c_chunks = int32_t(c_chunks);
   p.t_units = int32_t(t_units);
   p.parts = int32_t(parts);
+  p.sum_bias = 1;
   detail::DwLaunch launches[2];  // as launch_wgmma_weight_grad: full 4-tap chunks, then the rest
   for (int i = 0, n = detail::dw_launches(int(K), launches); i < n; ++i) {
     p.q_base = launches[i].q_base;
