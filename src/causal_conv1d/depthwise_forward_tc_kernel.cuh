@@ -8,6 +8,11 @@
 // blocks x 4 mma.sync, adds bias (and silu) in fp32, and the block writes the tile back
 // through shared memory in 16-byte units. The next tile's input is loaded into
 // registers while the tensor cores work on the current one.
+//
+// depthwise_forward_tc_pipelined_kernel (v10) differs in two ways: the next tile's input goes
+// by cp.async into a second shared stage (no staging registers), and the A fragments are read
+// from shared memory (no fragment registers). Its outputs leave as v6's do. Session 3's v9
+// also deepened the staging, but it changed the output stores at the same time and was slower.
 #pragma once
 
 #include <type_traits>
@@ -67,6 +72,75 @@ __global__ void __launch_bounds__(ToeplitzTile::kThreads)
 
     float acc[Tile::kWarpTiles][4];
     toeplitz_warp_tile<kHalf, kMaxBlocks>(acc, a, in_s, blocks, halo, warp, lane);
+    const int g = lane >> 2, q = lane & 3;
+#pragma unroll
+    for (int t = 0; t < Tile::kWarpTiles; ++t) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int chunk = warp * Tile::kWarpChunks + 8 * t + 2 * q + (e & 1), step = g + 8 * (e >> 1);
+        float v = acc[t][e] + bias;
+        if (p.silu) v = silu(v);
+        out_s[chunk * Tile::kChunk + step] = from_float<T>(v);
+      }
+    }
+    __syncthreads();
+    toeplitz_store_outputs(y, out_s, j0, n);
+  }
+}
+
+// Shared bytes of the pipelined kernel: two input stages, the output tile, the lag-ordered
+// filter, the A fragments (one 16-byte entry per block and lane).
+template <int kMaxBlocks>
+constexpr int depthwise_tc_pipelined_smem_bytes() {
+  return 2 * ToeplitzStage<kMaxBlocks>::kInBytes + 2 * ToeplitzTile::kOutputs +
+         2 * toeplitz_lag_filter_size<kMaxBlocks>() + 16 * 32 * kMaxBlocks;
+}
+
+template <typename T, int kMaxBlocks>
+__global__ void __launch_bounds__(ToeplitzTile::kThreads)
+    depthwise_forward_tc_pipelined_kernel(DepthwiseForwardParams p, int64_t tiles) {
+  using Tile = ToeplitzTile;
+  using Stage = ToeplitzStage<kMaxBlocks>;
+  constexpr bool kHalf = std::is_same<T, __half>::value;
+  static_assert((2 * Stage::kInBytes + 2 * Tile::kOutputs + 2 * toeplitz_lag_filter_size<kMaxBlocks>()) % 16 == 0,
+                "16-byte fragment entries");
+  unsigned char* smem = toeplitz_shared();                          // stages 0 and 1: swizzled input chunks
+  T* out_s = reinterpret_cast<T*>(smem + 2 * Stage::kInBytes);     // [kOutputs]
+  T* wr_s = out_s + Tile::kOutputs;                                // toeplitz_lag_filter
+  uint4* frag_s = reinterpret_cast<uint4*>(wr_s + toeplitz_lag_filter_size<kMaxBlocks>());
+  const int width = int(p.width), blocks = toeplitz_blocks(width), halo = blocks - 1;
+  const int lane = int(threadIdx.x) & 31, warp = int(threadIdx.x) >> 5;
+  const int64_t bc = int64_t(blockIdx.x);
+  const int64_t b = div_nonneg(bc, p.channels), c = bc - b * p.channels;
+  const int64_t n = p.length;
+  const T* x = static_cast<const T*>(p.x) + b * p.x_stride[0] + c * p.x_stride[1];
+  T* y = static_cast<T*>(p.y) + b * p.y_stride[0] + c * p.y_stride[1];
+  const bool x_aligned = (reinterpret_cast<uintptr_t>(x) & 15) == 0;
+  const int units = 2 * (Tile::kChunks + halo);
+  auto stage = [&](int slot, int64_t tile) {
+    toeplitz_stage<Stage::kUnits>(smem + slot * Stage::kInBytes, x, x_aligned, tile * Tile::kOutputs - 16 * halo,
+                                  units, n);
+  };
+
+  if (int64_t(blockIdx.y) < tiles) stage(0, blockIdx.y);
+  cp_async_commit();
+  toeplitz_lag_filter<kMaxBlocks>(wr_s, static_cast<const T*>(p.weight) + c * p.w_stride[0], p.w_stride[1], width);
+  const float bias = p.bias ? to_float(static_cast<const T*>(p.bias)[c * p.bias_stride]) : 0.0f;
+  __syncthreads();
+  toeplitz_fragments_to_shared<false>(frag_s, wr_s, blocks);
+
+  int slot = 0;
+#pragma unroll 1
+  for (int64_t tile = blockIdx.y; tile < tiles; tile += gridDim.y, slot ^= 1) {
+    const int64_t j0 = tile * Tile::kOutputs;  // < n
+    cp_async_wait<0>();  // this tile's copies are done
+    __syncthreads();     // ... every thread's; the fragments are in place, the other stage and out_s free
+    if (tile + gridDim.y < tiles) stage(slot ^ 1, tile + gridDim.y);
+    cp_async_commit();
+
+    float acc[Tile::kWarpTiles][4];
+    toeplitz_mma_tiles_shared<kHalf, false, Tile::kWarpTiles>(acc, frag_s, smem + slot * Stage::kInBytes, blocks,
+                                                               warp * Tile::kWarpChunks + halo, lane);
     const int g = lane >> 2, q = lane & 3;
 #pragma unroll
     for (int t = 0; t < Tile::kWarpTiles; ++t) {
