@@ -76,6 +76,18 @@ __device__ __forceinline__ void stage_lag_ordered(T* dst, const T* w, int64_t st
   }
 }
 
+// The channel's lag-ordered mixer filter (wm_s) and its three projection filters (wp_s, row j
+// at wp_s + 16 * (kP + 1) * j) into shared memory; returns its skip bias.
+template <typename T, int kMaxBlocks, int kP>
+__device__ __forceinline__ float b2b_tc_stage_filters(T* wm_s, T* wp_s, const B2BForwardParams& p, int64_t c) {
+  stage_lag_ordered(wm_s, static_cast<const T*>(p.weight_mixer) + c * p.wm_stride[0], p.wm_stride[1],
+                    int(p.mixer_width), kMaxBlocks);
+  for (int j = 0; j < 3; ++j)
+    stage_lag_ordered(wp_s + 16 * (kP + 1) * j, static_cast<const T*>(p.weight_proj) + (3 * c + j) * p.wp_stride[0],
+                      p.wp_stride[1], int(p.proj_width), kP);
+  return to_float(static_cast<const T*>(p.skip_bias)[c * p.skip_stride]);
+}
+
 // Step 2, z over local z chunks [0, z_chunks) (global J0 - H + m) of a tile, from the staged
 // rows x1_s (3c+1) and x2_s (3c+2): x chunk = z chunk + Hp - i. The warps share its tile pairs.
 template <typename T, int kP>
@@ -157,12 +169,7 @@ __global__ void __launch_bounds__(ToeplitzTile::kThreads)
   const T* x0 = static_cast<const T*>(p.x) + b * p.x_stride[0] + 3 * c * p.x_stride[1];
   T* out = static_cast<T*>(p.out) + b * p.out_stride[0] + c * p.out_stride[1];
 
-  stage_lag_ordered(wm_s, static_cast<const T*>(p.weight_mixer) + c * p.wm_stride[0], p.wm_stride[1], km,
-                    kMaxBlocks);
-  for (int j = 0; j < 3; ++j)
-    stage_lag_ordered(wp_s + 16 * (kP + 1) * j, static_cast<const T*>(p.weight_proj) + (3 * c + j) * p.wp_stride[0],
-                      p.wp_stride[1], kp, kP);
-  const float skip = to_float(static_cast<const T*>(p.skip_bias)[c * p.skip_stride]);
+  const float skip = b2b_tc_stage_filters<T, kMaxBlocks, kP>(wm_s, wp_s, p, c);
   __syncthreads();
   uint32_t am[kMaxBlocks][4];
   toeplitz_a_fragments<kMaxBlocks>(am, wm_s, blocks, lane);
@@ -231,12 +238,7 @@ __global__ void __launch_bounds__(ToeplitzTile::kThreads)
 
   if (int64_t(blockIdx.y) < tiling.tiles) stage(0, blockIdx.y);
   cp_async_commit();
-  stage_lag_ordered(wm_s, static_cast<const T*>(p.weight_mixer) + c * p.wm_stride[0], p.wm_stride[1], km,
-                    kMaxBlocks);
-  for (int j = 0; j < 3; ++j)
-    stage_lag_ordered(wp_s + 16 * (kP + 1) * j, static_cast<const T*>(p.weight_proj) + (3 * c + j) * p.wp_stride[0],
-                      p.wp_stride[1], kp, kP);
-  const float skip = to_float(static_cast<const T*>(p.skip_bias)[c * p.skip_stride]);
+  const float skip = b2b_tc_stage_filters<T, kMaxBlocks, kP>(wm_s, wp_s, p, c);
   __syncthreads();
   toeplitz_fragments_to_shared<false>(frag_s, wm_s, blocks);
 

@@ -28,6 +28,25 @@ constexpr int depthwise_tc_smem_bytes() {
   return ToeplitzStage<kMaxBlocks>::kInBytes + 2 * ToeplitzTile::kOutputs + 2 * 16 * (kMaxBlocks + 1);
 }
 
+// The warp's outputs (acc of toeplitz_warp_tile) plus bias, through silu when asked, into the
+// block's output tile out_s[chunk * 16 + step].
+template <typename T>
+__device__ __forceinline__ void depthwise_tc_outputs_to_shared(T* out_s, const float (&acc)[ToeplitzTile::kWarpTiles][4],
+                                                               float bias, bool apply_silu, int warp, int lane) {
+  using Tile = ToeplitzTile;
+  const int g = lane >> 2, q = lane & 3;
+#pragma unroll
+  for (int t = 0; t < Tile::kWarpTiles; ++t) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int chunk = warp * Tile::kWarpChunks + 8 * t + 2 * q + (e & 1), step = g + 8 * (e >> 1);
+      float v = acc[t][e] + bias;
+      if (apply_silu) v = silu(v);
+      out_s[chunk * Tile::kChunk + step] = from_float<T>(v);
+    }
+  }
+}
+
 template <typename T, int kMaxBlocks>
 __global__ void __launch_bounds__(ToeplitzTile::kThreads)
     depthwise_forward_tc_kernel(DepthwiseForwardParams p, int64_t tiles) {
@@ -72,17 +91,7 @@ __global__ void __launch_bounds__(ToeplitzTile::kThreads)
 
     float acc[Tile::kWarpTiles][4];
     toeplitz_warp_tile<kHalf, kMaxBlocks>(acc, a, in_s, blocks, halo, warp, lane);
-    const int g = lane >> 2, q = lane & 3;
-#pragma unroll
-    for (int t = 0; t < Tile::kWarpTiles; ++t) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int chunk = warp * Tile::kWarpChunks + 8 * t + 2 * q + (e & 1), step = g + 8 * (e >> 1);
-        float v = acc[t][e] + bias;
-        if (p.silu) v = silu(v);
-        out_s[chunk * Tile::kChunk + step] = from_float<T>(v);
-      }
-    }
+    depthwise_tc_outputs_to_shared(out_s, acc, bias, p.silu, warp, lane);
     __syncthreads();
     toeplitz_store_outputs(y, out_s, j0, n);
   }
@@ -141,17 +150,7 @@ __global__ void __launch_bounds__(ToeplitzTile::kThreads)
     float acc[Tile::kWarpTiles][4];
     toeplitz_mma_tiles_shared<kHalf, false, Tile::kWarpTiles>(acc, frag_s, smem + slot * Stage::kInBytes, blocks,
                                                                warp * Tile::kWarpChunks + halo, lane);
-    const int g = lane >> 2, q = lane & 3;
-#pragma unroll
-    for (int t = 0; t < Tile::kWarpTiles; ++t) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int chunk = warp * Tile::kWarpChunks + 8 * t + 2 * q + (e & 1), step = g + 8 * (e >> 1);
-        float v = acc[t][e] + bias;
-        if (p.silu) v = silu(v);
-        out_s[chunk * Tile::kChunk + step] = from_float<T>(v);
-      }
-    }
+    depthwise_tc_outputs_to_shared(out_s, acc, bias, p.silu, warp, lane);
     __syncthreads();
     toeplitz_store_outputs(y, out_s, j0, n);
   }
