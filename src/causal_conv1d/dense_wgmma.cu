@@ -488,26 +488,11 @@ struct WgDwLayout {
   size_t x_bytes, bytes;          // staging bytes (the partials live elsewhere)
 };
 
-// The weight-gradient kernel reading 16-bit x from its own rows (kFromRows) instead of a staged
-// channel-last copy: correct on the H200 (tests, racecheck) but slower there (bf16 seed fwd+bwd
-// 1.322 ms against 1.232 staged, session 5, docs/performance.md), so it stays off.
-constexpr bool kDenseWeightGradFromRows = false;
-
 // The weight-gradient kernel reading one staged-x window per unit for all its taps
-// (dw_window_steps) instead of a 64-step tile per tap: emulation-tested, not yet run on a GPU
-// (written after session 5's last GPU run). Turn on after the H200 check and A/B in
-// docs/performance.md (dense, session 5, next steps).
+// (dw_window_steps) instead of a 64-step tile per tap: half the staged bytes at K = 4, but no
+// faster on the H200 in session 6 (bf16 seed fwd+bwd 1.189 vs 1.184 ms), where the kernel's
+// SMs sat idle 39 % of the time (docs/performance.md). Try again once they are busy.
 constexpr bool kDenseWeightGradXWindow = false;
-
-// 16-bit x rows the weight-gradient kernel can copy and transpose itself: unit time stride,
-// 16-byte aligned base and row strides, and a CTA's taps (up to 4) inside its 128-step window.
-bool weight_grad_x_rows(const DenseBackwardParams& b) {
-  const DenseGeometry& g = b.g;
-  return kDenseWeightGradFromRows && g.dtype != DType::f32 && b.x_stride[2] == 1 &&
-         reinterpret_cast<uintptr_t>(b.x) % 16 == 0 && b.x_stride[1] > 0 && b.x_stride[1] % 8 == 0 &&
-         b.x_stride[0] >= 0 && b.x_stride[0] % 8 == 0 &&
-         7 + (std::min<int64_t>(g.width, kDwTaps) - 1) * g.dilation + kDwSteps <= kDwWinSteps;
-}
 
 WgDwLayout wg_dw_layout(const DenseBackwardParams& b, bool grad_in_place) {
   const DenseGeometry& g = b.g;
@@ -523,11 +508,9 @@ WgDwLayout wg_dw_layout(const DenseBackwardParams& b, bool grad_in_place) {
   const int64_t ctas = g.groups * l.o_tiles * l.c_chunks * l.k_chunks;
   const int64_t cap = std::max<int64_t>(1, (int64_t(1) << 26) / l.part_elems);  // <= 256 MiB of partials
   l.parts = std::max<int64_t>(1, std::min({(kDwTargetCtas + ctas - 1) / ctas, l.units, cap, int64_t(65535)}));
-  if (!weight_grad_x_rows(b)) {
-    l.s8 = (S + 7) / 8 * 8;
-    l.x_copy_elems = g.batch * g.length * g.groups * l.s8;
-    l.x_bytes = align_up(size_t(l.x_copy_elems) * 2 * copies, 256);
-  }
+  l.s8 = (S + 7) / 8 * 8;
+  l.x_copy_elems = g.batch * g.length * g.groups * l.s8;
+  l.x_bytes = align_up(size_t(l.x_copy_elems) * 2 * copies, 256);
   if (!grad_in_place) {
     l.g_pitch = (g.length + 7) / 8 * 8;
     l.g_copy_elems = g.batch * g.c_out * l.g_pitch;
@@ -552,10 +535,7 @@ void launch_wgmma_weight_grad(const DenseBackwardParams& b, const void* grad, bo
   const WgDwLayout l = wg_dw_layout(b, in_place);
   const DType mma_dtype = Tr::kSplit ? DType::bf16 : g.dtype;
 
-  // x: its own rows as a 4-D map (L, S, G, B) for the kernel to transpose (kFromRows), or
-  // channel-last (as the forward stages it).
-  const bool x_rows = weight_grad_x_rows(b);
-  CUtensorMap x_map;
+  // x staged channel-last (as the forward stages it).
   // Staged x: boxes of `steps` rows of 64 channels (a tap's tile, or a window of all a launch's taps).
   auto staged_x_map = [&](const void* x_staged, uint32_t steps) {
     const uint64_t x_dims[4] = {uint64_t(l.s8), uint64_t(g.groups), uint64_t(g.length),
@@ -565,17 +545,9 @@ void launch_wgmma_weight_grad(const DenseBackwardParams& b, const void* grad, bo
     const uint32_t x_box[4] = {kBK, 1, steps, 1};
     return encode_tensor_map(x_staged, mma_dtype, 4, x_dims, x_strides, x_box, what);
   };
-  if (x_rows) {
-    const uint64_t x_dims[4] = {uint64_t(g.length), uint64_t(S), uint64_t(g.groups), uint64_t(g.batch)};
-    const uint64_t x_strides[3] = {uint64_t(b.x_stride[1]) * 2, uint64_t(S * b.x_stride[1]) * 2,
-                                   uint64_t(b.x_stride[0]) * 2};
-    const uint32_t x_box[4] = {64, kBK, 1, 1};
-    x_map = encode_tensor_map(b.x, g.dtype, 4, x_dims, x_strides, x_box, what);
-  } else {
-    launch_copy_to_channel_last<T>(b.x, false, b.x_stride, g.groups, S, l.s8, g.length, g.batch, l.x_copy_elems,
-                                   static_cast<uint16_t*>(workspace), stream, what);
-    x_map = staged_x_map(workspace, kDwSteps);
-  }
+  launch_copy_to_channel_last<T>(b.x, false, b.x_stride, g.groups, S, l.s8, g.length, g.batch, l.x_copy_elems,
+                                 static_cast<uint16_t*>(workspace), stream, what);
+  const CUtensorMap x_map = staged_x_map(workspace, kDwSteps);
 
   // The gradient as (L, D, G, B) rows with time innermost.
   const void* g_base = grad;
@@ -620,7 +592,7 @@ void launch_wgmma_weight_grad(const DenseBackwardParams& b, const void* grad, bo
   for (int i = 0, n = dw_launches(int(g.width), launches); i < n; ++i) {
     p.q_base = launches[i].q_base;
     p.q_count = launches[i].q_count;
-    p.x_window = !x_rows && kDenseWeightGradXWindow ? dw_window_steps(launches[i].taps, g.dilation) : 0;
+    p.x_window = kDenseWeightGradXWindow ? dw_window_steps(launches[i].taps, g.dilation) : 0;
     const CUtensorMap launch_x_map = p.x_window > 0 ? staged_x_map(workspace, uint32_t(p.x_window)) : x_map;
     auto launch = [&](auto kernel, size_t smem) {
       check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)), what);
@@ -628,23 +600,13 @@ void launch_wgmma_weight_grad(const DenseBackwardParams& b, const void* grad, bo
       kernel<<<grid, kThreads, smem, stream>>>(g_map, launch_x_map, p);
       check_launch(what);
     };
-    auto launch_taps = [&](auto from_rows) {
-      constexpr bool kRows = decltype(from_rows)::value;
-      constexpr size_t smem = dw_smem_bytes<T, kRows>();
-      switch (launches[i].taps) {
-        case 1: launch(dense_wgmma_weight_grad<T, 1, kRows>, smem); break;
-        case 2: launch(dense_wgmma_weight_grad<T, 2, kRows>, smem); break;
-        case 3: launch(dense_wgmma_weight_grad<T, 3, kRows>, smem); break;
-        default: launch(dense_wgmma_weight_grad<T, 4, kRows>, smem); break;
-      }
-    };
-    if constexpr (!Tr::kSplit) {
-      if (x_rows) {
-        launch_taps(std::true_type{});
-        continue;
-      }
+    constexpr size_t smem = Tr::kSmemBytes;
+    switch (launches[i].taps) {
+      case 1: launch(dense_wgmma_weight_grad<T, 1>, smem); break;
+      case 2: launch(dense_wgmma_weight_grad<T, 2>, smem); break;
+      case 3: launch(dense_wgmma_weight_grad<T, 3>, smem); break;
+      default: launch(dense_wgmma_weight_grad<T, 4>, smem); break;
     }
-    launch_taps(std::false_type{});
   }
 }
 

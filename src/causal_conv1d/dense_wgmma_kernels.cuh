@@ -73,12 +73,11 @@ struct Ring {
   uint64_t* empty;  // completed by the consumers' arrivals
 };
 
-// Carves the ring out of dynamic shared memory; thread 0 initialises its barriers (and
-// `extra` more after them, `extra_arrivals` each) and prefetches the two tensor maps, then the
-// block synchronises.
+// Carves the ring out of dynamic shared memory; thread 0 initialises its barriers and
+// prefetches the two tensor maps, then the block synchronises.
 template <typename Tr>
 __device__ __forceinline__ Ring start_ring(uint8_t* smem_raw, uint32_t empty_arrivals, const CUtensorMap* map_a,
-                                           const CUtensorMap* map_b, int extra = 0, uint32_t extra_arrivals = 1) {
+                                           const CUtensorMap* map_b) {
   Ring r;
   r.stages = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
   r.full = reinterpret_cast<uint64_t*>(r.stages + Tr::kStages * Tr::kStageBytes);
@@ -91,7 +90,6 @@ __device__ __forceinline__ Ring start_ring(uint8_t* smem_raw, uint32_t empty_arr
       sm90::mbarrier_init(&r.full[s], 1);
       sm90::mbarrier_init(&r.empty[s], empty_arrivals);
     }
-    for (int s = 0; s < extra; ++s) sm90::mbarrier_init(&r.empty[Tr::kStages + s], extra_arrivals);
     sm90::mbarrier_init_fence();
   }
   __syncthreads();
@@ -568,16 +566,11 @@ __global__ void __launch_bounds__(kThreads, 1)
 // ptxas cannot tell which registers the asynchronous wgmmas own and fences every one of them
 // (warning C7519). A width-K call launches full 4-tap chunks and, if K % 4, one launch of the
 // last chunk (dw_launches).
-// kFromRows (16-bit): x from its own (B, C, L) rows instead of the staged channel-last copy, as
-// dense_wgmma_conv_rows does: per unit the producer copies two TMA boxes {64 steps, 64
-// channels} starting at the CTA's first tap's shift rounded down to 8, warps 1-3 transpose them
-// into a 128-step window of step rows, and tap j's B operand starts at row off0 + j*d of it
-// (one window for all the CTA's taps; needs off0 + (kTaps-1)d + 64 <= 128). A stage is then
-// A | raw boxes | window, as large as A | four tap tiles.
+// (A variant that read 16-bit x from its own rows and transposed it in shared memory, as
+// dense_wgmma_conv_rows does, was slower on the H200 in sessions 5 and 6 and was removed.)
 constexpr int kDwSteps = 64;
 constexpr int kDwTaps = 4;
 constexpr uint32_t kDwBBytes = kDwSteps * kBK * 2;  // 8 KiB: one tap's x rows
-constexpr int kDwWinSteps = 2 * 64;                 // the kFromRows window: two boxes of 64 steps
 
 // CTAs the weight-gradient grid aims for (the time units are split into parts to reach it): four
 // waves of one CTA per SM on an H100/H200. Side by side on the seed case (H200, session 6),
@@ -588,7 +581,6 @@ constexpr int64_t kDwTargetCtas = 528;
 
 template <typename T>
 using DwTraits = RingTraits<T, kATileBytes + kDwTaps * kDwBBytes>;
-static_assert(2 * kRawBoxBytes + kDwWinSteps * 128 <= kDwTaps * kDwBBytes, "raw boxes and window fit a stage");
 
 struct DwParams {
   float* partials;
@@ -636,21 +628,13 @@ __device__ __forceinline__ float row_sum(const uint8_t* row) {
   return sum;
 }
 
-// Dynamic shared memory of dense_wgmma_weight_grad: the ring, and with kFromRows one more
-// mbarrier per stage (the window is built).
-template <typename T, bool kFromRows>
-constexpr size_t dw_smem_bytes() {
-  return DwTraits<T>::kSmemBytes + (kFromRows ? DwTraits<T>::kStages * sizeof(uint64_t) : 0);
-}
-
-template <typename T, int kTaps, bool kFromRows = false>
+template <typename T, int kTaps>
 __global__ void __launch_bounds__(kThreads, 1)
     dense_wgmma_weight_grad(const __grid_constant__ CUtensorMap g_map, const __grid_constant__ CUtensorMap x_map,
                             const DwParams p) {
 #ifdef CAUSALCONV_SM90A
   using Tr = DwTraits<T>;
   using Mma = typename Tr::Mma;
-  static_assert(!(kFromRows && Tr::kSplit), "rows are transposed by TMA + ldmatrix: 16-bit only");
   uint8_t* const smem_raw = sm90::dynamic_shared();
   int32_t rest = blockIdx.x;
   const int32_t q = p.q_base + rest % p.q_count;
@@ -664,23 +648,17 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int64_t u0 = part * p.units / p.parts, u1 = (part + 1) * p.units / p.parts;
 
   const int warpgroup = threadIdx.x / 128, warp = (threadIdx.x % 128) / 32, lane = threadIdx.x % 32;
-  // Arrivals per stage: the consumer warps, and the dbias warps in the tiles that sum dbias;
-  // with kFromRows, `win_full` per stage: the three window builders.
-  const Ring ring = start_ring<Tr>(smem_raw, kConsumerWarps + (bias_tile ? 2 : 0), &g_map, &x_map,
-                                   kFromRows ? Tr::kStages : 0, kTransposeWarps);
+  // Arrivals per stage: the consumer warps, and the dbias warps in the tiles that sum dbias.
+  const Ring ring = start_ring<Tr>(smem_raw, kConsumerWarps + (bias_tile ? 2 : 0), &g_map, &x_map);
   uint8_t* const stages = ring.stages;
   uint64_t* const full = ring.full;
   uint64_t* const empty = ring.empty;
-  uint64_t* const win_full = ring.empty + Tr::kStages;
-  // kFromRows: the window starts at the first tap's shift rounded down to 8; tap j at row off0 + j*d.
-  const int32_t shift0 = -(p.width - 1 - q * kDwTaps) * p.dilation;
-  const int32_t off0 = shift0 - window_start(0, shift0);
+  const int32_t shift0 = -(p.width - 1 - q * kDwTaps) * p.dilation;  // the CTA's first tap's shift
 
   if (warpgroup == 0) {
-    if (threadIdx.x == 0) {  // producer: G's tile, and the x rows of the CTA's taps (kFromRows: two boxes)
-      const uint32_t bytes = kFromRows ? kATileBytes + 2 * kRawBoxBytes
-                             : Tr::kCopies * (kATileBytes + (p.x_window > 0 ? uint32_t(p.x_window) * 128
-                                                                            : kTaps * kDwBBytes));
+    if (threadIdx.x == 0) {  // producer: G's tile, and the x rows of the CTA's taps
+      const uint32_t bytes =
+          Tr::kCopies * (kATileBytes + (p.x_window > 0 ? uint32_t(p.x_window) * 128 : kTaps * kDwBBytes));
       for (int64_t u = u0; u < u1; ++u) {
         const int64_t it = u - u0;
         const int slot = int(it % Tr::kStages);
@@ -691,12 +669,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         sm90::mbarrier_arrive_expect_tx(&full[slot], bytes);
         for (int copy = 0; copy < Tr::kCopies; ++copy) {
           sm90::tma_load_4d(st + copy * kATileBytes, &g_map, &full[slot], t0, m * kBM, g, b + copy * p.batch);
-          if constexpr (kFromRows) {
-            const int32_t w0 = window_start(t0, shift0);
-            for (int box = 0; box < 2; ++box)
-              sm90::tma_load_4d(st + kATileBytes + box * kRawBoxBytes, &x_map, &full[slot], w0 + 64 * box, c * kBK, g,
-                                b);
-          } else if (p.x_window > 0) {
+          if (p.x_window > 0) {
             sm90::tma_load_4d(st + Tr::kCopies * kATileBytes + copy * kDwTaps * kDwBBytes, &x_map, &full[slot],
                               c * kBK, g, t0 + shift0, b + copy * p.batch);
           } else {
@@ -708,9 +681,7 @@ __global__ void __launch_bounds__(kThreads, 1)
           }
         }
       }
-    } else if (kFromRows ? warp > 0 : bias_tile && (warp == 1 || warp == 2)) {
-      // Window builders (kFromRows: warps 1-3) and dbias (bias tiles: warps 1-2, 64 threads x 2 rows of G).
-      const bool sums_bias = bias_tile && (warp == 1 || warp == 2);
+    } else if (bias_tile && (warp == 1 || warp == 2)) {  // dbias: 64 threads x 2 rows of G
       const int r0 = (threadIdx.x - 32) * 2;
       float sums[2] = {0.0f, 0.0f};
       for (int64_t u = u0; u < u1; ++u) {
@@ -718,20 +689,12 @@ __global__ void __launch_bounds__(kThreads, 1)
         const int slot = int(it % Tr::kStages);
         sm90::mbarrier_wait(&full[slot], uint32_t(it / Tr::kStages) & 1);
         const uint8_t* st = stages + slot * Tr::kStageBytes;
-        if constexpr (kFromRows) {
-          const uint32_t raw = sm90::smem_u32(st + kATileBytes);
-          transpose_raw_window<kDwWinSteps>(raw, raw + 2 * kRawBoxBytes, warp, lane);
-          sm90::fence_proxy_async_shared();
-          __syncwarp();
-          if (lane == 0) sm90::mbarrier_arrive(&win_full[slot]);
-          if (!sums_bias) continue;
-        }
         for (int copy = 0; copy < Tr::kCopies; ++copy)
           for (int h = 0; h < 2; ++h) sums[h] += row_sum<Mma>(st + copy * kATileBytes + (r0 + h) * 128);
         __syncwarp();
         if (lane == 0) sm90::mbarrier_arrive(&empty[slot]);
       }
-      for (int h = 0; h < 2 && sums_bias; ++h) {
+      for (int h = 0; h < 2; ++h) {
         const int32_t o = m * kBM + r0 + h;
         if (o < p.out_g)
           p.partials[part * p.part_elems + int64_t(p.groups) * p.out_g * p.in_g * p.width + int64_t(g) * p.out_g + o] =
@@ -749,21 +712,18 @@ __global__ void __launch_bounds__(kThreads, 1)
     const int64_t it = u - u0;
     const int slot = int(it % Tr::kStages);
     sm90::mbarrier_wait(&full[slot], uint32_t(it / Tr::kStages) & 1);
-    if constexpr (kFromRows) sm90::mbarrier_wait(&win_full[slot], uint32_t(it / Tr::kStages) & 1);
     const uint32_t st = sm90::smem_u32(stages + slot * Tr::kStageBytes);
     const uint32_t a_hi = st + cw * 64 * 128, b_hi = st + Tr::kCopies * kATileBytes;
     const uint32_t b_lo = b_hi + kDwTaps * kDwBBytes;  // fp32: the lo copy's x
-    // Tap j's x rows: its own tile, or a window from row j*d (kFromRows: the transposed window,
-    // from row off0 + j*d).
-    const uint32_t b_first = kFromRows ? b_hi + 2 * kRawBoxBytes + uint32_t(off0) * 128 : b_hi;
-    const uint32_t b_step = kFromRows || p.x_window > 0 ? uint32_t(p.dilation) * 128 : kDwBBytes;
+    // Tap j's x rows: its own tile, or the window from row j*d.
+    const uint32_t b_step = p.x_window > 0 ? uint32_t(p.dilation) * 128 : kDwBBytes;
     sm90::wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < kDwSteps / 16; ++kk) {
       const uint64_t da = sm90::smem_descriptor(a_hi + kk * 32, 16, 1024);
 #pragma unroll
       for (int j = 0; j < kTaps; ++j) {
-        const uint64_t db = sm90::smem_descriptor(b_first + j * b_step + kk * 2048, kDwBBytes, 1024);
+        const uint64_t db = sm90::smem_descriptor(b_hi + j * b_step + kk * 2048, kDwBBytes, 1024);
         sm90::wgmma_m64n64k16_bt<Mma>(acc[j], da, db, 1);
         if constexpr (Tr::kSplit) {
           const uint64_t da_lo = sm90::smem_descriptor(a_hi + kATileBytes + kk * 32, 16, 1024);

@@ -307,16 +307,14 @@ struct DwCase {
   bool grad_in_place;  // 16-bit dy read by TMA where it lies (else staged rows, as stage_rows)
 };
 
-// How the weight-gradient kernel reads x: channel-last as the forward stages it, a 64-step tile
-// per tap or one window per unit for all the CTA's taps (x_window), or from its own rows
-// (kFromRows, 16-bit; rows padded to a 16-byte pitch with NaN that must never be read).
-enum class DwX { staged_taps, staged_window, rows };
+// How the weight-gradient kernel reads x, staged channel-last as the forward stages it: a
+// 64-step tile per tap, or one window per unit for all the CTA's taps (x_window).
+enum class DwX { staged_taps, staged_window };
 
 template <typename T>
 void run_weight_grad(const DwCase& cs, DwX mode = DwX::staged_taps) {
   using Tr = detail::DwTraits<T>;
-  const bool x_rows = mode == DwX::rows;
-  const char* const x_name = x_rows ? "x rows" : mode == DwX::staged_window ? "x staged window" : "x staged";
+  const char* const x_name = mode == DwX::staged_window ? "x staged window" : "x staged";
   SCOPED_TRACE(::testing::Message() << name_of<T>() << " " << x_name << " dweight B"
                                     << cs.batch << " G" << cs.groups << " Cin/g "
                                     << cs.cin_g << " Cout/g " << cs.cout_g << " K" << cs.width << " d"
@@ -334,21 +332,13 @@ void run_weight_grad(const DwCase& cs, DwX mode = DwX::staged_taps) {
   // x, channel-last as the forward stages it.
   const int64_t s8 = (S + 7) / 8 * 8;
   const std::vector<uint16_t> x_staged = channel_last<T>(x_e, B, G, S, L, s8);
-  const int64_t x_pitch = padded_pitch(L);
-  const std::vector<T> x_rows_buf = padded_rows<T>(x_e, B * cin, L);
   auto staged_map = [&](uint32_t steps) {  // boxes of `steps` rows (a tap's tile, or a window)
     return sm90::emulated_tensor_map(
         tensor_map(x_staged.data(), 4, {uint64_t(s8), uint64_t(G), uint64_t(L), uint64_t(B * kCopies<T>)},
                    {uint64_t(s8) * 2, uint64_t(G * s8) * 2, uint64_t(L * G * s8) * 2},
                    {uint32_t(detail::kBK), 1, steps, 1}));
   };
-  const CUtensorMap x_map =
-      x_rows ? sm90::emulated_tensor_map(tensor_map(x_rows_buf.data(), 4,
-                                                    {uint64_t(L), uint64_t(S), uint64_t(G), uint64_t(B)},
-                                                    {uint64_t(x_pitch) * 2, uint64_t(S * x_pitch) * 2,
-                                                     uint64_t(cin * x_pitch) * 2},
-                                                    {64, uint32_t(detail::kBK), 1, 1}))
-             : staged_map(detail::kDwSteps);
+  const CUtensorMap x_map = staged_map(detail::kDwSteps);
 
   // The gradient rows, time innermost: in place (a row pitch past L, padding NaN), or staged as
   // stage_rows writes them (pitch rounded up to 8; the padding is never written there: NaN here).
@@ -403,23 +393,13 @@ void run_weight_grad(const DwCase& cs, DwX mode = DwX::staged_taps) {
     auto launch = [&](auto kernel, size_t smem) {
       emu::launch({grid, unsigned(parts), 1}, detail::kThreads, smem, [&] { kernel(g_map, launch_x_map, p); });
     };
-    auto launch_taps = [&](auto from_rows) {
-      constexpr bool kRows = decltype(from_rows)::value;
-      constexpr size_t smem = detail::dw_smem_bytes<T, kRows>();
-      switch (launches[i].taps) {
-        case 1: launch(detail::dense_wgmma_weight_grad_emulated<T, 1, kRows>, smem); break;
-        case 2: launch(detail::dense_wgmma_weight_grad_emulated<T, 2, kRows>, smem); break;
-        case 3: launch(detail::dense_wgmma_weight_grad_emulated<T, 3, kRows>, smem); break;
-        default: launch(detail::dense_wgmma_weight_grad_emulated<T, 4, kRows>, smem); break;
-      }
-    };
-    if constexpr (!std::is_same_v<T, float>) {
-      if (x_rows) {
-        launch_taps(std::true_type{});
-        continue;
-      }
+    constexpr size_t smem = Tr::kSmemBytes;
+    switch (launches[i].taps) {
+      case 1: launch(detail::dense_wgmma_weight_grad_emulated<T, 1>, smem); break;
+      case 2: launch(detail::dense_wgmma_weight_grad_emulated<T, 2>, smem); break;
+      case 3: launch(detail::dense_wgmma_weight_grad_emulated<T, 3>, smem); break;
+      default: launch(detail::dense_wgmma_weight_grad_emulated<T, 4>, smem); break;
     }
-    launch_taps(std::false_type{});
   }
 
   HostTensor dw_ref({cout, S, K}), db_ref({cout}), dw_mag({cout, S, K}), db_mag({cout});
@@ -516,12 +496,6 @@ TEST(DenseWgmmaEmulated, DxFp32) { run_conv<float>(kDx[0]); }
 TEST(DenseWgmmaEmulated, WeightGradBf16) {
   for (const auto& cs : kWeightGrad) run_weight_grad<__nv_bfloat16>(cs);
 }
-// x from rows: the cases above, and a CTA's widest window (off0 + 3d + 64 = 7 + 57 + 64 = 128).
-TEST(DenseWgmmaEmulated, WeightGradFromRowsBf16) {
-  for (const auto& cs : kWeightGrad) run_weight_grad<__nv_bfloat16>(cs, DwX::rows);
-  run_weight_grad<__nv_bfloat16>({1, 1, 40, 48, 4, 19, 300, true}, DwX::rows);
-}
-TEST(DenseWgmmaEmulated, WeightGradFromRowsFp16) { run_weight_grad<__half>(kWeightGrad[1], DwX::rows); }
 // One staged window per unit: the cases above, and the widest window (64 + 3 * 64 = 256 rows).
 TEST(DenseWgmmaEmulated, WeightGradStagedWindowBf16) {
   for (const auto& cs : kWeightGrad) run_weight_grad<__nv_bfloat16>(cs, DwX::staged_window);
