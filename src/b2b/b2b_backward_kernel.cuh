@@ -634,10 +634,7 @@ __global__ void __launch_bounds__(kB2BReduceThreads)
   if (i >= p.dim * slots) return;
   const int64_t c = i / slots;
   const int s = int(i - c * slots);
-  const float* part = partials + c * parts_per_channel * slots + s;
-  float sum = 0.0f;
-#pragma unroll 8
-  for (int64_t q = 0; q < parts_per_channel; ++q) sum += part[q * slots];
+  const float sum = sum_in_order(partials + c * parts_per_channel * slots + s, parts_per_channel, slots);
   if (s < 3 * kp) {
     const int j = s / kp, k = s - j * kp;
     static_cast<T*>(p.dweight_proj)[(3 * c + j) * p.dwp_stride[0] + k * p.dwp_stride[1]] = from_float<T>(sum);

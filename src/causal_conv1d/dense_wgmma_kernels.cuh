@@ -327,8 +327,8 @@ __device__ __forceinline__ int32_t window_start(int32_t t0, int32_t shift_base) 
 }
 
 // Transposes kSteps steps x 64 channels of raw TMA boxes (rows = channels, 64 steps per 8 KiB
-// box, 128-byte swizzle) at `src` into step rows of 64 channels at `dst` (the same swizzle), for
-// the operand windows of both kernels. Warps 1..kTransposeWarps of the producer warpgroup; a
+// box, 128-byte swizzle) at `src` into step rows of 64 channels at `dst` (the same swizzle): the
+// operand windows of dense_wgmma_conv_rows. Warps 1..kTransposeWarps of the producer warpgroup; a
 // job is 8 steps (group sg) x 32 channels, four 8x8 matrices (channel groups cg), ldmatrix.trans
 // + stmatrix, conflict-free on both sides. A warp loads kBatch jobs before storing them: one
 // job at a time would leave a shared-memory round trip per job exposed, and the window is on

@@ -187,7 +187,7 @@ __device__ __forceinline__ void load_channel_last_bias(float (&bias)[4], const v
 // for before any compute, so the overlap of loads with compute comes from other blocks on the
 // SM. 16-bit, up to 4 taps: at most 64 registers, so 4 blocks of 256 threads (K = 4 took 75, 3
 // blocks, before; now 59-61, no spills). Everything else: 0, the compiler's own choice (1 would
-// change it). Not yet measured (docs/performance.md, depthwise, session 4).
+// change it). Measured on the H200 in session 5: bf16 B4 D4096 L8192 K4 0.175 -> 0.164 ms.
 template <typename T>
 constexpr int channel_last_forward_min_blocks(int width) {
   return sizeof(T) == 2 && width >= 1 && width <= 4 ? 4 : 0;

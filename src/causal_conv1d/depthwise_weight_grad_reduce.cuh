@@ -28,10 +28,7 @@ __global__ void __launch_bounds__(kReduceThreads)
   const int64_t i = int64_t(blockIdx.x) * kReduceThreads + threadIdx.x;
   if (i >= p.channels * slots) return;
   const int64_t c = i / slots, k = i - c * slots;
-  const float* part = partials + c * parts_per_channel * slots + k;
-  float s = 0.0f;
-#pragma unroll 8
-  for (int64_t q = 0; q < parts_per_channel; ++q) s += part[q * slots];
+  const float s = sum_in_order(partials + c * parts_per_channel * slots + k, parts_per_channel, slots);
   if (k < p.width) {
     if (p.dweight) static_cast<T*>(p.dweight)[c * p.dw_stride[0] + k * p.dw_stride[1]] = from_float<T>(s);
   } else if (p.dbias) {

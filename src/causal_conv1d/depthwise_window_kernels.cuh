@@ -28,23 +28,21 @@ constexpr int kWarpsPerBlock = kVectorThreads / 32;
 // All of a thread's loads are issued before any compute. The halo of a vector (the K-1
 // inputs before it) comes from the lanes holding the vectors before it; only lanes at the
 // span's start load theirs from memory.
-template <typename T>
-constexpr int forward_window_vectors() {
-  // 64 bytes in flight per thread: 4 vectors for 16-bit (56 registers) beat 8 (78 registers) on
-  // every case of the H200 bench, most at short rows and K 7 (session 6).
-  return 4;
-}
+// Vectors per lane: 4 (64 bytes in flight per thread) for every dtype. For 16-bit, 4 (56
+// registers) beat 8 (78 registers) on every case of the H200 bench, most at short rows and K 7
+// (session 6).
+constexpr int kForwardWindowVectors = 4;
 
 template <typename T>
 constexpr int64_t forward_window_span() {
-  return int64_t(32) * forward_window_vectors<T>() * Vec16<T>::kElems;
+  return int64_t(32) * kForwardWindowVectors * Vec16<T>::kElems;
 }
 
 template <typename T, int kWidth>
 __global__ void __launch_bounds__(kVectorThreads)
     depthwise_forward_window(DepthwiseForwardParams p, int64_t spans_per_row, int64_t spans) {
   constexpr int kVec = Vec16<T>::kElems;
-  constexpr int kVectors = forward_window_vectors<T>();
+  constexpr int kVectors = kForwardWindowVectors;
   constexpr int kHaloVectors = (kWidth - 1 + kVec - 1) / kVec;
   constexpr int kHalo = kHaloVectors * kVec;
   const int lane = threadIdx.x % 32;

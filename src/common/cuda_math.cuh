@@ -50,6 +50,15 @@ __device__ __forceinline__ float silu_derivative(float u) {
   return s * (1.0f + u * (1.0f - s));
 }
 
+// part[0] + part[stride] + ... + part[(parts-1) * stride], added in that order: the fixed order
+// of the ordered weight-gradient reductions, which makes their results the same bits run after run.
+__device__ __forceinline__ float sum_in_order(const float* part, int64_t parts, int64_t stride) {
+  float s = 0.0f;
+#pragma unroll 8
+  for (int64_t q = 0; q < parts; ++q) s += part[q * stride];
+  return s;
+}
+
 // Sum over a full warp in a fixed butterfly order (every lane gets it): the same bits run
 // after run, as the deterministic weight gradients need.
 __device__ __forceinline__ float warp_sum(float v) {
