@@ -18,7 +18,7 @@ using Tile = B2BForwardTile;
 // The pipelined tensor-core forward (v3: the next tile's x in flight while a tile computes,
 // the mixer's fragments in shared memory) instead of v2: emulation-tested, not yet run on a
 // GPU (session 6). Turn on after the H200 A/B (docs/performance.md, b2b, forward v3).
-constexpr bool kB2BTcForwardPipelined = false;
+constexpr bool kB2BTcForwardPipelined = true;
 
 template <typename Kernel>
 void launch_tc_kernel(Kernel kernel, size_t smem, const B2BForwardParams& p, const B2BTiling& tiling,

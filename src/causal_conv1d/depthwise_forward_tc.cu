@@ -14,7 +14,7 @@ constexpr int64_t kTcTilesPerBlock = 8;
 // The pipelined kernel (v10: the next tile's input by cp.async into a second stage, the A
 // fragments in shared memory) instead of v6: emulation-tested, not yet run on a GPU
 // (session 6). Turn on after the H200 A/B (docs/performance.md, experiments for session 7).
-constexpr bool kDepthwiseTcForwardPipelined = false;
+constexpr bool kDepthwiseTcForwardPipelined = true;
 
 template <typename T, int kMaxBlocks>
 void launch(const DepthwiseForwardParams& p, cudaStream_t stream) {
