@@ -57,15 +57,8 @@ def _forward(x, weight, bias, dilation: int, groups: int, activation: int) -> to
 WANT_DX, WANT_DWEIGHT, WANT_DBIAS = 1, 2, 4
 WANT_ALL = WANT_DX | WANT_DWEIGHT | WANT_DBIAS
 
-# Ask the core only for the gradients autograd needs. Off until the GPU suite has run the
-# kernels' skipped-output paths through the front end (tests/python: *unwanted_gradients*);
-# until then every call computes all three, as before.
-SKIP_UNWANTED_GRADIENTS = False
-
 
 def _wanted_gradients(needs_input_grad, has_bias: bool) -> int:
-    if not SKIP_UNWANTED_GRADIENTS:
-        return WANT_ALL
     needs_x, needs_weight, needs_bias = needs_input_grad[:3]
     return (WANT_DX if needs_x else 0) | (WANT_DWEIGHT if needs_weight else 0) | (
         WANT_DBIAS if needs_bias and has_bias else 0)

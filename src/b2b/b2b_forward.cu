@@ -15,29 +15,15 @@ namespace {
 
 using Tile = B2BForwardTile;
 
-// The pipelined tensor-core forward (v3: the next tile's x in flight while a tile computes,
-// the mixer's fragments in shared memory) instead of v2: emulation-tested, not yet run on a
-// GPU (session 6). Turn on after the H200 A/B (docs/performance.md, b2b, forward v3).
-constexpr bool kB2BTcForwardPipelined = true;
-
-template <typename Kernel>
-void launch_tc_kernel(Kernel kernel, size_t smem, const B2BForwardParams& p, const B2BTiling& tiling,
-                      cudaStream_t stream) {
-  if (smem > 48 * 1024)
-    check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)),
-               "b2b_causal_conv1d forward (shared-memory opt-in)");
-  const dim3 grid(unsigned(p.batch * p.dim), unsigned(tiling.tile_blocks));
-  kernel<<<grid, ToeplitzTile::kThreads, smem, stream>>>(p, tiling);
-}
-
 template <typename T, int kMaxBlocks>
 void launch_tc(const B2BForwardParams& p, const B2BTiling& tiling, cudaStream_t stream) {
-  if (kB2BTcForwardPipelined)
-    launch_tc_kernel(b2b_forward_tc_pipelined_kernel<T, kMaxBlocks>,
-                     size_t(B2BTcPipelinedLayout<kMaxBlocks>::kBytes), p, tiling, stream);
-  else
-    launch_tc_kernel(b2b_forward_tc_kernel<T, kMaxBlocks>, size_t(B2BTcLayout<kMaxBlocks>::kBytes), p, tiling,
-                     stream);
+  constexpr size_t smem = B2BTcLayout<kMaxBlocks>::kBytes;
+  if (smem > 48 * 1024)
+    check_cuda(cudaFuncSetAttribute(b2b_forward_tc_kernel<T, kMaxBlocks>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                    int(smem)),
+               "b2b_causal_conv1d forward (shared-memory opt-in)");
+  const dim3 grid(unsigned(p.batch * p.dim), unsigned(tiling.tile_blocks));
+  b2b_forward_tc_kernel<T, kMaxBlocks><<<grid, ToeplitzTile::kThreads, smem, stream>>>(p, tiling);
 }
 
 // fp16/bf16 with Km >= kB2BTcMinMixerWidth: projections and mixer on the tensor cores.

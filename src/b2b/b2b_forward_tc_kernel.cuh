@@ -16,12 +16,6 @@
 // Times before 0 read zero x, so p and z are zero there, as the causal padding asks.
 // z is rounded once to the 16-bit type: a relative error of 2^-9 (bf16) / 2^-11 (fp16)
 // per z value, below the output's own rounding in the relative L2 sense.
-//
-// Two kernels share these steps. b2b_forward_tc_kernel (v2) loads each tile's x through
-// registers after the previous tile is done and holds the mixer's A fragments in registers
-// (166 registers at Km 128: 3 blocks per SM). b2b_forward_tc_pipelined_kernel (v3) copies the
-// next tile's x with cp.async into a second stage while it computes the current one, and reads
-// the mixer's fragments from shared memory, as the tensor-core backward does.
 #pragma once
 
 #include <type_traits>
@@ -33,35 +27,19 @@
 namespace causalconv::detail {
 
 // Layout of the kernel's shared memory for kMaxBlocks mixer blocks (all offsets in bytes,
-// multiples of 16).
+// multiples of 16): two stages of the three x rows, z, the output tile, the lag-ordered
+// filters, then the mixer's A fragments (one 16-byte entry per block and lane).
 template <int kMaxBlocks>
 struct B2BTcLayout {
   static constexpr int kProjBlocks = kB2BTcMaxProjBlocks;
   static constexpr int kZChunks = (ToeplitzTile::kChunks + kMaxBlocks - 1 + 15) / 16 * 16;  // z chunks, max
   static constexpr int kXUnits = 2 * (kZChunks + kProjBlocks - 1);                          // per x row, max
   static constexpr int kXBytes = 16 * kXUnits;
-  static constexpr int kX0 = 0, kX1 = kXBytes, kX2 = 2 * kXBytes;
-  static constexpr int kZ = 3 * kXBytes;
+  static constexpr int kStage = 3 * kXBytes;  // x rows 3c, 3c+1, 3c+2 of one tile
+  static constexpr int kZ = 2 * kStage;
   static constexpr int kOut = kZ + 32 * kZChunks;
   static constexpr int kWm = kOut + 2 * ToeplitzTile::kOutputs;   // lag-ordered mixer filter
   static constexpr int kWp = kWm + 32 * (kMaxBlocks + 1);          // [3] lag-ordered projection filters
-  static constexpr int kBytes = kWp + 3 * 32 * (kProjBlocks + 1);
-  static constexpr int kUnitsPerThread = (kXUnits + ToeplitzTile::kThreads - 1) / ToeplitzTile::kThreads;
-};
-
-// Layout of the pipelined kernel: two stages of the three x rows, then as B2BTcLayout, then
-// the mixer's A fragments (one 16-byte entry per block and lane).
-template <int kMaxBlocks>
-struct B2BTcPipelinedLayout {
-  using Base = B2BTcLayout<kMaxBlocks>;
-  static constexpr int kProjBlocks = Base::kProjBlocks;
-  static constexpr int kXUnits = Base::kXUnits;
-  static constexpr int kXBytes = Base::kXBytes;
-  static constexpr int kStage = 3 * kXBytes;  // x rows 3c, 3c+1, 3c+2 of one tile
-  static constexpr int kZ = 2 * kStage;
-  static constexpr int kOut = kZ + 32 * Base::kZChunks;
-  static constexpr int kWm = kOut + 2 * ToeplitzTile::kOutputs;
-  static constexpr int kWp = kWm + 32 * (kMaxBlocks + 1);
   static constexpr int kFrag = kWp + 3 * 32 * (kProjBlocks + 1);
   static constexpr int kBytes = kFrag + 16 * 32 * kMaxBlocks;
   static_assert(kFrag % 16 == 0, "16-byte fragment entries");
@@ -142,69 +120,14 @@ __device__ __forceinline__ void b2b_tc_gate_output(T* out_s, const float (&h)[To
   }
 }
 
+// Block (b*D + c, y) walks tiles y, y + gridDim.y, ...: the next tile's x rows are copied by
+// cp.async into the other stage while it computes this one (16-byte aligned rows; others by
+// element, synchronously), and the mixer's A fragments are read from shared memory.
 template <typename T, int kMaxBlocks>
 __global__ void __launch_bounds__(ToeplitzTile::kThreads)
     b2b_forward_tc_kernel(B2BForwardParams p, B2BTiling tiling) {
   using Tile = ToeplitzTile;
   using Layout = B2BTcLayout<kMaxBlocks>;
-  constexpr int kP = Layout::kProjBlocks;
-  constexpr bool kHalf = std::is_same<T, __half>::value;
-  const int kp = int(p.proj_width), km = int(p.mixer_width);
-  const int blocks = toeplitz_blocks(km), halo = blocks - 1;
-  const int pblocks = toeplitz_blocks(kp), phalo = pblocks - 1;
-  const int z_chunks = (Tile::kChunks + halo + 15) / 16 * 16;  // whole tile pairs of z
-  const int x_units = 2 * (z_chunks + phalo);
-
-  unsigned char* smem = toeplitz_shared();
-  unsigned char* xs[3] = {smem + Layout::kX0, smem + Layout::kX1, smem + Layout::kX2};
-  unsigned char* z_s = smem + Layout::kZ;
-  T* out_s = reinterpret_cast<T*>(smem + Layout::kOut);
-  T* wm_s = reinterpret_cast<T*>(smem + Layout::kWm);
-  T* wp_s = reinterpret_cast<T*>(smem + Layout::kWp);  // row j at wp_s + 16 * (kP + 1) * j
-
-  const int lane = int(threadIdx.x) & 31, warp = int(threadIdx.x) >> 5;
-  const int64_t b = div_nonneg(int64_t(blockIdx.x), p.dim);
-  const int64_t c = int64_t(blockIdx.x) - b * p.dim;
-  const int64_t n = p.length;
-  const T* x0 = static_cast<const T*>(p.x) + b * p.x_stride[0] + 3 * c * p.x_stride[1];
-  T* out = static_cast<T*>(p.out) + b * p.out_stride[0] + c * p.out_stride[1];
-
-  const float skip = b2b_tc_stage_filters<T, kMaxBlocks, kP>(wm_s, wp_s, p, c);
-  __syncthreads();
-  uint32_t am[kMaxBlocks][4];
-  toeplitz_a_fragments<kMaxBlocks>(am, wm_s, blocks, lane);
-
-#pragma unroll 1
-  for (int64_t tile = blockIdx.y; tile < tiling.tiles; tile += gridDim.y) {
-    const int64_t j0 = tile * Tile::kOutputs;                          // < n
-    const int64_t x_first = j0 - 16 * int64_t(halo + phalo);           // step of local x chunk 0
-    __syncthreads();  // the previous tile is done with every buffer
-#pragma unroll
-    for (int j = 0; j < 3; ++j) {
-      uint4 v[Layout::kUnitsPerThread];
-      toeplitz_load_units(v, x0 + j * p.x_stride[1], x_first, x_units, n);
-      toeplitz_store_units(xs[j], v, x_units);
-    }
-    __syncthreads();
-    b2b_tc_z_tile<T, kP>(z_s, xs[1], xs[2], wp_s, pblocks, z_chunks, warp, lane);
-    __syncthreads();
-    // 3. The warp's output chunks: z chunk = output chunk + H - i.
-    float h[Tile::kWarpTiles][4];
-    toeplitz_warp_tile<kHalf, kMaxBlocks>(h, am, z_s, blocks, halo, warp, lane);
-    b2b_tc_gate_output<T, kP>(out_s, h, xs[0], z_s, wp_s, pblocks, halo, skip, warp, lane);
-    __syncthreads();
-    toeplitz_store_outputs(out, out_s, j0, n);
-  }
-}
-
-// v3: as v2, with the next tile's x rows copied by cp.async into the other stage while the
-// block computes this one (16-byte aligned rows; others by element, synchronously), and the
-// mixer's A fragments read from shared memory, which frees the 4 * blocks registers they held.
-template <typename T, int kMaxBlocks>
-__global__ void __launch_bounds__(ToeplitzTile::kThreads)
-    b2b_forward_tc_pipelined_kernel(B2BForwardParams p, B2BTiling tiling) {
-  using Tile = ToeplitzTile;
-  using Layout = B2BTcPipelinedLayout<kMaxBlocks>;
   constexpr int kP = Layout::kProjBlocks;
   constexpr bool kHalf = std::is_same<T, __half>::value;
   const int kp = int(p.proj_width), km = int(p.mixer_width);

@@ -11,22 +11,13 @@ namespace {
 // Tiles walked by one block: the Toeplitz fragments are built once per block.
 constexpr int64_t kTcTilesPerBlock = 8;
 
-// The pipelined kernel (v10: the next tile's input by cp.async into a second stage, the A
-// fragments in shared memory) instead of v6: emulation-tested, not yet run on a GPU
-// (session 6). Turn on after the H200 A/B (docs/performance.md, experiments for session 7).
-constexpr bool kDepthwiseTcForwardPipelined = true;
-
 template <typename T, int kMaxBlocks>
 void launch(const DepthwiseForwardParams& p, cudaStream_t stream) {
   const int64_t tiles = (p.length + ToeplitzTile::kOutputs - 1) / ToeplitzTile::kOutputs;
   const int64_t tile_blocks = std::min((tiles + kTcTilesPerBlock - 1) / kTcTilesPerBlock, kMaxGridY);
   const dim3 grid(unsigned(p.batch * p.channels), unsigned(tile_blocks));
-  if (kDepthwiseTcForwardPipelined)
-    depthwise_forward_tc_pipelined_kernel<T, kMaxBlocks>
-        <<<grid, ToeplitzTile::kThreads, depthwise_tc_pipelined_smem_bytes<kMaxBlocks>(), stream>>>(p, tiles);
-  else
-    depthwise_forward_tc_kernel<T, kMaxBlocks>
-        <<<grid, ToeplitzTile::kThreads, depthwise_tc_smem_bytes<kMaxBlocks>(), stream>>>(p, tiles);
+  depthwise_forward_tc_kernel<T, kMaxBlocks>
+      <<<grid, ToeplitzTile::kThreads, depthwise_tc_smem_bytes<kMaxBlocks>(), stream>>>(p, tiles);
 }
 
 template <typename T>

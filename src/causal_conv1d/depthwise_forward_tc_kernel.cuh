@@ -2,17 +2,12 @@
 // with unit time stride): the blocked Toeplitz form of common/toeplitz_mma.cuh.
 //
 // A block owns one (b, c) row and walks 2048-step tiles strided by gridDim.y. Once per
-// block it builds the Toeplitz A fragments of the channel's filter in registers. Per
-// tile it stages the input chunks [j0/16 - halo, j0/16 + 128) (halo = blocks - 1) as
-// raw 16-bit values in a swizzled shared tile, each warp makes 32 output chunks with
-// blocks x 4 mma.sync, adds bias (and silu) in fp32, and the block writes the tile back
-// through shared memory in 16-byte units. The next tile's input is loaded into
-// registers while the tensor cores work on the current one.
-//
-// depthwise_forward_tc_pipelined_kernel (v10) differs in two ways: the next tile's input goes
-// by cp.async into a second shared stage (no staging registers), and the A fragments are read
-// from shared memory (no fragment registers). Its outputs leave as v6's do. Session 3's v9
-// also deepened the staging, but it changed the output stores at the same time and was slower.
+// block it builds the Toeplitz A fragments of the channel's filter in shared memory. Per
+// tile the input chunks [j0/16 - halo, j0/16 + 128) (halo = blocks - 1) sit as raw 16-bit
+// values in a swizzled shared stage; while a tile computes, the next tile's input goes by
+// cp.async into the other stage. Each warp makes 32 output chunks with blocks x 4 mma.sync,
+// adds bias (and silu) in fp32, and the block writes the tile back through shared memory in
+// 16-byte units.
 #pragma once
 
 #include <type_traits>
@@ -22,13 +17,7 @@
 
 namespace causalconv::detail {
 
-// Shared bytes of the kernel: input tile, output tile, lag-ordered filter.
-template <int kMaxBlocks>
-constexpr int depthwise_tc_smem_bytes() {
-  return ToeplitzStage<kMaxBlocks>::kInBytes + 2 * ToeplitzTile::kOutputs + 2 * 16 * (kMaxBlocks + 1);
-}
-
-// The warp's outputs (acc of toeplitz_warp_tile) plus bias, through silu when asked, into the
+// The warp's outputs (acc of toeplitz_mma_tiles_shared) plus bias, through silu when asked, into the
 // block's output tile out_s[chunk * 16 + step].
 template <typename T>
 __device__ __forceinline__ void depthwise_tc_outputs_to_shared(T* out_s, const float (&acc)[ToeplitzTile::kWarpTiles][4],
@@ -47,67 +36,17 @@ __device__ __forceinline__ void depthwise_tc_outputs_to_shared(T* out_s, const f
   }
 }
 
-template <typename T, int kMaxBlocks>
-__global__ void __launch_bounds__(ToeplitzTile::kThreads)
-    depthwise_forward_tc_kernel(DepthwiseForwardParams p, int64_t tiles) {
-  using Tile = ToeplitzTile;
-  using Stage = ToeplitzStage<kMaxBlocks>;
-  constexpr bool kHalf = std::is_same<T, __half>::value;
-  unsigned char* smem = toeplitz_shared();
-  unsigned char* in_s = smem;                                    // swizzled input chunks
-  T* out_s = reinterpret_cast<T*>(smem + Stage::kInBytes);      // [kOutputs]
-  T* wr_s = out_s + Tile::kOutputs;                             // [16 * (kMaxBlocks + 1)]
-  const int width = int(p.width), blocks = toeplitz_blocks(width), halo = blocks - 1;
-  const int lane = int(threadIdx.x) & 31, warp = int(threadIdx.x) >> 5;
-  const int64_t bc = int64_t(blockIdx.x);
-  const int64_t b = div_nonneg(bc, p.channels), c = bc - b * p.channels;
-  const int64_t n = p.length;
-  const T* x = static_cast<const T*>(p.x) + b * p.x_stride[0] + c * p.x_stride[1];
-  T* y = static_cast<T*>(p.y) + b * p.y_stride[0] + c * p.y_stride[1];
-
-  // wr_s[16 + s] = w[K-1-s] for lag s in [0, K), zero elsewhere in [-16, 16 * kMaxBlocks).
-  const T* w = static_cast<const T*>(p.weight) + c * p.w_stride[0];
-  for (int i = int(threadIdx.x); i < 16 * (kMaxBlocks + 1); i += Tile::kThreads) {
-    const int s = i - 16;
-    wr_s[i] = (s >= 0 && s < width) ? w[int64_t(width - 1 - s) * p.w_stride[1]] : from_float<T>(0.0f);
-  }
-  const float bias = p.bias ? to_float(static_cast<const T*>(p.bias)[c * p.bias_stride]) : 0.0f;
-  __syncthreads();
-  uint32_t a[kMaxBlocks][4];
-  toeplitz_a_fragments<kMaxBlocks>(a, wr_s, blocks, lane);
-
-  const int units = 2 * (Tile::kChunks + halo);
-  uint4 staged[Stage::kPerThread];
-  int64_t tile = blockIdx.y;
-  if (tile < tiles) toeplitz_load_units(staged, x, tile * Tile::kOutputs - 16 * halo, units, n);
-#pragma unroll 1
-  for (; tile < tiles; tile += gridDim.y) {
-    const int64_t j0 = tile * Tile::kOutputs;  // < n
-    __syncthreads();  // the previous tile is done with in_s and out_s
-    toeplitz_store_units(in_s, staged, units);
-    __syncthreads();
-    const int64_t next = tile + gridDim.y;
-    if (next < tiles) toeplitz_load_units(staged, x, next * Tile::kOutputs - 16 * halo, units, n);
-
-    float acc[Tile::kWarpTiles][4];
-    toeplitz_warp_tile<kHalf, kMaxBlocks>(acc, a, in_s, blocks, halo, warp, lane);
-    depthwise_tc_outputs_to_shared(out_s, acc, bias, p.silu, warp, lane);
-    __syncthreads();
-    toeplitz_store_outputs(y, out_s, j0, n);
-  }
-}
-
-// Shared bytes of the pipelined kernel: two input stages, the output tile, the lag-ordered
+// Shared bytes of the kernel: two input stages, the output tile, the lag-ordered
 // filter, the A fragments (one 16-byte entry per block and lane).
 template <int kMaxBlocks>
-constexpr int depthwise_tc_pipelined_smem_bytes() {
+constexpr int depthwise_tc_smem_bytes() {
   return 2 * ToeplitzStage<kMaxBlocks>::kInBytes + 2 * ToeplitzTile::kOutputs +
          2 * toeplitz_lag_filter_size<kMaxBlocks>() + 16 * 32 * kMaxBlocks;
 }
 
 template <typename T, int kMaxBlocks>
 __global__ void __launch_bounds__(ToeplitzTile::kThreads)
-    depthwise_forward_tc_pipelined_kernel(DepthwiseForwardParams p, int64_t tiles) {
+    depthwise_forward_tc_kernel(DepthwiseForwardParams p, int64_t tiles) {
   using Tile = ToeplitzTile;
   using Stage = ToeplitzStage<kMaxBlocks>;
   constexpr bool kHalf = std::is_same<T, __half>::value;

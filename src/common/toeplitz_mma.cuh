@@ -388,16 +388,6 @@ __device__ __forceinline__ float toeplitz_lag_sum(const float* lag_s, int blocks
   return sum;
 }
 
-// One warp's share of a tile: output chunks warp * kWarpChunks + [0, 32), reading input
-// chunks j + halo_chunks - i of in_s (whose chunk 0 is halo_chunks before the tile).
-template <bool kHalf, int kMaxBlocks>
-__device__ __forceinline__ void toeplitz_warp_tile(float (&acc)[ToeplitzTile::kWarpTiles][4],
-                                                   const uint32_t (&a)[kMaxBlocks][4], const unsigned char* in_s,
-                                                   int blocks, int halo_chunks, int warp, int lane) {
-  toeplitz_mma_tiles<kHalf, kMaxBlocks, ToeplitzTile::kWarpTiles>(
-      acc, a, in_s, blocks, warp * ToeplitzTile::kWarpChunks + halo_chunks, lane);
-}
-
 // Byte offset of step `step` of local chunk m in a swizzled tile (for element access).
 __device__ __forceinline__ int toeplitz_element_offset(int m, int step) {
   return toeplitz_unit_offset(m, step >> 3) + 2 * (step & 7);

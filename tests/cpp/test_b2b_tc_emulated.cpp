@@ -1,17 +1,15 @@
 // The b2b forward with the mixer on the tensor cores runs on the CPU under
 // tests/cpp/cuda_emulation.h + mma_emulation.h, against an fp64 brute force of the
 // operator, element by element: z staging into the swizzled tile, the mixer halo in
-// chunks, skip and gate in the epilogue, tile walks and partial tiles; both kernels, v2 and
-// the pipelined v3 (its two x stages, cp.async on aligned rows). (The GPU run:
+// chunks, skip and gate in the epilogue, tile walks and partial tiles, the two x stages in
+// turn, cp.async on 16-byte aligned rows and the element path on the others. (The GPU run:
 // tests/python/test_b2b.py, test_tensor_core_mixer.)
 #include "cuda_emulation.h"  // first: it sets up the emulated CUDA built-ins
 #include "mma_emulation.h"
 
 #define b2b_forward_tc_kernel b2b_forward_tc_kernel_emulated
-#define b2b_forward_tc_pipelined_kernel b2b_forward_tc_pipelined_kernel_emulated
 #include "b2b/b2b_forward_tc_kernel.cuh"
 #undef b2b_forward_tc_kernel
-#undef b2b_forward_tc_pipelined_kernel
 
 #include <gtest/gtest.h>
 
@@ -36,26 +34,21 @@ namespace emu = causalconv::emulation;
 
 struct Case {
   int64_t batch, dim, length, kp, km;
-  bool pipelined = false;  // v3 (b2b_forward_tc_pipelined_kernel) instead of v2
 };
 
 template <typename T, int kMaxBlocks>
-void launch_emulated(const detail::B2BForwardParams& f, bool pipelined) {
+void launch_emulated(const detail::B2BForwardParams& f) {
   const detail::B2BTiling tiling =
       detail::make_b2b_tiling(f.length, detail::B2BForwardTile::kOutputs, detail::kB2BForwardTilesPerBlock);
   const emu::Dim3 grid{unsigned(f.batch * f.dim), unsigned(tiling.tile_blocks), 1};
-  if (pipelined)
-    emu::launch(grid, detail::ToeplitzTile::kThreads, size_t(detail::B2BTcPipelinedLayout<kMaxBlocks>::kBytes),
-                [&] { detail::b2b_forward_tc_pipelined_kernel_emulated<T, kMaxBlocks>(f, tiling); });
-  else
-    emu::launch(grid, detail::ToeplitzTile::kThreads, size_t(detail::B2BTcLayout<kMaxBlocks>::kBytes),
-                [&] { detail::b2b_forward_tc_kernel_emulated<T, kMaxBlocks>(f, tiling); });
+  emu::launch(grid, detail::ToeplitzTile::kThreads, size_t(detail::B2BTcLayout<kMaxBlocks>::kBytes),
+              [&] { detail::b2b_forward_tc_kernel_emulated<T, kMaxBlocks>(f, tiling); });
 }
 
 template <typename T>
 void run_case(const Case& cs) {
   SCOPED_TRACE(::testing::Message() << "B" << cs.batch << " D" << cs.dim << " L" << cs.length << " Kp" << cs.kp
-                                    << " Km" << cs.km << (cs.pipelined ? " pipelined" : ""));
+                                    << " Km" << cs.km);
   const int64_t B = cs.batch, D = cs.dim, L = cs.length, Kp = cs.kp, Km = cs.km;
   HostTensor x({B, 3 * D, L}), wp({3 * D, Kp}), wm({D, Km}), skip({D});
   std::random_device seed;
@@ -73,13 +66,13 @@ void run_case(const Case& cs) {
   const detail::B2BForwardParams f = test::b2b_forward_params(x_e, wp_e, wm_e, skip_e, out_e);
   const int blocks = detail::toeplitz_blocks(int(Km));
   if (blocks <= 3)
-    launch_emulated<T, 3>(f, cs.pipelined);
+    launch_emulated<T, 3>(f);
   else if (blocks <= 5)
-    launch_emulated<T, 5>(f, cs.pipelined);
+    launch_emulated<T, 5>(f);
   else if (blocks <= 9)
-    launch_emulated<T, 9>(f, cs.pipelined);
+    launch_emulated<T, 9>(f);
   else
-    launch_emulated<T, 17>(f, cs.pipelined);
+    launch_emulated<T, 17>(f);
 
   // fp64 brute force with error magnitudes: z is rounded to T for the MMA (relative ulp/2).
   const double ulp = std::is_same<T, __half>::value ? std::ldexp(1.0, -10) : std::ldexp(1.0, -7);
@@ -122,18 +115,23 @@ void run_case(const Case& cs) {
   EXPECT_TRUE(std::isnan(widen(out_e.data[size_t(L)]))) << "wrote past the end of a row of out";
 }
 
+// Row strides are L + 3 (Activation's padding): rows are 16-byte aligned where L + 3 is a
+// multiple of 8. A block walks up to 4 tiles, through both x stages in turn.
 const Case kBFloat16Cases[] = {
     {1, 1, 1, 2, 16},       // L = 1
     {2, 2, 2100, 3, 9},     // narrowest TC mixer, 2 tiles (partial second)
     {1, 1, 1100, 32, 256},  // widest: halos longer than the tile's tail
     {1, 1, 4093, 4, 128},   // 16-byte aligned rows (stride 4096), 2 tiles
     {1, 1, 2500, 17, 16},   // Kp 17: 2 projection blocks, Km 16: z pairs 9
+    {1, 2, 16381, 3, 128},  // aligned rows, 8 tiles: 2 blocks walk 4 each
+    {2, 1, 10237, 4, 16},   // aligned, 5 tiles: walks of 3 and 2
 };
 
 const Case kFloat16Cases[] = {
     {1, 2, 300, 3, 255},
-    {1, 1, 700, 18, 40},  // Kp 18: 3 projection blocks
-    {1, 1, 9000, 3, 64},  // 5 tiles: blocks along the row walking several tiles
+    {1, 1, 700, 18, 40},    // Kp 18: 3 projection blocks
+    {1, 1, 9000, 3, 64},    // 5 tiles: blocks along the row walking several tiles
+    {1, 1, 12285, 3, 33},   // aligned rows, 6 tiles
 };
 
 TEST(B2BTensorCoreEmulated, BFloat16) {
@@ -142,25 +140,6 @@ TEST(B2BTensorCoreEmulated, BFloat16) {
 
 TEST(B2BTensorCoreEmulated, Float16) {
   for (const Case& c : kFloat16Cases) run_case<__half>(c);
-}
-
-// v3: both stages in turn (blocks walking 2 and 3 tiles), cp.async on 16-byte aligned rows
-// (row stride L + 3 a multiple of 8), the element path on the others.
-TEST(B2BTensorCoreEmulated, PipelinedBFloat16) {
-  for (Case c : kBFloat16Cases) {
-    c.pipelined = true;
-    run_case<__nv_bfloat16>(c);
-  }
-  run_case<__nv_bfloat16>({1, 2, 16381, 3, 128, true});  // aligned rows, 8 tiles: blocks walk 2 each
-  run_case<__nv_bfloat16>({2, 1, 10237, 4, 16, true});   // aligned, 5 tiles: walks of 3 and 2
-}
-
-TEST(B2BTensorCoreEmulated, PipelinedFloat16) {
-  for (Case c : kFloat16Cases) {
-    c.pipelined = true;
-    run_case<__half>(c);
-  }
-  run_case<__half>({1, 1, 12285, 3, 33, true});  // aligned rows, 6 tiles
 }
 
 }  // namespace

@@ -305,6 +305,7 @@ void run_conv(const ConvCase& cs, bool rows = false, bool fp32_rows = false) {
 struct DwCase {
   int64_t batch, groups, cin_g, cout_g, width, dilation, length;
   bool grad_in_place;  // 16-bit dy read by TMA where it lies (else staged rows, as stage_rows)
+  bool dbias = true;   // false: no dbias (its warps stay idle and out of the ring)
 };
 
 // How the weight-gradient kernel reads x, staged channel-last as the forward stages it: a
@@ -318,7 +319,8 @@ void run_weight_grad(const DwCase& cs, DwX mode = DwX::staged_taps) {
   SCOPED_TRACE(::testing::Message() << name_of<T>() << " " << x_name << " dweight B"
                                     << cs.batch << " G" << cs.groups << " Cin/g "
                                     << cs.cin_g << " Cout/g " << cs.cout_g << " K" << cs.width << " d"
-                                    << cs.dilation << " L" << cs.length << " in place " << cs.grad_in_place);
+                                    << cs.dilation << " L" << cs.length << " in place " << cs.grad_in_place
+                                    << " dbias " << cs.dbias);
   const int64_t B = cs.batch, G = cs.groups, K = cs.width, L = cs.length, dil = cs.dilation;
   const int64_t S = cs.cin_g, D = cs.cout_g, cin = G * S, cout = G * D;
   const bool in_place = cs.grad_in_place && !std::is_same_v<T, float>;
@@ -381,7 +383,7 @@ void run_weight_grad(const DwCase& cs, DwX mode = DwX::staged_taps) {
   p.c_chunks = int32_t(c_chunks);
   p.t_units = int32_t(t_units);
   p.parts = int32_t(parts);
-  p.sum_bias = 1;
+  p.sum_bias = cs.dbias;
   detail::DwLaunch launches[2];  // as launch_wgmma_weight_grad: full 4-tap chunks, then the rest
   for (int i = 0, n = detail::dw_launches(int(K), launches); i < n; ++i) {
     p.q_base = launches[i].q_base;
@@ -424,7 +426,8 @@ void run_weight_grad(const DwCase& cs, DwX mode = DwX::staged_taps) {
     }
   };
   for (int64_t i = 0; i < cout * S * K; ++i) check("dweight", i, i, dw_ref.flat(i), dw_mag.flat(i));
-  for (int64_t o = 0; o < cout; ++o) check("dbias", cout * S * K + o, o, db_ref(o), db_mag(o));
+  if (cs.dbias)
+    for (int64_t o = 0; o < cout; ++o) check("dbias", cout * S * K + o, o, db_ref(o), db_mag(o));
   EXPECT_EQ(bad, 0);
   std::printf("[ dense_wgmma ] %s %s dweight/dbias (%lld parts): max |error| / magnitude %.3g\n", name_of<T>(),
               x_name, static_cast<long long>(parts), worst);
@@ -455,6 +458,7 @@ const DwCase kWeightGrad[] = {
     {1, 2, 40, 48, 1, 1, 70, true},
     {1, 1, 48, 40, 4, 3, 130, false},
     {1, 1, 40, 48, 9, 2, 90, true},  // two full 4-tap chunks in one launch, then one tap
+    {2, 1, 48, 136, 4, 1, 200, false, false},  // no dbias: two output tiles, 8 parts
 };
 
 TEST(DenseWgmmaEmulated, ForwardBf16) {
@@ -512,6 +516,7 @@ TEST(DenseWgmmaEmulated, WeightGradFp16) {
 TEST(DenseWgmmaEmulated, WeightGradFp32) {
   run_weight_grad<float>(kWeightGrad[0]);
   run_weight_grad<float>(kWeightGrad[3]);
+  run_weight_grad<float>(kWeightGrad[5]);
 }
 
 }  // namespace

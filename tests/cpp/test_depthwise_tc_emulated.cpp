@@ -2,19 +2,17 @@
 // tests/cpp/cuda_emulation.h + mma_emulation.h, against an fp64 brute force: fragment
 // construction (both Toeplitz forms), swizzled staging (cp.async with its deferred
 // copies, and the element path of unaligned rows), halos on both sides, causal padding,
-// tile walks, partial tiles, outputs stored from the accumulators, the pipelined forward's
-// two input stages and shared A fragments, and the backward's
-// per-tile weight-gradient partials (summed here in the order of the GPU's reduction).
+// tile walks, partial tiles, outputs stored from the accumulators, the forward's two
+// input stages and shared A fragments, and the backward's per-tile weight-gradient
+// partials (summed here in the order of the GPU's reduction).
 // The GPU runs of the same kernels: tests/python/test_causal_conv1d_depthwise.py,
 // test_tensor_core_path*.
 #include "cuda_emulation.h"  // first: it sets up the emulated CUDA built-ins
 #include "mma_emulation.h"
 
 #define depthwise_forward_tc_kernel depthwise_forward_tc_kernel_emulated
-#define depthwise_forward_tc_pipelined_kernel depthwise_forward_tc_pipelined_kernel_emulated
 #include "causal_conv1d/depthwise_forward_tc_kernel.cuh"
 #undef depthwise_forward_tc_kernel
-#undef depthwise_forward_tc_pipelined_kernel
 #define depthwise_backward_tc_kernel depthwise_backward_tc_kernel_emulated
 #include "causal_conv1d/depthwise_backward_tc_kernel.cuh"
 #undef depthwise_backward_tc_kernel
@@ -46,7 +44,6 @@ struct Case {
   int64_t batch, channels, length, width;
   bool bias, silu;
   int64_t tiles_per_block = 8;
-  bool pipelined = false;  // the forward's v10 (depthwise_forward_tc_pipelined_kernel) instead of v6
 };
 
 template <typename T>
@@ -110,8 +107,7 @@ using test::ErrorTally;
 template <typename T>
 void run_forward(const Case& cs) {
   SCOPED_TRACE(::testing::Message() << "forward B" << cs.batch << " C" << cs.channels << " L" << cs.length << " K"
-                                    << cs.width << " bias " << cs.bias << " silu " << cs.silu
-                                    << (cs.pipelined ? " pipelined" : ""));
+                                    << cs.width << " bias " << cs.bias << " silu " << cs.silu);
   const int64_t B = cs.batch, C = cs.channels, L = cs.length, K = cs.width;
   std::mt19937 rng(std::random_device{}());
   Data<T> d(cs, rng);
@@ -132,12 +128,8 @@ void run_forward(const Case& cs) {
   with_max_blocks(K, [&](auto max_blocks) {
     constexpr int kMaxBlocks = decltype(max_blocks)::value;
     const emu::Dim3 grid{unsigned(B * C), unsigned(tile_blocks), 1};
-    if (cs.pipelined)
-      emu::launch(grid, detail::ToeplitzTile::kThreads, size_t(detail::depthwise_tc_pipelined_smem_bytes<kMaxBlocks>()),
-                  [&] { detail::depthwise_forward_tc_pipelined_kernel_emulated<T, kMaxBlocks>(p, tiles); });
-    else
-      emu::launch(grid, detail::ToeplitzTile::kThreads, size_t(detail::depthwise_tc_smem_bytes<kMaxBlocks>()),
-                  [&] { detail::depthwise_forward_tc_kernel_emulated<T, kMaxBlocks>(p, tiles); });
+    emu::launch(grid, detail::ToeplitzTile::kThreads, size_t(detail::depthwise_tc_smem_bytes<kMaxBlocks>()),
+                [&] { detail::depthwise_forward_tc_kernel_emulated<T, kMaxBlocks>(p, tiles); });
   });
 
   // Element by element: the output's rounding plus fp32 accumulation error.
@@ -269,7 +261,7 @@ const Case kForwardBFloat16Cases[] = {
     {1, 1, 4093, 128, false, true},      // 16-byte aligned rows (stride 4096): cp.async
     {1, 1, 300, 256, true, false},       // L < K, widest
     {1, 1, 5000, 31, true, false, 1},    // one tile per block: 3 blocks along the row
-    {1, 1, 10237, 64, true, true},       // aligned, 5 tiles: the 4-deep ring wraps
+    {1, 1, 10237, 64, true, true},       // aligned, 5 tiles walked by one block
 };
 
 const Case kForwardFloat16Cases[] = {
@@ -279,26 +271,12 @@ const Case kForwardFloat16Cases[] = {
     {1, 1, 253, 256, false, true},   // aligned (stride 256), row end inside a unit
 };
 
-TEST(DepthwiseTensorCoreEmulated, ForwardBFloat16) {
+// Both input stages in turn where a block walks several tiles; cp.async on the aligned rows,
+// the element path on the others.
+TEST(DepthwiseTensorCoreEmulated, Forward) {
   for (const Case& c : kForwardBFloat16Cases) run_forward<__nv_bfloat16>(c);
-}
-
-TEST(DepthwiseTensorCoreEmulated, ForwardFloat16) {
   for (const Case& c : kForwardFloat16Cases) run_forward<__half>(c);
-}
-
-// v10: the same cases (both stages in turn where a block walks several tiles; cp.async on the
-// aligned rows, the element path on the others), and a block walking 2 of 4 tiles.
-TEST(DepthwiseTensorCoreEmulated, ForwardPipelined) {
-  for (Case c : kForwardBFloat16Cases) {
-    c.pipelined = true;
-    run_forward<__nv_bfloat16>(c);
-  }
-  for (Case c : kForwardFloat16Cases) {
-    c.pipelined = true;
-    run_forward<__half>(c);
-  }
-  run_forward<__nv_bfloat16>({2, 3, 8189, 128, true, true, 2, true});  // aligned, 4 tiles, 2 per block
+  run_forward<__nv_bfloat16>({2, 3, 8189, 128, true, true, 2});  // aligned, 4 tiles, 2 per block
 }
 
 TEST(DepthwiseTensorCoreEmulated, BackwardBFloat16) {

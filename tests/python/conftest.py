@@ -65,13 +65,6 @@ def subset_id(needs) -> str:
     return "+".join(name for name, need in zip(("dx", "dweight", "dbias"), needs) if need)
 
 
-@pytest.fixture
-def skip_unwanted_gradients(monkeypatch):
-    """The front end asks the core only for the gradients autograd needs (causalconv.ops)."""
-    from causalconv import ops
-    monkeypatch.setattr(ops, "SKIP_UNWANTED_GRADIENTS", True)
-
-
 def gradients_of_a_subset(op, x, weight, bias, needs):
     """op(x, weight, bias) with only the inputs marked in needs requiring a gradient; returns
     the output gradient used and {index in (x, weight, bias): gradient}."""

@@ -536,7 +536,7 @@ UNWANTED_GRADIENT_PATHS = {  # name: (B, C_in, C_out, L, K, groups, dtype, dilat
 @requires_cuda
 @pytest.mark.parametrize("needs", GRADIENT_SUBSETS, ids=subset_id)
 @pytest.mark.parametrize("path", list(UNWANTED_GRADIENT_PATHS))
-def test_unwanted_gradients_are_skipped(path, needs, skip_unwanted_gradients, seeded):
+def test_unwanted_gradients_are_skipped(path, needs, seeded):
     b, c_in, c_out, length, k, groups, dtype, dilation, activation = UNWANTED_GRADIENT_PATHS[path]
     x, w, bias = make_inputs(b, c_in, c_out, length, k, groups, dtype)
     dy, grads = gradients_of_a_subset(

@@ -543,7 +543,7 @@ UNWANTED_GRADIENT_PATHS = {  # name: (B, C, L, K, dtype, layout, dilation, activ
 @requires_cuda
 @pytest.mark.parametrize("needs", GRADIENT_SUBSETS, ids=subset_id)
 @pytest.mark.parametrize("path", list(UNWANTED_GRADIENT_PATHS))
-def test_unwanted_gradients_are_skipped(path, needs, skip_unwanted_gradients, seeded):
+def test_unwanted_gradients_are_skipped(path, needs, seeded):
     b, c, length, k, dtype, layout, dilation, activation = UNWANTED_GRADIENT_PATHS[path]
     x, w, bias = make_inputs(b, c, length, k, dtype, layout, with_bias=True)
     dy, grads = gradients_of_a_subset(

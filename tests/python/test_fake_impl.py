@@ -79,11 +79,9 @@ GRADIENT_CASES = [(needs, with_bias) for with_bias in (False, True)
                          ids=lambda v: "".join(n for n, need in zip(("x", "w", "b"), v) if need)
                          if isinstance(v, tuple) else ("bias" if v else "nobias"))
 def test_backward_asks_only_for_the_gradients_autograd_needs(monkeypatch, needs, with_bias):
-    # With SKIP_UNWANTED_GRADIENTS the backward op is asked for the gradients of the inputs that
-    # need one (dbias only with a bias); the others come back as None. Through the custom op here
+    # The backward op is asked for the gradients of the inputs that need one (dbias only with a bias); the others come back as None. Through the custom op here
     # (meta tensors); tests/python/test_causal_conv1d_*.py run the kernels the same way.
     from causalconv import ops
-    monkeypatch.setattr(ops, "SKIP_UNWANTED_GRADIENTS", True)
     asked = []
     new_grads = ops._new_grads
     monkeypatch.setattr(ops, "_new_grads", lambda x, w, wanted=ops.WANT_ALL: asked.append(wanted) or
