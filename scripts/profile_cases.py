@@ -10,7 +10,8 @@ Cases: dw-k4 (bf16 B4 C4096 L8192 K4), dw-k7 (bf16 B1 C4096 L8192 K7), dw-small 
 L2048 K4), dw-cl (bf16 B4 C4096 L8192 K4 channel-last), dw-k128 (bf16 B1 C4096 L8192 K128),
 dense-seed (bf16 B32 C256->256 L8192 K4), dense-seed-fp32, dense-d8 (bf16 B16 C64->64 L16000 K2
 dilation 8), b2b-km7 / b2b-km128 / b2b-km256
-(bf16 B1 D4096 L8192, Kp 3 / 3 / 4).
+(bf16 B1 D4096 L8192, Kp 3 / 3 / 4). A "+bias" suffix on a causal_conv1d case adds a bias (as
+the benchmark's cases have).
 """
 
 import sys
@@ -48,23 +49,26 @@ def make_b2b_case(name: str, backward: bool):
 
 
 def make_case(name: str, backward: bool):
-    dtype, batch, c_in, c_out, length, width, channel_last, *dilation = CASES[name]
+    with_bias = name.endswith("+bias")
+    dtype, batch, c_in, c_out, length, width, channel_last, *dilation = CASES[name.removesuffix("+bias")]
     shape = (batch, length, c_in) if channel_last else (batch, c_in, length)
     x = torch.randn(*shape, device="cuda", dtype=dtype)
     x = (x.transpose(1, 2) if channel_last else x).requires_grad_(backward)
     w_shape = (c_in, width) if c_out is None else (c_out, c_in, width)
     w = (torch.randn(*w_shape, device="cuda", dtype=dtype) / width).requires_grad_(backward)
-    return x, w, (dilation[0] if dilation else 1)
+    bias = torch.randn(w_shape[0], device="cuda", dtype=dtype).requires_grad_(backward) if with_bias else None
+    return x, w, bias, (dilation[0] if dilation else 1)
 
 
 def run(inputs, backward: bool):
-    if len(inputs) == 4:
-        y = causalconv.b2b_causal_conv1d(*inputs)
+    if isinstance(inputs[-1], int):
+        x, w, bias, dilation = inputs
+        y = causalconv.causal_conv1d(x, w, bias, dilation=dilation)
     else:
-        x, w, dilation = inputs
-        y = causalconv.causal_conv1d(x, w, dilation=dilation)
-    if backward:
-        y.backward(torch.ones_like(y))
+        y = causalconv.b2b_causal_conv1d(*inputs)
+    if backward:  # autograd.grad, as the benchmark: no gradient accumulates across calls
+        leaves = [t for t in inputs if isinstance(t, torch.Tensor) and t.requires_grad]
+        torch.autograd.grad(y, leaves, torch.ones_like(y))
 
 
 def main(args):
