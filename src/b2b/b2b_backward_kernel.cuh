@@ -16,6 +16,8 @@
 // tile sums need no masking.
 #pragma once
 
+#include <cstring>
+
 #include "b2b/b2b_kernels.h"
 #include "b2b/b2b_tiling.cuh"
 #include "common/cuda_math.cuh"
@@ -202,12 +204,34 @@ struct alignas(4 * sizeof(T)) B2BGroup {
   T v[4];
 };
 
+// One group access of a vectorised row. Under the CPU emulation through memcpy: GCC 13 at -O3
+// merged the aligned access with the element path's four loads into one aligned SSE load on
+// rows that are not 16-byte aligned (a fault in B2BKernelsEmulated.Float32MatchesReference).
+template <typename T>
+__device__ __forceinline__ B2BGroup<T> b2b_read_aligned_group(const T* at) {
+#ifdef CAUSALCONV_CUDA_EMULATION
+  B2BGroup<T> g;
+  std::memcpy(&g, at, sizeof g);
+  return g;
+#else
+  return *reinterpret_cast<const B2BGroup<T>*>(at);
+#endif
+}
+template <typename T>
+__device__ __forceinline__ void b2b_write_aligned_group(T* at, const B2BGroup<T>& g) {
+#ifdef CAUSALCONV_CUDA_EMULATION
+  std::memcpy(at, &g, sizeof g);
+#else
+  *reinterpret_cast<B2BGroup<T>*>(at) = g;
+#endif
+}
+
 // Elements [t, t + 4) of row (time 0 at row[0]), zero outside [0, n); t is a multiple of 4.
 template <typename T>
 __device__ __forceinline__ B2BGroup<T> b2b_load_group(const T* row, int64_t t, int64_t n, bool vectorised) {
   B2BGroup<T> g;
   if (t >= 0 && t + 4 <= n) {
-    if (vectorised) return *reinterpret_cast<const B2BGroup<T>*>(row + t);
+    if (vectorised) return b2b_read_aligned_group(row + t);
 #pragma unroll
     for (int i = 0; i < 4; ++i) g.v[i] = row[t + i];
   } else {
@@ -224,7 +248,7 @@ __device__ __forceinline__ void b2b_store_group(T* row, int64_t t, int64_t n, co
   for (int i = 0; i < 4; ++i) g.v[i] = from_float<T>(v[i]);
   if (t + 4 <= n) {
     if (vectorised) {
-      *reinterpret_cast<B2BGroup<T>*>(row + t) = g;
+      b2b_write_aligned_group(row + t, g);
       return;
     }
 #pragma unroll

@@ -459,6 +459,7 @@ const DwCase kWeightGrad[] = {
     {1, 1, 48, 40, 4, 3, 130, false},
     {1, 1, 40, 48, 9, 2, 90, true},  // two full 4-tap chunks in one launch, then one tap
     {2, 1, 48, 136, 4, 1, 200, false, false},  // no dbias: two output tiles, 8 parts
+    {1, 1, 136, 136, 2, 1, 100, true},         // 3 source chunks: dbias rows split 44 / 44 / 40
 };
 
 TEST(DenseWgmmaEmulated, ForwardBf16) {
@@ -517,6 +518,7 @@ TEST(DenseWgmmaEmulated, WeightGradFp32) {
   run_weight_grad<float>(kWeightGrad[0]);
   run_weight_grad<float>(kWeightGrad[3]);
   run_weight_grad<float>(kWeightGrad[5]);
+  run_weight_grad<float>(kWeightGrad[6]);
 }
 
 }  // namespace
