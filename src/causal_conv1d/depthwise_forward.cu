@@ -27,12 +27,33 @@ namespace {
 
 using Tile = ForwardTile;
 
+// A grid of at most one wave of blocks, each warp walking several spans, instead of a warp per
+// span: the 134 MB cases (B8 C2048 L2048, B1 C4096 L8192 K7) run at ~80 % of copy with ~7 us of
+// fixed cost per call; one suspect is 8192 short-lived blocks. Emulation-tested; waiting for the
+// H200 A/B (docs/performance.md, session 8).
+constexpr bool kForwardWindowGridStride = false;
+
 template <typename T, int kWidth>
 void launch_window(const DepthwiseForwardParams& p, cudaStream_t stream) {
   const int64_t spans_per_row = (p.length + forward_window_span<T>() - 1) / forward_window_span<T>();
   const int64_t spans = p.batch * p.channels * spans_per_row;
-  const unsigned blocks = unsigned((spans + kWarpsPerBlock - 1) / kWarpsPerBlock);
-  depthwise_forward_window<T, kWidth><<<blocks, kVectorThreads, 0, stream>>>(p, spans_per_row, spans);
+  int64_t blocks = (spans + kWarpsPerBlock - 1) / kWarpsPerBlock;
+  if constexpr (kForwardWindowGridStride) {
+    static const int blocks_per_sm = [] {
+      int n = 1;
+      check_cuda(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, depthwise_forward_window<T, kWidth, true>,
+                                                               kVectorThreads, 0),
+                 "causal_conv1d forward (occupancy)");
+      return n;
+    }();
+    int device = 0, sms = 0;
+    check_cuda(cudaGetDevice(&device), "causal_conv1d forward (device)");
+    check_cuda(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device), "causal_conv1d forward (SMs)");
+    blocks = std::min<int64_t>(blocks, int64_t(sms) * blocks_per_sm);
+    depthwise_forward_window<T, kWidth, true><<<unsigned(blocks), kVectorThreads, 0, stream>>>(p, spans_per_row, spans);
+    return;
+  }
+  depthwise_forward_window<T, kWidth><<<unsigned(blocks), kVectorThreads, 0, stream>>>(p, spans_per_row, spans);
 }
 
 template <typename T>

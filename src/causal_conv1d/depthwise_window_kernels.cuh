@@ -38,16 +38,15 @@ constexpr int64_t forward_window_span() {
   return int64_t(32) * kForwardWindowVectors * Vec16<T>::kElems;
 }
 
+// One warp's span (every lane of the warp calls it: the shuffles need full warps).
 template <typename T, int kWidth>
-__global__ void __launch_bounds__(kVectorThreads)
-    depthwise_forward_window(DepthwiseForwardParams p, int64_t spans_per_row, int64_t spans) {
+__device__ __forceinline__ void forward_window_span_of_warp(const DepthwiseForwardParams& p, int64_t spans_per_row,
+                                                            int64_t span) {
   constexpr int kVec = Vec16<T>::kElems;
   constexpr int kVectors = kForwardWindowVectors;
   constexpr int kHaloVectors = (kWidth - 1 + kVec - 1) / kVec;
   constexpr int kHalo = kHaloVectors * kVec;
   const int lane = threadIdx.x % 32;
-  const int64_t span = int64_t(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32;
-  if (span >= spans) return;  // whole warps: the shuffles below see full warps
   const int64_t row = div_nonneg(span, spans_per_row);
   const int64_t span_start = (span - row * spans_per_row) * forward_window_span<T>();
   const int64_t b = div_nonneg(row, p.channels), c = row - b * p.channels;
@@ -91,6 +90,22 @@ __global__ void __launch_bounds__(kVectorThreads)
       store_vec16(y + t, out);
     else if (t < n)
       store_partial(y + t, int(n - t), out);
+  }
+}
+
+// A warp per span; with kGridStride, warp w of a smaller grid takes spans w, w + (warps of the
+// grid), ... (kForwardWindowGridStride; a separate instantiation: the loop costs ~8 registers).
+template <typename T, int kWidth, bool kGridStride = false>
+__global__ void __launch_bounds__(kVectorThreads)
+    depthwise_forward_window(DepthwiseForwardParams p, int64_t spans_per_row, int64_t spans) {
+  const int64_t first = int64_t(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32;
+  if constexpr (kGridStride) {
+    const int64_t stride = int64_t(gridDim.x) * kWarpsPerBlock;
+    for (int64_t span = first; span < spans; span += stride)
+      forward_window_span_of_warp<T, kWidth>(p, spans_per_row, span);
+  } else {
+    if (first >= spans) return;  // whole warps
+    forward_window_span_of_warp<T, kWidth>(p, spans_per_row, first);
   }
 }
 

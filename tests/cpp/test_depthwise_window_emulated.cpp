@@ -98,10 +98,13 @@ void with_width(int64_t width, F&& f) {
   }
 }
 
+// grid_stride_blocks > 0: the grid-stride instantiation (kForwardWindowGridStride) on that many
+// blocks, so that each warp walks several spans across rows.
 template <typename T>
-void run_forward(const Case& cs) {
+void run_forward(const Case& cs, unsigned grid_stride_blocks = 0) {
   SCOPED_TRACE(::testing::Message() << "forward B" << cs.batch << " C" << cs.channels << " L" << cs.length << " K"
-                                    << cs.width << " bias " << cs.bias << " silu " << cs.silu);
+                                    << cs.width << " bias " << cs.bias << " silu " << cs.silu << " grid-stride blocks "
+                                    << grid_stride_blocks);
   const int64_t B = cs.batch, C = cs.channels, L = cs.length, K = cs.width;
   std::random_device seed;
   HostTensor x({B, C, L}), w({C, K}), bias({C});
@@ -121,10 +124,14 @@ void run_forward(const Case& cs) {
   // As launch_window in depthwise_forward.cu.
   const int64_t span = detail::forward_window_span<T>(), spans_per_row = (L + span - 1) / span;
   const int64_t spans = B * C * spans_per_row;
-  const unsigned blocks = unsigned((spans + detail::kWarpsPerBlock - 1) / detail::kWarpsPerBlock);
+  const unsigned warp_per_span = unsigned((spans + detail::kWarpsPerBlock - 1) / detail::kWarpsPerBlock);
+  const unsigned blocks = grid_stride_blocks > 0 ? grid_stride_blocks : warp_per_span;
   emu::launch({blocks, 1, 1}, detail::kVectorThreads, 0, [&] {
     with_width(K, [&](auto width) {
-      detail::depthwise_forward_window_emulated<T, decltype(width)::value>(p, spans_per_row, spans);
+      if (grid_stride_blocks > 0)
+        detail::depthwise_forward_window_emulated<T, decltype(width)::value, true>(p, spans_per_row, spans);
+      else
+        detail::depthwise_forward_window_emulated<T, decltype(width)::value>(p, spans_per_row, spans);
     });
   });
 
@@ -217,6 +224,8 @@ void forward_cases() {
   run_forward<T>({1, 2, 5, 8, true, false});           // L < K
   run_forward<T>({1, 1, 2 * span, 4, false, true});    // whole spans
   run_forward<T>({3, 2, 33 * vec + 1, 3, true, true});  // one lane's vector past the first 32
+  // Grid-stride: 2 blocks (8 warps) over 3 x 5 x 3 = 45 spans, across rows and batches.
+  run_forward<T>({3, 5, 2 * span + 7 * vec + 1, 7, true, true}, 2);
 }
 
 template <typename T>
