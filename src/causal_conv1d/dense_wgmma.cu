@@ -394,10 +394,7 @@ void launch_wgmma(const WgJob& j, cudaStream_t stream, const char* what) {
   p.silu = j.silu;
   p.tiles = int64_t(p.o_tiles) * p.t_tiles * j.batch * j.groups;
 
-  int device = 0, sms = 0;
-  check_cuda(cudaGetDevice(&device), what);
-  check_cuda(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device), what);
-  const unsigned grid = unsigned(std::min<int64_t>(p.tiles, sms));
+  const unsigned grid = unsigned(std::min<int64_t>(p.tiles, current_device_sm_count(what)));
 
   if (!src_read_in_place(j) && src_rows_in_place(j)) {
     // 16-bit: the source's own rows as a 4-D map (L, SG, G, B) for TMA (a box never crosses into

@@ -39,17 +39,8 @@ void launch_window(const DepthwiseForwardParams& p, cudaStream_t stream) {
   const int64_t spans = p.batch * p.channels * spans_per_row;
   int64_t blocks = (spans + kWarpsPerBlock - 1) / kWarpsPerBlock;
   if constexpr (kForwardWindowGridStride) {
-    static const int blocks_per_sm = [] {
-      int n = 1;
-      check_cuda(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, depthwise_forward_window<T, kWidth, true>,
-                                                               kVectorThreads, 0),
-                 "causal_conv1d forward (occupancy)");
-      return n;
-    }();
-    int device = 0, sms = 0;
-    check_cuda(cudaGetDevice(&device), "causal_conv1d forward (device)");
-    check_cuda(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device), "causal_conv1d forward (SMs)");
-    blocks = std::min<int64_t>(blocks, int64_t(sms) * blocks_per_sm);
+    constexpr auto kernel = depthwise_forward_window<T, kWidth, true>;
+    blocks = std::min(blocks, one_wave_blocks<kernel>(kVectorThreads, "causal_conv1d forward (window)"));
     depthwise_forward_window<T, kWidth, true><<<unsigned(blocks), kVectorThreads, 0, stream>>>(p, spans_per_row, spans);
     return;
   }

@@ -121,15 +121,14 @@ constexpr int64_t backward_window_span() {
   return int64_t(32) * kBackwardWindowVectors * Vec16<T>::kElems;
 }
 
+// One warp's span (every lane of the warp calls it: the shuffles need full warps).
 template <typename T, int kWidth>
-__global__ void __launch_bounds__(kVectorThreads)
-    depthwise_backward_window(DepthwiseBackwardParams p, int64_t spans_per_row, int64_t spans, float* partials) {
+__device__ __forceinline__ void backward_window_span_of_warp(const DepthwiseBackwardParams& p, int64_t spans_per_row,
+                                                             int64_t span, float* partials) {
   constexpr int kVec = Vec16<T>::kElems;
   constexpr int kHaloVectors = (kWidth - 1 + kVec - 1) / kVec;  // on each side
   constexpr int kHalo = kHaloVectors * kVec;
   const int lane = threadIdx.x % 32;
-  const int64_t span = int64_t(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32;
-  if (span >= spans) return;  // whole warps: the shuffles below see full warps
   const int64_t row = div_nonneg(span, spans_per_row);
   const int64_t span_in_row = span - row * spans_per_row;
   const int64_t span_start = span_in_row * backward_window_span<T>();
@@ -218,6 +217,22 @@ __global__ void __launch_bounds__(kVectorThreads)
       const float s = warp_sum(dw[k]);
       if (lane == 0) span_partials[k] = s;
     }
+  }
+}
+
+// A warp per span; with kGridStride, warp w of a smaller grid takes spans w, w + (warps of the
+// grid), ... (kBackwardWindowGridStride). Each span writes its own partials either way.
+template <typename T, int kWidth, bool kGridStride = false>
+__global__ void __launch_bounds__(kVectorThreads)
+    depthwise_backward_window(DepthwiseBackwardParams p, int64_t spans_per_row, int64_t spans, float* partials) {
+  const int64_t first = int64_t(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32;
+  if constexpr (kGridStride) {
+    const int64_t stride = int64_t(gridDim.x) * kWarpsPerBlock;
+    for (int64_t span = first; span < spans; span += stride)
+      backward_window_span_of_warp<T, kWidth>(p, spans_per_row, span, partials);
+  } else {
+    if (first >= spans) return;  // whole warps
+    backward_window_span_of_warp<T, kWidth>(p, spans_per_row, first, partials);
   }
 }
 

@@ -3,6 +3,8 @@
 
 #include <cuda_runtime.h>
 
+#include <cstdint>
+
 #include <string>
 
 namespace causalconv::detail {
@@ -18,6 +20,27 @@ inline void check_cuda(cudaError_t status, const char* op) {
 
 // Call right after a kernel launch: launch-configuration errors and missing images surface here.
 inline void check_launch(const char* op) { check_cuda(cudaGetLastError(), op); }
+
+// Streaming multiprocessors of the current device (for grids of one wave).
+inline int current_device_sm_count(const char* op) {
+  int device = 0, sms = 0;
+  check_cuda(cudaGetDevice(&device), op);
+  check_cuda(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device), op);
+  return sms;
+}
+
+// Blocks of `threads` threads that fill every SM of the current device once, for a grid-stride
+// kKernel (no dynamic shared memory). The occupancy is queried once per kernel: it depends on the
+// kernel's registers, not on which device of a process (one architecture) runs it.
+template <auto kKernel>
+int64_t one_wave_blocks(int threads, const char* op) {
+  static const int per_sm = [&] {
+    int n = 1;
+    check_cuda(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kKernel, threads, 0), op);
+    return n;
+  }();
+  return int64_t(current_device_sm_count(op)) * per_sm;
+}
 
 // Makes `device` current for the scope (ops run on the device of their tensors).
 class DeviceGuard {

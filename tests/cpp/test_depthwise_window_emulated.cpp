@@ -140,11 +140,13 @@ void run_forward(const Case& cs, unsigned grid_stride_blocks = 0) {
   EXPECT_TRUE(y_e.padding_untouched()) << "wrote outside the output's elements";
 }
 
+// grid_stride_blocks: as run_forward's (kBackwardWindowGridStride).
 template <typename T>
-void run_backward(const Case& cs) {
+void run_backward(const Case& cs, unsigned grid_stride_blocks = 0) {
   SCOPED_TRACE(::testing::Message() << "backward B" << cs.batch << " C" << cs.channels << " L" << cs.length << " K"
                                     << cs.width << " bias " << cs.bias << " silu " << cs.silu << " dx " << cs.dx
-                                    << " weight grads " << cs.weight_grads);
+                                    << " weight grads " << cs.weight_grads << " grid-stride blocks "
+                                    << grid_stride_blocks);
   const int64_t B = cs.batch, C = cs.channels, L = cs.length, K = cs.width;
   std::random_device seed;
   HostTensor x({B, C, L}), w({C, K}), bias({C}), dy({B, C, L});
@@ -170,10 +172,15 @@ void run_backward(const Case& cs) {
   const int64_t spans = B * C * spans_per_row, parts = B * spans_per_row;
   std::vector<float> partials(size_t(C * parts * (K + 1)), std::numeric_limits<float>::quiet_NaN());
   float* const partials_arg = cs.weight_grads ? partials.data() : nullptr;
-  const unsigned blocks = unsigned((spans + detail::kWarpsPerBlock - 1) / detail::kWarpsPerBlock);
+  const unsigned warp_per_span = unsigned((spans + detail::kWarpsPerBlock - 1) / detail::kWarpsPerBlock);
+  const unsigned blocks = grid_stride_blocks > 0 ? grid_stride_blocks : warp_per_span;
   emu::launch({blocks, 1, 1}, detail::kVectorThreads, 0, [&] {
     with_width(K, [&](auto width) {
-      detail::depthwise_backward_window_emulated<T, decltype(width)::value>(p, spans_per_row, spans, partials_arg);
+      constexpr int kWidth = decltype(width)::value;
+      if (grid_stride_blocks > 0)
+        detail::depthwise_backward_window_emulated<T, kWidth, true>(p, spans_per_row, spans, partials_arg);
+      else
+        detail::depthwise_backward_window_emulated<T, kWidth>(p, spans_per_row, spans, partials_arg);
     });
   });
 
@@ -238,6 +245,8 @@ void backward_cases() {
   run_backward<T>({3, 2, 33 * vec + 1, 3, true, true});   // one lane's vector past the first 32
   run_backward<T>({1, 2, span + 7, 5, true, true, false, true});  // weight gradients only
   run_backward<T>({1, 2, span + 7, 5, false, true, true, false}); // dx only
+  // Grid-stride: 2 blocks (8 warps) over 3 x 5 x 3 = 45 spans, across rows and batches.
+  run_backward<T>({3, 5, 2 * span + 7 * vec + 1, 4, true, true}, 2);
 }
 
 TEST(DepthwiseWindowEmulated, ForwardFloat32) { forward_cases<float>(); }
