@@ -4,7 +4,6 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
-
 #include <string>
 
 namespace causalconv::detail {

@@ -372,7 +372,8 @@ void run_weight_grad(const DwCase& cs, DwX mode = DwX::staged_taps, DwBias bias_
   const int64_t t_units = (L + detail::kDwSteps - 1) / detail::kDwSteps, units = B * t_units;
   const int64_t part_elems = cout * S * K + cout;
   const int64_t ctas = G * o_tiles * c_chunks * k_chunks;
-  const int64_t layout_parts = std::max<int64_t>(1, std::min<int64_t>((detail::kDwTargetCtas + ctas - 1) / ctas, units));
+  const int64_t layout_parts =
+      std::max<int64_t>(1, std::min<int64_t>((detail::kDwTargetCtas + ctas - 1) / ctas, units));
   const int64_t parts = cs.parts > 0 ? cs.parts : layout_parts;
   std::vector<float> partials(size_t(parts * part_elems), std::numeric_limits<float>::quiet_NaN());
 

@@ -79,8 +79,9 @@ GRADIENT_CASES = [(needs, with_bias) for with_bias in (False, True)
                          ids=lambda v: "".join(n for n, need in zip(("x", "w", "b"), v) if need)
                          if isinstance(v, tuple) else ("bias" if v else "nobias"))
 def test_backward_asks_only_for_the_gradients_autograd_needs(monkeypatch, needs, with_bias):
-    # The backward op is asked for the gradients of the inputs that need one (dbias only with a bias); the others come back as None. Through the custom op here
-    # (meta tensors); tests/python/test_causal_conv1d_*.py run the kernels the same way.
+    # The backward op is asked for the gradients of the inputs that need one (dbias only with a
+    # bias); the others come back as None. Through the custom op here (meta tensors);
+    # tests/python/test_causal_conv1d_*.py run the kernels the same way.
     from causalconv import ops
     asked = []
     new_grads = ops._new_grads
