@@ -666,11 +666,9 @@ __global__ void __launch_bounds__(kDwBiasThreads)
   sum = warp_sum(sum);
   if (lane == 0) warp_sums[warp] = sum;
   __syncthreads();
-  if (threadIdx.x == 0) {
-    float total = 0.0f;
-    for (int w = 0; w < kDwBiasWarps; ++w) total += warp_sums[w];
-    p.partials[part * p.part_elems + int64_t(p.groups) * p.out_g * p.in_g * p.width + o] = total;
-  }
+  if (threadIdx.x == 0)
+    p.partials[part * p.part_elems + int64_t(p.groups) * p.out_g * p.in_g * p.width + o] =
+        sum_in_order(warp_sums, kDwBiasWarps, 1);
 }
 
 template <typename T, int kTaps>

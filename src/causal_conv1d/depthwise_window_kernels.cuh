@@ -24,6 +24,20 @@ constexpr int kVectorThreads = 128;
 constexpr int kMaxWindowWidth = 8;
 constexpr int kWarpsPerBlock = kVectorThreads / 32;
 
+// Calls span_of_warp(span) for this warp's spans: its own (a warp per span), or with kGridStride
+// spans w, w + (warps of the grid), ... for warp w of a smaller grid (the launchers'
+// k*WindowGridStride). Warp-uniform: the shuffles of a span see full warps.
+template <bool kGridStride, typename SpanOfWarp>
+__device__ __forceinline__ void for_each_span_of_warp(int64_t spans, SpanOfWarp span_of_warp) {
+  const int64_t first = int64_t(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32;
+  if constexpr (kGridStride) {
+    for (int64_t span = first; span < spans; span += int64_t(gridDim.x) * kWarpsPerBlock) span_of_warp(span);
+  } else {
+    if (first >= spans) return;
+    span_of_warp(first);
+  }
+}
+
 // ---- forward ----
 // All of a thread's loads are issued before any compute. The halo of a vector (the K-1
 // inputs before it) comes from the lanes holding the vectors before it; only lanes at the
@@ -93,20 +107,12 @@ __device__ __forceinline__ void forward_window_span_of_warp(const DepthwiseForwa
   }
 }
 
-// A warp per span; with kGridStride, warp w of a smaller grid takes spans w, w + (warps of the
-// grid), ... (kForwardWindowGridStride; a separate instantiation: the loop costs ~8 registers).
+// kGridStride: a separate instantiation (its loop costs up to ~8 registers).
 template <typename T, int kWidth, bool kGridStride = false>
 __global__ void __launch_bounds__(kVectorThreads)
     depthwise_forward_window(DepthwiseForwardParams p, int64_t spans_per_row, int64_t spans) {
-  const int64_t first = int64_t(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32;
-  if constexpr (kGridStride) {
-    const int64_t stride = int64_t(gridDim.x) * kWarpsPerBlock;
-    for (int64_t span = first; span < spans; span += stride)
-      forward_window_span_of_warp<T, kWidth>(p, spans_per_row, span);
-  } else {
-    if (first >= spans) return;  // whole warps
-    forward_window_span_of_warp<T, kWidth>(p, spans_per_row, first);
-  }
+  for_each_span_of_warp<kGridStride>(
+      spans, [&](int64_t span) { forward_window_span_of_warp<T, kWidth>(p, spans_per_row, span); });
 }
 
 // ---- backward: dx, and per-span weight-gradient partials ----
@@ -220,20 +226,12 @@ __device__ __forceinline__ void backward_window_span_of_warp(const DepthwiseBack
   }
 }
 
-// A warp per span; with kGridStride, warp w of a smaller grid takes spans w, w + (warps of the
-// grid), ... (kBackwardWindowGridStride). Each span writes its own partials either way.
+// Each span writes its own partials, with or without kGridStride.
 template <typename T, int kWidth, bool kGridStride = false>
 __global__ void __launch_bounds__(kVectorThreads)
     depthwise_backward_window(DepthwiseBackwardParams p, int64_t spans_per_row, int64_t spans, float* partials) {
-  const int64_t first = int64_t(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32;
-  if constexpr (kGridStride) {
-    const int64_t stride = int64_t(gridDim.x) * kWarpsPerBlock;
-    for (int64_t span = first; span < spans; span += stride)
-      backward_window_span_of_warp<T, kWidth>(p, spans_per_row, span, partials);
-  } else {
-    if (first >= spans) return;  // whole warps
-    backward_window_span_of_warp<T, kWidth>(p, spans_per_row, first, partials);
-  }
+  for_each_span_of_warp<kGridStride>(
+      spans, [&](int64_t span) { backward_window_span_of_warp<T, kWidth>(p, spans_per_row, span, partials); });
 }
 
 }  // namespace

@@ -22,6 +22,7 @@
 #include <cstring>
 #include <limits>
 #include <random>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -98,6 +99,21 @@ void with_width(int64_t width, F&& f) {
   }
 }
 
+// Runs kernel(width, grid_stride) for every thread of the window kernels' grid: a warp per span,
+// or grid_stride_blocks > 0 blocks of the grid-stride instantiation (std::true_type).
+template <typename F>
+void launch_window_emulated(int64_t spans, int64_t width, unsigned grid_stride_blocks, F kernel) {
+  const unsigned warp_per_span = unsigned((spans + detail::kWarpsPerBlock - 1) / detail::kWarpsPerBlock);
+  emu::launch({grid_stride_blocks > 0 ? grid_stride_blocks : warp_per_span, 1, 1}, detail::kVectorThreads, 0, [&] {
+    with_width(width, [&](auto k) {
+      if (grid_stride_blocks > 0)
+        kernel(k, std::true_type{});
+      else
+        kernel(k, std::false_type{});
+    });
+  });
+}
+
 // grid_stride_blocks > 0: the grid-stride instantiation (kForwardWindowGridStride) on that many
 // blocks, so that each warp walks several spans across rows.
 template <typename T>
@@ -124,15 +140,9 @@ void run_forward(const Case& cs, unsigned grid_stride_blocks = 0) {
   // As launch_window in depthwise_forward.cu.
   const int64_t span = detail::forward_window_span<T>(), spans_per_row = (L + span - 1) / span;
   const int64_t spans = B * C * spans_per_row;
-  const unsigned warp_per_span = unsigned((spans + detail::kWarpsPerBlock - 1) / detail::kWarpsPerBlock);
-  const unsigned blocks = grid_stride_blocks > 0 ? grid_stride_blocks : warp_per_span;
-  emu::launch({blocks, 1, 1}, detail::kVectorThreads, 0, [&] {
-    with_width(K, [&](auto width) {
-      if (grid_stride_blocks > 0)
-        detail::depthwise_forward_window_emulated<T, decltype(width)::value, true>(p, spans_per_row, spans);
-      else
-        detail::depthwise_forward_window_emulated<T, decltype(width)::value>(p, spans_per_row, spans);
-    });
+  launch_window_emulated(spans, K, grid_stride_blocks, [&](auto width, auto grid_stride) {
+    detail::depthwise_forward_window_emulated<T, decltype(width)::value, decltype(grid_stride)::value>(
+        p, spans_per_row, spans);
   });
 
   const HostTensor y_ref = test::reference_forward(x, w, cs.bias ? &bias : nullptr, 1, cs.silu);
@@ -172,16 +182,9 @@ void run_backward(const Case& cs, unsigned grid_stride_blocks = 0) {
   const int64_t spans = B * C * spans_per_row, parts = B * spans_per_row;
   std::vector<float> partials(size_t(C * parts * (K + 1)), std::numeric_limits<float>::quiet_NaN());
   float* const partials_arg = cs.weight_grads ? partials.data() : nullptr;
-  const unsigned warp_per_span = unsigned((spans + detail::kWarpsPerBlock - 1) / detail::kWarpsPerBlock);
-  const unsigned blocks = grid_stride_blocks > 0 ? grid_stride_blocks : warp_per_span;
-  emu::launch({blocks, 1, 1}, detail::kVectorThreads, 0, [&] {
-    with_width(K, [&](auto width) {
-      constexpr int kWidth = decltype(width)::value;
-      if (grid_stride_blocks > 0)
-        detail::depthwise_backward_window_emulated<T, kWidth, true>(p, spans_per_row, spans, partials_arg);
-      else
-        detail::depthwise_backward_window_emulated<T, kWidth>(p, spans_per_row, spans, partials_arg);
-    });
+  launch_window_emulated(spans, K, grid_stride_blocks, [&](auto width, auto grid_stride) {
+    detail::depthwise_backward_window_emulated<T, decltype(width)::value, decltype(grid_stride)::value>(
+        p, spans_per_row, spans, partials_arg);
   });
 
   const test::BackwardReference ref = test::reference_backward(x, w, cs.bias ? &bias : nullptr, dy, cs.silu);
