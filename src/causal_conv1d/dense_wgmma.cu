@@ -485,13 +485,6 @@ struct WgDwLayout {
   size_t x_bytes, bytes;          // staging bytes (the partials live elsewhere)
 };
 
-// dbias by its own kernel (dense_bias_grad_partials, from the gradient as given) instead of two
-// producer warps of the weight-gradient kernel, which then neither sum nor gate its ring. With a
-// bias, the bf16 seed case's weight-gradient kernel took 414 us against 348 without (H200,
-// session 7); the row sums read dy once more (~31 us of bytes). Emulation-tested; waiting for
-// the H200 A/B (docs/performance.md, session 8).
-constexpr bool kDenseBiasGradSeparate = false;
-
 // The weight-gradient kernel reading one staged-x window per unit for all its taps
 // (dw_window_steps) instead of a 64-step tile per tap: half the staged bytes at K = 4, but no
 // faster on the H200 in session 6 (bf16 seed fwd+bwd 1.189 vs 1.184 ms), where the kernel's
@@ -539,35 +532,6 @@ void launch_wgmma_weight_grad(const DenseBackwardParams& b, const void* grad, bo
   const WgDwLayout l = wg_dw_layout(b, in_place);
   const DType mma_dtype = Tr::kSplit ? DType::bf16 : g.dtype;
 
-  DwParams p{};
-  p.partials = partials;
-  p.part_elems = l.part_elems;
-  p.units = l.units;
-  p.batch = int32_t(g.batch);
-  p.groups = int32_t(g.groups);
-  p.out_g = int32_t(D);
-  p.in_g = int32_t(S);
-  p.width = int32_t(g.width);
-  p.dilation = int32_t(g.dilation);
-  p.length = int32_t(g.length);
-  p.o_tiles = int32_t(l.o_tiles);
-  p.c_chunks = int32_t(l.c_chunks);
-  p.t_units = int32_t(l.t_units);
-  p.parts = int32_t(l.parts);
-  p.sum_bias = b.dbias != nullptr && !kDenseBiasGradSeparate;  // else the dbias warps stay idle
-  if (b.dbias && kDenseBiasGradSeparate) {
-    const dim3 grid(unsigned(g.c_out), unsigned(l.parts));
-    auto launch_bias = [&](auto* rows) {
-      dense_bias_grad_partials<<<grid, kDwBiasThreads, kDwBiasSmemBytes, stream>>>(rows, gs[0], gs[1], gs[2], p);
-    };
-    if (grad_fp32)
-      launch_bias(static_cast<const float*>(grad));
-    else
-      launch_bias(static_cast<const T*>(grad));
-    check_launch(what);
-    if (!b.dweight) return;  // the reduction writes only dbias, from these partials
-  }
-
   // x staged channel-last (as the forward stages it).
   // Staged x: boxes of `steps` rows of 64 channels (a tap's tile, or a window of all a launch's taps).
   auto staged_x_map = [&](const void* x_staged, uint32_t steps) {
@@ -606,6 +570,21 @@ void launch_wgmma_weight_grad(const DenseBackwardParams& b, const void* grad, bo
   const uint32_t g_box[4] = {kDwSteps, kBM, 1, 1};
   const CUtensorMap g_map = encode_tensor_map(g_base, mma_dtype, 4, g_dims, g_strides, g_box, what);
 
+  DwParams p{};
+  p.partials = partials;
+  p.part_elems = l.part_elems;
+  p.units = l.units;
+  p.batch = int32_t(g.batch);
+  p.groups = int32_t(g.groups);
+  p.out_g = int32_t(D);
+  p.in_g = int32_t(S);
+  p.width = int32_t(g.width);
+  p.dilation = int32_t(g.dilation);
+  p.o_tiles = int32_t(l.o_tiles);
+  p.c_chunks = int32_t(l.c_chunks);
+  p.t_units = int32_t(l.t_units);
+  p.parts = int32_t(l.parts);
+  p.sum_bias = b.dbias != nullptr;  // without it the dbias warps of those CTAs stay idle
   DwLaunch launches[2];
   for (int i = 0, n = dw_launches(int(g.width), launches); i < n; ++i) {
     p.q_base = launches[i].q_base;

@@ -586,7 +586,7 @@ struct DwParams {
   float* partials;
   int64_t part_elems;  // C_out*S*K + C_out
   int64_t units;       // batch * t_units
-  int32_t batch, groups, out_g, in_g, width, dilation, length;
+  int32_t batch, groups, out_g, in_g, width, dilation;
   int32_t o_tiles, c_chunks, t_units, parts;
   int32_t q_base, q_count;  // this launch's tap chunks: q_base .. q_base + q_count - 1
   int32_t x_window;         // staged x: rows of one window per unit (dw_window_steps), 0: a tile per tap
@@ -626,49 +626,6 @@ __device__ __forceinline__ float row_sum(const uint8_t* row) {
     for (int i = 0; i < 8; ++i) sum += to_float(e[i]);
   }
   return sum;
-}
-
-// dbias partials without the weight-gradient kernel (its sum_bias = 0): block (o, part) sums
-// output channel o's gradient over the part's 64-step units, as the weight-gradient CTAs split
-// them, into the partial's dbias slot. Warp w takes units u0 + w, u0 + w + 8, ..., four at a
-// time (their loads in flight together); lane l steps 2l and 2l + 1 of each; then the warps'
-// sums in a fixed order: bitwise reproducible. The gradient is read as given (dy in its
-// dtype, or the fp32 gradient through silu), any strides.
-constexpr int kDwBiasThreads = 256;
-constexpr int kDwBiasWarps = kDwBiasThreads / 32;
-constexpr int kDwBiasUnitsInFlight = 4;
-constexpr size_t kDwBiasSmemBytes = kDwBiasWarps * sizeof(float);
-
-template <typename TG>
-__global__ void __launch_bounds__(kDwBiasThreads)
-    dense_bias_grad_partials(const TG* grad, int64_t gs0, int64_t gs1, int64_t gs2, DwParams p) {
-  const int32_t o = blockIdx.x, part = blockIdx.y;  // o: channel of the whole output (g * out_g + o_g)
-  const int64_t u0 = part * p.units / p.parts, u1 = (part + 1) * p.units / p.parts;
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  float sum = 0.0f;
-  for (int64_t u = u0 + warp; u < u1; u += kDwBiasUnitsInFlight * kDwBiasWarps) {
-    float v[kDwBiasUnitsInFlight][2];
-#pragma unroll
-    for (int j = 0; j < kDwBiasUnitsInFlight; ++j) {
-      const int64_t uj = u + j * kDwBiasWarps;
-      const int64_t b = uj / p.t_units, t0 = (uj % p.t_units) * kDwSteps;
-      const TG* row = grad + b * gs0 + o * gs1;
-#pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        const int64_t t = t0 + 2 * lane + e;
-        v[j][e] = uj < u1 && t < p.length ? to_float(row[t * gs2]) : 0.0f;
-      }
-    }
-#pragma unroll
-    for (int j = 0; j < kDwBiasUnitsInFlight; ++j) sum += v[j][0] + v[j][1];
-  }
-  float* const warp_sums = reinterpret_cast<float*>(sm90::dynamic_shared());  // kDwBiasSmemBytes
-  sum = warp_sum(sum);
-  if (lane == 0) warp_sums[warp] = sum;
-  __syncthreads();
-  if (threadIdx.x == 0)
-    p.partials[part * p.part_elems + int64_t(p.groups) * p.out_g * p.in_g * p.width + o] =
-        sum_in_order(warp_sums, kDwBiasWarps, 1);
 }
 
 template <typename T, int kTaps>

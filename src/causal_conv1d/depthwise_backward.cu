@@ -297,24 +297,12 @@ bool window_applies(const DepthwiseBackwardParams& p) {
          spans / kWarpsPerBlock < kMaxGridX;
 }
 
-// As kForwardWindowGridStride (depthwise_forward.cu), for the backward window kernel: at ~92 % of
-// copy on B4 C4096 L8192 K4 against Dao's ~95 % (session 5). Emulation-tested; waiting for the
-// H200 A/B (docs/performance.md, session 8).
-constexpr bool kBackwardWindowGridStride = false;
-
 template <typename T, int kWidth>
 void launch_window(const DepthwiseBackwardParams& p, float* partials, cudaStream_t stream) {
   const int64_t spans = p.batch * p.channels * window_spans_per_row<T>(p);
-  int64_t blocks = (spans + kWarpsPerBlock - 1) / kWarpsPerBlock;
-  if constexpr (kBackwardWindowGridStride) {
-    constexpr auto kernel = depthwise_backward_window<T, kWidth, true>;
-    blocks = std::min(blocks, one_wave_blocks<kernel>(kVectorThreads, "causal_conv1d backward (window)"));
-    depthwise_backward_window<T, kWidth, true>
-        <<<unsigned(blocks), kVectorThreads, 0, stream>>>(p, window_spans_per_row<T>(p), spans, partials);
-    return;
-  }
+  const unsigned blocks = unsigned((spans + kWarpsPerBlock - 1) / kWarpsPerBlock);
   depthwise_backward_window<T, kWidth>
-      <<<unsigned(blocks), kVectorThreads, 0, stream>>>(p, window_spans_per_row<T>(p), spans, partials);
+      <<<blocks, kVectorThreads, 0, stream>>>(p, window_spans_per_row<T>(p), spans, partials);
 }
 
 template <typename T>

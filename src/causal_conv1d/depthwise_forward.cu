@@ -27,24 +27,12 @@ namespace {
 
 using Tile = ForwardTile;
 
-// A grid of at most one wave of blocks, each warp walking several spans, instead of a warp per
-// span: the 134 MB cases (B8 C2048 L2048, B1 C4096 L8192 K7) run at ~80 % of copy with ~7 us of
-// fixed cost per call; one suspect is 8192 short-lived blocks. Emulation-tested; waiting for the
-// H200 A/B (docs/performance.md, session 8).
-constexpr bool kForwardWindowGridStride = false;
-
 template <typename T, int kWidth>
 void launch_window(const DepthwiseForwardParams& p, cudaStream_t stream) {
   const int64_t spans_per_row = (p.length + forward_window_span<T>() - 1) / forward_window_span<T>();
   const int64_t spans = p.batch * p.channels * spans_per_row;
-  int64_t blocks = (spans + kWarpsPerBlock - 1) / kWarpsPerBlock;
-  if constexpr (kForwardWindowGridStride) {
-    constexpr auto kernel = depthwise_forward_window<T, kWidth, true>;
-    blocks = std::min(blocks, one_wave_blocks<kernel>(kVectorThreads, "causal_conv1d forward (window)"));
-    depthwise_forward_window<T, kWidth, true><<<unsigned(blocks), kVectorThreads, 0, stream>>>(p, spans_per_row, spans);
-    return;
-  }
-  depthwise_forward_window<T, kWidth><<<unsigned(blocks), kVectorThreads, 0, stream>>>(p, spans_per_row, spans);
+  const unsigned blocks = unsigned((spans + kWarpsPerBlock - 1) / kWarpsPerBlock);
+  depthwise_forward_window<T, kWidth><<<blocks, kVectorThreads, 0, stream>>>(p, spans_per_row, spans);
 }
 
 template <typename T>

@@ -24,18 +24,13 @@ constexpr int kVectorThreads = 128;
 constexpr int kMaxWindowWidth = 8;
 constexpr int kWarpsPerBlock = kVectorThreads / 32;
 
-// Calls span_of_warp(span) for this warp's spans: its own (a warp per span), or with kGridStride
-// spans w, w + (warps of the grid), ... for warp w of a smaller grid (the launchers'
-// k*WindowGridStride). Warp-uniform: the shuffles of a span see full warps.
-template <bool kGridStride, typename SpanOfWarp>
+// Calls span_of_warp(span) for this warp's own span (a warp per span), if it has one.
+// Warp-uniform: the shuffles of a span see full warps.
+template <typename SpanOfWarp>
 __device__ __forceinline__ void for_each_span_of_warp(int64_t spans, SpanOfWarp span_of_warp) {
-  const int64_t first = int64_t(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32;
-  if constexpr (kGridStride) {
-    for (int64_t span = first; span < spans; span += int64_t(gridDim.x) * kWarpsPerBlock) span_of_warp(span);
-  } else {
-    if (first >= spans) return;
-    span_of_warp(first);
-  }
+  const int64_t span = int64_t(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32;
+  if (span >= spans) return;
+  span_of_warp(span);
 }
 
 // ---- forward ----
@@ -107,12 +102,10 @@ __device__ __forceinline__ void forward_window_span_of_warp(const DepthwiseForwa
   }
 }
 
-// kGridStride: a separate instantiation (its loop costs up to ~8 registers).
-template <typename T, int kWidth, bool kGridStride = false>
+template <typename T, int kWidth>
 __global__ void __launch_bounds__(kVectorThreads)
     depthwise_forward_window(DepthwiseForwardParams p, int64_t spans_per_row, int64_t spans) {
-  for_each_span_of_warp<kGridStride>(
-      spans, [&](int64_t span) { forward_window_span_of_warp<T, kWidth>(p, spans_per_row, span); });
+  for_each_span_of_warp(spans, [&](int64_t span) { forward_window_span_of_warp<T, kWidth>(p, spans_per_row, span); });
 }
 
 // ---- backward: dx, and per-span weight-gradient partials ----
@@ -226,11 +219,10 @@ __device__ __forceinline__ void backward_window_span_of_warp(const DepthwiseBack
   }
 }
 
-// Each span writes its own partials, with or without kGridStride.
-template <typename T, int kWidth, bool kGridStride = false>
+template <typename T, int kWidth>
 __global__ void __launch_bounds__(kVectorThreads)
     depthwise_backward_window(DepthwiseBackwardParams p, int64_t spans_per_row, int64_t spans, float* partials) {
-  for_each_span_of_warp<kGridStride>(
+  for_each_span_of_warp(
       spans, [&](int64_t span) { backward_window_span_of_warp<T, kWidth>(p, spans_per_row, span, partials); });
 }
 

@@ -3,7 +3,6 @@
 
 #include <cuda_runtime.h>
 
-#include <cstdint>
 #include <string>
 
 namespace causalconv::detail {
@@ -26,19 +25,6 @@ inline int current_device_sm_count(const char* op) {
   check_cuda(cudaGetDevice(&device), op);
   check_cuda(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device), op);
   return sms;
-}
-
-// Blocks of `threads` threads that fill every SM of the current device once, for a grid-stride
-// kKernel (no dynamic shared memory). The occupancy is queried once per kernel: it depends on the
-// kernel's registers, not on which device of a process (one architecture) runs it.
-template <auto kKernel>
-int64_t one_wave_blocks(int threads, const char* op) {
-  static const int per_sm = [&] {
-    int n = 1;
-    check_cuda(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kKernel, threads, 0), op);
-    return n;
-  }();
-  return int64_t(current_device_sm_count(op)) * per_sm;
 }
 
 // Makes `device` current for the scope (ops run on the device of their tensors).

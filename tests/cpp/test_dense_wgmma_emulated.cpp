@@ -10,12 +10,10 @@
 #define dense_wgmma_conv dense_wgmma_conv_emulated
 #define dense_wgmma_conv_rows dense_wgmma_conv_rows_emulated
 #define dense_wgmma_weight_grad dense_wgmma_weight_grad_emulated
-#define dense_bias_grad_partials dense_bias_grad_partials_emulated
 #include "causal_conv1d/dense_wgmma_kernels.cuh"
 #undef dense_wgmma_conv
 #undef dense_wgmma_conv_rows
 #undef dense_wgmma_weight_grad
-#undef dense_bias_grad_partials
 
 #include <gtest/gtest.h>
 
@@ -308,25 +306,21 @@ struct DwCase {
   int64_t batch, groups, cin_g, cout_g, width, dilation, length;
   bool grad_in_place;  // 16-bit dy read by TMA where it lies (else staged rows, as stage_rows)
   bool dbias = true;   // false: no dbias (its warps stay idle and out of the ring)
-  int64_t parts = 0;   // parts of the (batch, time) units; 0: as wg_dw_layout splits them
 };
 
 // How the weight-gradient kernel reads x, staged channel-last as the forward stages it: a
 // 64-step tile per tap, or one window per unit for all the CTA's taps (x_window).
 enum class DwX { staged_taps, staged_window };
-// Who sums dbias: two warps of the weight-gradient kernel, or dense_bias_grad_partials from dy.
-enum class DwBias { in_kernel, separate };
 
 template <typename T>
-void run_weight_grad(const DwCase& cs, DwX mode = DwX::staged_taps, DwBias bias_by = DwBias::in_kernel) {
+void run_weight_grad(const DwCase& cs, DwX mode = DwX::staged_taps) {
   using Tr = detail::DwTraits<T>;
   const char* const x_name = mode == DwX::staged_window ? "x staged window" : "x staged";
   SCOPED_TRACE(::testing::Message() << name_of<T>() << " " << x_name << " dweight B"
                                     << cs.batch << " G" << cs.groups << " Cin/g "
                                     << cs.cin_g << " Cout/g " << cs.cout_g << " K" << cs.width << " d"
                                     << cs.dilation << " L" << cs.length << " in place " << cs.grad_in_place
-                                    << " dbias " << cs.dbias
-                                    << (bias_by == DwBias::separate ? " (separate)" : ""));
+                                    << " dbias " << cs.dbias);
   const int64_t B = cs.batch, G = cs.groups, K = cs.width, L = cs.length, dil = cs.dilation;
   const int64_t S = cs.cin_g, D = cs.cout_g, cin = G * S, cout = G * D;
   const bool in_place = cs.grad_in_place && !std::is_same_v<T, float>;
@@ -372,9 +366,7 @@ void run_weight_grad(const DwCase& cs, DwX mode = DwX::staged_taps, DwBias bias_
   const int64_t t_units = (L + detail::kDwSteps - 1) / detail::kDwSteps, units = B * t_units;
   const int64_t part_elems = cout * S * K + cout;
   const int64_t ctas = G * o_tiles * c_chunks * k_chunks;
-  const int64_t layout_parts =
-      std::max<int64_t>(1, std::min<int64_t>((detail::kDwTargetCtas + ctas - 1) / ctas, units));
-  const int64_t parts = cs.parts > 0 ? cs.parts : layout_parts;
+  const int64_t parts = std::max<int64_t>(1, std::min<int64_t>((detail::kDwTargetCtas + ctas - 1) / ctas, units));
   std::vector<float> partials(size_t(parts * part_elems), std::numeric_limits<float>::quiet_NaN());
 
   detail::DwParams p{};
@@ -387,15 +379,11 @@ void run_weight_grad(const DwCase& cs, DwX mode = DwX::staged_taps, DwBias bias_
   p.in_g = int32_t(S);
   p.width = int32_t(K);
   p.dilation = int32_t(dil);
-  p.length = int32_t(L);
   p.o_tiles = int32_t(o_tiles);
   p.c_chunks = int32_t(c_chunks);
   p.t_units = int32_t(t_units);
   p.parts = int32_t(parts);
-  p.sum_bias = cs.dbias && bias_by == DwBias::in_kernel;
-  if (cs.dbias && bias_by == DwBias::separate)  // dy as given: contiguous (B, C_out, L) rows
-    emu::launch({unsigned(cout), unsigned(parts), 1}, detail::kDwBiasThreads, detail::kDwBiasSmemBytes,
-                [&] { detail::dense_bias_grad_partials_emulated<T>(dy_e.data(), cout * L, L, 1, p); });
+  p.sum_bias = cs.dbias;
   detail::DwLaunch launches[2];  // as launch_wgmma_weight_grad: full 4-tap chunks, then the rest
   for (int i = 0, n = detail::dw_launches(int(K), launches); i < n; ++i) {
     p.q_base = launches[i].q_base;
@@ -521,14 +509,6 @@ TEST(DenseWgmmaEmulated, WeightGradStagedWindowBf16) {
 TEST(DenseWgmmaEmulated, WeightGradStagedWindowFp32) {
   run_weight_grad<float>(kWeightGrad[1], DwX::staged_window);
   run_weight_grad<float>(kWeightGrad[4], DwX::staged_window);
-}
-// dbias by its own kernel (kDenseBiasGradSeparate): partials from dy as given. Few channels and
-// parts: the emulator runs a block of 256 threads per (channel, part). bf16: 33 units per part
-// (every warp, four units in flight, a ragged last group), units across a batch boundary, a
-// partial last unit (L = 2100); fp32 at dilation 2 over two groups.
-TEST(DenseWgmmaEmulated, WeightGradSeparateBias) {
-  run_weight_grad<__nv_bfloat16>({2, 1, 40, 32, 3, 1, 2100, true, true, 2}, DwX::staged_taps, DwBias::separate);
-  run_weight_grad<float>({1, 2, 32, 16, 2, 2, 70, false}, DwX::staged_taps, DwBias::separate);
 }
 TEST(DenseWgmmaEmulated, WeightGradFp16) {
   run_weight_grad<__half>(kWeightGrad[0]);

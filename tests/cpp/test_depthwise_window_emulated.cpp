@@ -99,28 +99,17 @@ void with_width(int64_t width, F&& f) {
   }
 }
 
-// Runs kernel(width, grid_stride) for every thread of the window kernels' grid: a warp per span,
-// or grid_stride_blocks > 0 blocks of the grid-stride instantiation (std::true_type).
+// Runs kernel(width) for every thread of the window kernels' grid: a warp per span.
 template <typename F>
-void launch_window_emulated(int64_t spans, int64_t width, unsigned grid_stride_blocks, F kernel) {
-  const unsigned warp_per_span = unsigned((spans + detail::kWarpsPerBlock - 1) / detail::kWarpsPerBlock);
-  emu::launch({grid_stride_blocks > 0 ? grid_stride_blocks : warp_per_span, 1, 1}, detail::kVectorThreads, 0, [&] {
-    with_width(width, [&](auto k) {
-      if (grid_stride_blocks > 0)
-        kernel(k, std::true_type{});
-      else
-        kernel(k, std::false_type{});
-    });
-  });
+void launch_window_emulated(int64_t spans, int64_t width, F kernel) {
+  const unsigned blocks = unsigned((spans + detail::kWarpsPerBlock - 1) / detail::kWarpsPerBlock);
+  emu::launch({blocks, 1, 1}, detail::kVectorThreads, 0, [&] { with_width(width, kernel); });
 }
 
-// grid_stride_blocks > 0: the grid-stride instantiation (kForwardWindowGridStride) on that many
-// blocks, so that each warp walks several spans across rows.
 template <typename T>
-void run_forward(const Case& cs, unsigned grid_stride_blocks = 0) {
+void run_forward(const Case& cs) {
   SCOPED_TRACE(::testing::Message() << "forward B" << cs.batch << " C" << cs.channels << " L" << cs.length << " K"
-                                    << cs.width << " bias " << cs.bias << " silu " << cs.silu << " grid-stride blocks "
-                                    << grid_stride_blocks);
+                                    << cs.width << " bias " << cs.bias << " silu " << cs.silu);
   const int64_t B = cs.batch, C = cs.channels, L = cs.length, K = cs.width;
   std::random_device seed;
   HostTensor x({B, C, L}), w({C, K}), bias({C});
@@ -140,9 +129,8 @@ void run_forward(const Case& cs, unsigned grid_stride_blocks = 0) {
   // As launch_window in depthwise_forward.cu.
   const int64_t span = detail::forward_window_span<T>(), spans_per_row = (L + span - 1) / span;
   const int64_t spans = B * C * spans_per_row;
-  launch_window_emulated(spans, K, grid_stride_blocks, [&](auto width, auto grid_stride) {
-    detail::depthwise_forward_window_emulated<T, decltype(width)::value, decltype(grid_stride)::value>(
-        p, spans_per_row, spans);
+  launch_window_emulated(spans, K, [&](auto width) {
+    detail::depthwise_forward_window_emulated<T, decltype(width)::value>(p, spans_per_row, spans);
   });
 
   const HostTensor y_ref = test::reference_forward(x, w, cs.bias ? &bias : nullptr, 1, cs.silu);
@@ -150,13 +138,11 @@ void run_forward(const Case& cs, unsigned grid_stride_blocks = 0) {
   EXPECT_TRUE(y_e.padding_untouched()) << "wrote outside the output's elements";
 }
 
-// grid_stride_blocks: as run_forward's (kBackwardWindowGridStride).
 template <typename T>
-void run_backward(const Case& cs, unsigned grid_stride_blocks = 0) {
+void run_backward(const Case& cs) {
   SCOPED_TRACE(::testing::Message() << "backward B" << cs.batch << " C" << cs.channels << " L" << cs.length << " K"
                                     << cs.width << " bias " << cs.bias << " silu " << cs.silu << " dx " << cs.dx
-                                    << " weight grads " << cs.weight_grads << " grid-stride blocks "
-                                    << grid_stride_blocks);
+                                    << " weight grads " << cs.weight_grads);
   const int64_t B = cs.batch, C = cs.channels, L = cs.length, K = cs.width;
   std::random_device seed;
   HostTensor x({B, C, L}), w({C, K}), bias({C}), dy({B, C, L});
@@ -182,9 +168,8 @@ void run_backward(const Case& cs, unsigned grid_stride_blocks = 0) {
   const int64_t spans = B * C * spans_per_row, parts = B * spans_per_row;
   std::vector<float> partials(size_t(C * parts * (K + 1)), std::numeric_limits<float>::quiet_NaN());
   float* const partials_arg = cs.weight_grads ? partials.data() : nullptr;
-  launch_window_emulated(spans, K, grid_stride_blocks, [&](auto width, auto grid_stride) {
-    detail::depthwise_backward_window_emulated<T, decltype(width)::value, decltype(grid_stride)::value>(
-        p, spans_per_row, spans, partials_arg);
+  launch_window_emulated(spans, K, [&](auto width) {
+    detail::depthwise_backward_window_emulated<T, decltype(width)::value>(p, spans_per_row, spans, partials_arg);
   });
 
   const test::BackwardReference ref = test::reference_backward(x, w, cs.bias ? &bias : nullptr, dy, cs.silu);
@@ -234,8 +219,6 @@ void forward_cases() {
   run_forward<T>({1, 2, 5, 8, true, false});           // L < K
   run_forward<T>({1, 1, 2 * span, 4, false, true});    // whole spans
   run_forward<T>({3, 2, 33 * vec + 1, 3, true, true});  // one lane's vector past the first 32
-  // Grid-stride: 2 blocks (8 warps) over 3 x 5 x 3 = 45 spans, across rows and batches.
-  run_forward<T>({3, 5, 2 * span + 7 * vec + 1, 7, true, true}, 2);
 }
 
 template <typename T>
@@ -248,8 +231,6 @@ void backward_cases() {
   run_backward<T>({3, 2, 33 * vec + 1, 3, true, true});   // one lane's vector past the first 32
   run_backward<T>({1, 2, span + 7, 5, true, true, false, true});  // weight gradients only
   run_backward<T>({1, 2, span + 7, 5, false, true, true, false}); // dx only
-  // Grid-stride: 2 blocks (8 warps) over 3 x 5 x 3 = 45 spans, across rows and batches.
-  run_backward<T>({3, 5, 2 * span + 7 * vec + 1, 4, true, true}, 2);
 }
 
 TEST(DepthwiseWindowEmulated, ForwardFloat32) { forward_cases<float>(); }
