@@ -1,9 +1,13 @@
-// Launcher of the tensor-core depthwise forward (the kernel: depthwise_forward_tc_kernel.cuh).
+// Launchers of the tensor-core depthwise forwards: the warpgroup-MMA form on sm_90a
+// (depthwise_forward_wgmma_kernel.cuh) for 16-byte aligned rows, the mma.sync form
+// (depthwise_forward_tc_kernel.cuh) otherwise.
 #include <algorithm>
 
 #include "causal_conv1d/depthwise_forward_tc_kernel.cuh"
+#include "causal_conv1d/depthwise_forward_wgmma_kernel.cuh"
 #include "causal_conv1d/depthwise_kernels.h"
 #include "causal_conv1d/depthwise_tiling.cuh"
+#include "common/cuda_runtime.h"
 
 namespace causalconv::detail {
 namespace {
@@ -33,6 +37,51 @@ void launch_width(const DepthwiseForwardParams& p, cudaStream_t stream) {
     launch<T, 17>(p, stream);  // K <= 256
 }
 
+template <typename T, int kBlocks>
+void launch_wgmma(const DepthwiseForwardParams& p, cudaStream_t stream) {
+  using Tile = WgmmaToeplitzTile;
+  constexpr int kSmem = DepthwiseWgmmaSmem<kBlocks>::kBytes;
+  static_assert(kSmem <= 48 * 1024, "within the default dynamic shared memory limit");
+  const int64_t tiles = (p.length + Tile::kOutputs - 1) / Tile::kOutputs;
+  const int64_t tile_blocks = std::min((tiles + kTcTilesPerBlock - 1) / kTcTilesPerBlock, kMaxGridY);
+  const dim3 grid(unsigned(p.batch * p.channels), unsigned(tile_blocks));
+  depthwise_forward_wgmma_kernel<T, kBlocks><<<grid, Tile::kThreads, kSmem, stream>>>(p, tiles);
+}
+
+template <typename T>
+void launch_wgmma_width(const DepthwiseForwardParams& p, cudaStream_t stream) {
+  switch (toeplitz64_blocks(int(p.width))) {
+    case 2: launch_wgmma<T, 2>(p, stream); break;  // K <= 65
+    case 3: launch_wgmma<T, 3>(p, stream); break;  // K <= 129
+    case 4: launch_wgmma<T, 4>(p, stream); break;  // K <= 193
+    default: launch_wgmma<T, 5>(p, stream); break;  // K <= 256
+  }
+}
+
+// The wgmma form from this width on. Measured side by side on the H200 (bf16 B1 D4096 L8192,
+// docs/performance.md, session 8): the mma.sync form is faster up to K = 33 (43.7 against 51 us),
+// they tie at K = 64-65, the wgmma form wins from there (K128 0.058 against 0.064 ms, K256 79
+// against 94 us).
+constexpr int64_t kWgmmaMinWidth = 65;
+
+// The wgmma form reads and writes rows by 16-byte units: every row of x and y starts 16-byte
+// aligned. It needs an sm_90a image and a compute capability 9.0 device.
+bool wgmma_form_applies(const DepthwiseForwardParams& p) {
+#ifdef CAUSALCONV_HAS_SM90A
+  if (p.width < kWgmmaMinWidth) return false;
+  auto aligned_rows = [&](const void* base, const int64_t* stride) {
+    return reinterpret_cast<uintptr_t>(base) % 16 == 0 && (p.batch == 1 || stride[0] % 8 == 0) &&
+           (p.channels == 1 || stride[1] % 8 == 0);
+  };
+  int device = 0;
+  check_cuda(cudaGetDevice(&device), "causal_conv1d forward");
+  return aligned_rows(p.x, p.x_stride) && aligned_rows(p.y, p.y_stride) && device_is_sm90(device);
+#else
+  (void)p;
+  return false;
+#endif
+}
+
 }  // namespace
 
 bool try_launch_depthwise_forward_tc(const DepthwiseForwardParams& p, cudaStream_t stream) {
@@ -40,10 +89,11 @@ bool try_launch_depthwise_forward_tc(const DepthwiseForwardParams& p, cudaStream
       p.width > kDepthwiseTcMaxWidth || p.x_stride[2] != 1 || p.y_stride[2] != 1 || p.length <= 0 ||
       p.batch * p.channels <= 0 || p.batch * p.channels > kMaxGridX)
     return false;
+  const bool wgmma = wgmma_form_applies(p);
   if (p.dtype == DType::f16)
-    launch_width<__half>(p, stream);
+    wgmma ? launch_wgmma_width<__half>(p, stream) : launch_width<__half>(p, stream);
   else
-    launch_width<__nv_bfloat16>(p, stream);
+    wgmma ? launch_wgmma_width<__nv_bfloat16>(p, stream) : launch_width<__nv_bfloat16>(p, stream);
   return true;
 }
 

@@ -33,6 +33,16 @@ void throw_cuda_error(cudaError_t status, const char* op) {
                                       cudaGetErrorString(status));
 }
 
+bool device_is_sm90(int device) {
+  int major = 0, minor = 0;
+  if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device) != cudaSuccess) {
+    cudaGetLastError();
+    return false;
+  }
+  return major == 9 && minor == 0;
+}
+
 DeviceGuard::DeviceGuard(int device) {
   int current = -1;
   check_cuda(cudaGetDevice(&current), "selecting the device");

@@ -27,6 +27,9 @@ inline int current_device_sm_count(const char* op) {
   return sms;
 }
 
+// Compute capability 9.0 (Hopper), where the sm_90a kernels run (false when the query fails).
+bool device_is_sm90(int device);
+
 // Makes `device` current for the scope (ops run on the device of their tensors).
 class DeviceGuard {
  public:

@@ -192,8 +192,33 @@ __device__ __forceinline__ void wgmma_m64n64k16_bt(float (&d)[32], uint64_t desc
 #endif
 }
 
+#define CAUSALCONV_WGMMA_M64N64K16_RS(TYPE)                                                                          \
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"                                             \
+               "wgmma.mma_async.sync.aligned.m64n64k16.f32." TYPE "." TYPE " "                                \
+               "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "                                                                             \
+               "{%32, %33, %34, %35}, %36, p, 1, 1, 0;\n}\n"                                                           \
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), \
+      "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), \
+      "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), \
+      "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]) \
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(accumulate))
+
+// D[64 x 64] (+)= A[64 x 16] * B[16 x 64]: A in registers (per warp w of the warpgroup, rows
+// 16w .. 16w + 15 in mma.sync's m16n8k16 A layout), B K-major in shared memory.
+template <typename T>
+__device__ __forceinline__ void wgmma_m64n64k16_rs(float (&d)[32], const uint32_t (&a)[4], uint64_t desc_b,
+                                                    uint32_t accumulate) {
+#ifdef CAUSALCONV_SM90A
+  if constexpr (std::is_same_v<T, __half>)
+    CAUSALCONV_WGMMA_M64N64K16_RS("f16");
+  else
+    CAUSALCONV_WGMMA_M64N64K16_RS("bf16");
+#endif
+}
+
 #undef CAUSALCONV_WGMMA_M64N256K16
 #undef CAUSALCONV_WGMMA_M64N64K16_BT
+#undef CAUSALCONV_WGMMA_M64N64K16_RS
 
 }  // namespace causalconv::detail::sm90
 
@@ -413,9 +438,7 @@ inline Descriptor decode_descriptor(uint64_t d) {
 }
 
 template <typename T>
-inline float operand_at(uint32_t address) {
-  uint16_t bits;
-  std::memcpy(&bits, swizzled(address), 2);
+inline float operand_value(uint16_t bits) {
   if constexpr (std::is_same_v<T, __half>) {
     __half_raw r;
     r.x = bits;
@@ -426,6 +449,13 @@ inline float operand_at(uint32_t address) {
     std::memcpy(&v, &f, 4);
     return v;
   }
+}
+
+template <typename T>
+inline float operand_at(uint32_t address) {
+  uint16_t bits;
+  std::memcpy(&bits, swizzled(address), 2);
+  return operand_value<T>(bits);
 }
 
 // K-major operand (128-byte swizzle): row r (an M or N index), reduction index k of this k16
@@ -443,13 +473,11 @@ inline uint32_t n_major_address(const Descriptor& d, int k, int n) {
 
 // D[64 x N] (+)= A[64 x 16] B[16 x N] for this thread's fragment: element 4j + 2h + e is row
 // 16w + l/4 + 8h, column 8j + 2(l%4) + e (w: the warp in the warpgroup, l: the lane).
+// a: this thread's two rows of A (16w + l/4 + 8h).
 template <typename T, int N, bool kBNMajor>
-inline void wgmma_emulated(float* d, uint64_t desc_a, uint64_t desc_b, uint32_t accumulate) {
-  const int t = int(threadIdx.x % 128), w = t / 32, l = t % 32;
-  const Descriptor da = decode_descriptor(desc_a), db = decode_descriptor(desc_b);
-  float a[2][16];
-  for (int h = 0; h < 2; ++h)
-    for (int k = 0; k < 16; ++k) a[h][k] = operand_at<T>(k_major_address(da, 16 * w + l / 4 + 8 * h, k));
+inline void wgmma_emulated_rows(float* d, const float (&a)[2][16], uint64_t desc_b, uint32_t accumulate) {
+  const int l = int(threadIdx.x % 32);
+  const Descriptor db = decode_descriptor(desc_b);
   for (int j = 0; j < N / 8; ++j)
     for (int e = 0; e < 2; ++e) {
       const int n = 8 * j + 2 * (l % 4) + e;
@@ -462,6 +490,31 @@ inline void wgmma_emulated(float* d, uint64_t desc_a, uint64_t desc_b, uint32_t 
         d[4 * j + 2 * h + e] = sum;
       }
     }
+}
+
+template <typename T, int N, bool kBNMajor>
+inline void wgmma_emulated(float* d, uint64_t desc_a, uint64_t desc_b, uint32_t accumulate) {
+  const int t = int(threadIdx.x % 128), w = t / 32, l = t % 32;
+  const Descriptor da = decode_descriptor(desc_a);
+  float a[2][16];
+  for (int h = 0; h < 2; ++h)
+    for (int k = 0; k < 16; ++k) a[h][k] = operand_at<T>(k_major_address(da, 16 * w + l / 4 + 8 * h, k));
+  wgmma_emulated_rows<T, N, kBNMajor>(d, a, desc_b, accumulate);
+}
+
+// A from registers: this thread's rows gathered from the fragments of the warp's lanes 4g .. 4g + 3
+// (g = l/4): lane 4g + q' holds (row g + 8 (reg & 1), cols 2q' + 8 (reg >> 1), +1) in a[reg].
+template <typename T, int N>
+inline void wgmma_emulated_registers(float* d, const uint32_t (&frag)[4], uint64_t desc_b, uint32_t accumulate) {
+  const int g = int(threadIdx.x % 32) / 4;
+  float a[2][16];
+  for (int src = 0; src < 4; ++src)
+    for (int reg = 0; reg < 4; ++reg) {
+      const uint32_t v = __shfl_sync(0xffffffffu, frag[reg], 4 * g + src);
+      const int col = 2 * src + 8 * (reg >> 1);
+      for (int e = 0; e < 2; ++e) a[reg & 1][col + e] = operand_value<T>(uint16_t(v >> (16 * e)));
+    }
+  wgmma_emulated_rows<T, N, false>(d, a, desc_b, accumulate);
 }
 
 // ---- ldmatrix / stmatrix: every lane of the warp calls them; the lanes' addresses are
@@ -513,6 +566,11 @@ inline void wgmma_m64n256k16(float (&d)[128], uint64_t desc_a, uint64_t desc_b, 
 template <typename T>
 inline void wgmma_m64n64k16_bt(float (&d)[32], uint64_t desc_a, uint64_t desc_b, uint32_t accumulate) {
   wgmma_emulated<T, 64, true>(d, desc_a, desc_b, accumulate);
+}
+
+template <typename T>
+inline void wgmma_m64n64k16_rs(float (&d)[32], const uint32_t (&a)[4], uint64_t desc_b, uint32_t accumulate) {
+  wgmma_emulated_registers<T, 64>(d, a, desc_b, accumulate);
 }
 
 }  // namespace causalconv::detail::sm90

@@ -16,6 +16,9 @@
 #define depthwise_backward_tc_kernel depthwise_backward_tc_kernel_emulated
 #include "causal_conv1d/depthwise_backward_tc_kernel.cuh"
 #undef depthwise_backward_tc_kernel
+#define depthwise_forward_wgmma_kernel depthwise_forward_wgmma_kernel_emulated
+#include "causal_conv1d/depthwise_forward_wgmma_kernel.cuh"
+#undef depthwise_forward_wgmma_kernel
 
 #include <gtest/gtest.h>
 
@@ -65,14 +68,28 @@ void with_max_blocks(int64_t width, F&& f) {
     f(std::integral_constant<int, 17>{});
 }
 
-// Inputs of one case in storage type T: x, dy as padded activations (row stride L + 3,
-// so only some rows are 16-byte aligned), w (C, K), bias (C).
+// Row padding of the activations: 3 (row stride L + 3, so only some rows are 16-byte aligned),
+// or what makes every row start 16-byte aligned (as the wgmma form requires).
+int64_t row_pad(int64_t length, bool aligned_rows) { return aligned_rows ? 8 - length % 8 : 3; }
+
+// Calls f(kBlocks) with the wgmma form's template argument for width K (as its launcher).
+template <typename F>
+void with_wgmma_blocks(int64_t width, F&& f) {
+  switch (detail::toeplitz64_blocks(int(width))) {
+    case 2: f(std::integral_constant<int, 2>{}); break;
+    case 3: f(std::integral_constant<int, 3>{}); break;
+    case 4: f(std::integral_constant<int, 4>{}); break;
+    default: f(std::integral_constant<int, 5>{}); break;
+  }
+}
+
+// Row padding in storage type T: x, dy as padded activations (row_pad), w (C, K), bias (C).
 template <typename T>
 struct Data {
   Activation<T> x, dy;
   std::vector<T> w, bias;
-  Data(const Case& cs, std::mt19937& rng)
-      : x(cs.batch, cs.channels, cs.length), dy(cs.batch, cs.channels, cs.length),
+  Data(const Case& cs, std::mt19937& rng, int64_t pad)
+      : x(cs.batch, cs.channels, cs.length, pad), dy(cs.batch, cs.channels, cs.length, pad),
         w(size_t(cs.channels * cs.width)), bias(size_t(cs.channels)) {
     std::normal_distribution<double> normal;
     HostTensor xh({cs.batch, cs.channels, cs.length}), dyh({cs.batch, cs.channels, cs.length});
@@ -104,14 +121,19 @@ struct Data {
 
 using test::ErrorTally;
 
+// The mma.sync form (depthwise_forward_tc_kernel), or the wgmma form on 16-byte aligned rows.
+enum class Form { mma_sync, wgmma };
+
 template <typename T>
-void run_forward(const Case& cs) {
+void run_forward(const Case& cs, Form form = Form::mma_sync) {
   SCOPED_TRACE(::testing::Message() << "forward B" << cs.batch << " C" << cs.channels << " L" << cs.length << " K"
-                                    << cs.width << " bias " << cs.bias << " silu " << cs.silu);
+                                    << cs.width << " bias " << cs.bias << " silu " << cs.silu << " form "
+                                    << (form == Form::wgmma ? "wgmma" : "mma.sync"));
   const int64_t B = cs.batch, C = cs.channels, L = cs.length, K = cs.width;
   std::mt19937 rng(std::random_device{}());
-  Data<T> d(cs, rng);
-  Activation<T> y(B, C, L);
+  const int64_t pad = row_pad(L, form == Form::wgmma);
+  Data<T> d(cs, rng, pad);
+  Activation<T> y(B, C, L, pad);
 
   detail::DepthwiseForwardParams p{};
   test::set_common_params(p, d.w, cs.bias ? d.bias.data() : nullptr, B, C, L, K, 1, cs.silu);
@@ -123,14 +145,23 @@ void run_forward(const Case& cs) {
   p.y_stride[0] = y.stride_b;
   p.y_stride[1] = y.stride_c;
   p.y_stride[2] = 1;
-  const int64_t tiles = (L + detail::ToeplitzTile::kOutputs - 1) / detail::ToeplitzTile::kOutputs;
-  const int64_t tile_blocks = (tiles + cs.tiles_per_block - 1) / cs.tiles_per_block;
-  with_max_blocks(K, [&](auto max_blocks) {
-    constexpr int kMaxBlocks = decltype(max_blocks)::value;
-    const emu::Dim3 grid{unsigned(B * C), unsigned(tile_blocks), 1};
-    emu::launch(grid, detail::ToeplitzTile::kThreads, size_t(detail::depthwise_tc_smem_bytes<kMaxBlocks>()),
-                [&] { detail::depthwise_forward_tc_kernel_emulated<T, kMaxBlocks>(p, tiles); });
-  });
+  if (form == Form::wgmma) {
+    const int64_t tiles = (L + detail::WgmmaToeplitzTile::kOutputs - 1) / detail::WgmmaToeplitzTile::kOutputs;
+    const emu::Dim3 grid{unsigned(B * C), unsigned((tiles + cs.tiles_per_block - 1) / cs.tiles_per_block), 1};
+    with_wgmma_blocks(K, [&](auto blocks) {
+      constexpr int kBlocks = decltype(blocks)::value;
+      emu::launch(grid, detail::WgmmaToeplitzTile::kThreads, size_t(detail::DepthwiseWgmmaSmem<kBlocks>::kBytes),
+                  [&] { detail::depthwise_forward_wgmma_kernel_emulated<T, kBlocks>(p, tiles); });
+    });
+  } else {
+    const int64_t tiles = (L + detail::ToeplitzTile::kOutputs - 1) / detail::ToeplitzTile::kOutputs;
+    const emu::Dim3 grid{unsigned(B * C), unsigned((tiles + cs.tiles_per_block - 1) / cs.tiles_per_block), 1};
+    with_max_blocks(K, [&](auto max_blocks) {
+      constexpr int kMaxBlocks = decltype(max_blocks)::value;
+      emu::launch(grid, detail::ToeplitzTile::kThreads, size_t(detail::depthwise_tc_smem_bytes<kMaxBlocks>()),
+                  [&] { detail::depthwise_forward_tc_kernel_emulated<T, kMaxBlocks>(p, tiles); });
+    });
+  }
 
   // Element by element: the output's rounding plus fp32 accumulation error.
   const double ulp = ulp_of<T>();
@@ -161,7 +192,7 @@ void run_backward(const Case& cs, bool want_dx = true, bool want_dw = true) {
                                     << " dw " << want_dw);
   const int64_t B = cs.batch, C = cs.channels, L = cs.length, K = cs.width;
   std::mt19937 rng(std::random_device{}());
-  Data<T> d(cs, rng);
+  Data<T> d(cs, rng, row_pad(L, false));
   Activation<T> dx(B, C, L);
   const int64_t tiles = (L + detail::ToeplitzTile::kOutputs - 1) / detail::ToeplitzTile::kOutputs;
   std::vector<float> partials(size_t(C * B * tiles * (K + 1)), std::numeric_limits<float>::quiet_NaN());
@@ -277,6 +308,28 @@ TEST(DepthwiseTensorCoreEmulated, Forward) {
   for (const Case& c : kForwardBFloat16Cases) run_forward<__nv_bfloat16>(c);
   for (const Case& c : kForwardFloat16Cases) run_forward<__half>(c);
   run_forward<__nv_bfloat16>({2, 3, 8189, 128, true, true, 2});  // aligned, 4 tiles, 2 per block
+}
+
+// The wgmma form: 4096-step tiles, halos of 1-4 chunks, both input stages, partial tiles and units.
+TEST(DepthwiseTensorCoreEmulated, ForwardWgmma) {
+  const Case bf16_cases[] = {
+      {1, 1, 1, 16, false, false},        // L = 1
+      {1, 2, 15, 9, true, false},         // narrowest width, L < 64
+      {2, 1, 2100, 17, true, true},       // one partial tile
+      {1, 1, 4093, 128, false, true},     // row end inside a unit
+      {1, 1, 300, 256, true, false},      // L < K, widest: 5 blocks
+      {1, 1, 9000, 65, true, false, 1},   // 2 blocks; one tile per block: 3 blocks along the row
+      {1, 1, 10237, 129, true, true},     // 3 blocks; 3 tiles walked by one block (both stages)
+      {1, 1, 17000, 193, true, false},    // 4 blocks; 5 tiles walked by one block
+      {2, 3, 8189, 128, true, true, 1},   // 3 blocks; 2 tiles, one per block
+  };
+  for (const Case& c : bf16_cases) run_forward<__nv_bfloat16>(c, Form::wgmma);
+  const Case f16_cases[] = {
+      {1, 3, 17, 255, true, true},
+      {1, 1, 6141, 64, false, false},
+      {1, 1, 253, 193, false, true},  // 4 blocks, row end inside a unit
+  };
+  for (const Case& c : f16_cases) run_forward<__half>(c, Form::wgmma);
 }
 
 TEST(DepthwiseTensorCoreEmulated, BackwardBFloat16) {

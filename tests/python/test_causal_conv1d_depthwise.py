@@ -429,12 +429,14 @@ def test_backward_rejects_a_short_workspace():
 
 @requires_cuda
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
-@pytest.mark.parametrize("k", [8, 9, 16, 17, 31, 33, 64, 65, 128, 129, 255, 256])
+@pytest.mark.parametrize("k", [8, 9, 16, 17, 31, 33, 64, 65, 128, 129, 193, 255, 256])
 def test_tensor_core_path(dtype, k, seeded):
-    # fp16/bf16, dilation 1, 9 <= K <= 256 with unit time stride take the tensor-core (Toeplitz) kernel;
-    # K = 8 is the window kernel's side of the dispatch. Each Toeplitz-block count's template is hit
-    # (K = 9/31: 2-3 blocks, 33/64: 4-5, 65/128: 6-9, 129/255/256: 10-17). Lengths: shorter than a
-    # chunk of 16, one chunk, one step past it, 16-byte aligned rows (1000) and unaligned ones (4097).
+    # fp16/bf16, dilation 1, 9 <= K <= 256 with unit time stride take a tensor-core (Toeplitz) kernel;
+    # K = 8 is the window kernel's side of the dispatch. From K = 65 on, rows that all start 16-byte
+    # aligned (L = 16, 1000) take the wgmma form on the H200 (2-5 blocks of 64: K = 65, 128/129, 193,
+    # 255/256), the others the mma.sync form (each template of its 3/5/9/17 blocks of 16 is hit).
+    # Lengths: shorter than a chunk of 16, one chunk, one step past it, aligned rows (16, 1000) and
+    # unaligned ones (4097).
     for length in (1, 15, 16, 17, 1000, 4097):
         for with_bias, activation in ((False, None), (True, "silu"), (True, None)):
             x, w, bias = make_inputs(2, 3, length, k, dtype, with_bias=with_bias)
@@ -446,12 +448,15 @@ def test_tensor_core_path(dtype, k, seeded):
 @requires_cuda
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 def test_tensor_core_path_tile_walks_and_fallbacks(dtype, seeded):
-    # Rows longer than 8 tiles of 2048 (several blocks along a row, each walking tiles), odd channels,
-    # batch > 1; then the shapes that must stay on the CUDA-core kernels: dilation > 1, a strided time
-    # axis, channel-last, and fp32.
-    x, w, bias = make_inputs(2, 5, 2048 * 9 + 5, 128, dtype, with_bias=True)
-    y = forward_into_poisoned(x, w, bias, 1, "silu")
-    assert_close_to_reference(y, causalconv.reference.causal_conv1d(x, w, bias, 1, None, "silu"), dtype)
+    # Rows longer than 8 tiles (several blocks along a row, each walking tiles), odd channels, batch > 1:
+    # of the mma.sync form (tiles of 2048, unaligned rows) and of the wgmma form (tiles of 4096, aligned
+    # rows); then the shapes that must stay on the CUDA-core kernels: dilation > 1, a strided time axis,
+    # channel-last, and fp32.
+    for length in (2048 * 9 + 5, 4096 * 9 + 8):
+        x, w, bias = make_inputs(2, 5, length, 128, dtype, with_bias=True)
+        y = forward_into_poisoned(x, w, bias, 1, "silu")
+        ref = causalconv.reference.causal_conv1d(x, w, bias, 1, None, "silu")
+        assert_close_to_reference(y, ref, dtype, f"L={length}")
     for layout, dilation in (("channel_first", 2), ("strided", 1), ("channel_last", 1)):
         x, w, bias = make_inputs(2, 9, 700, 64, dtype, layout, with_bias=True)
         y = forward_into_poisoned(x, w, bias, dilation, None, layout == "channel_last")

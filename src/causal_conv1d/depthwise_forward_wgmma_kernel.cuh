@@ -1,0 +1,188 @@
+// Depthwise causal conv forward on Hopper's warpgroup MMA (sm_90a; 16-bit dtypes, dilation 1,
+// rows with unit time stride and 16-byte aligned starts): the blocked Toeplitz form of
+// common/toeplitz_mma.cuh with 64-step chunks,
+//     y_chunk[j] = sum_{i < nb} T_i · x_chunk[j - i],   T_i[r][c] = wr[64i + r - c],
+// nb = floor((K + 62) / 64) + 1 (2 at K <= 65, 3 at K <= 129, 5 at K <= 256).
+//
+// Why wgmma: the mma.sync form (depthwise_forward_tc_kernel.cuh) is bound by shared-memory
+// wavefronts (ncu: L1 at 86 %, 11.2 M wavefronts for 33.5 M outputs): every warp reads its own
+// B operand by ldmatrix, 2 wavefronts per m16n8k16, plus its A fragments. Here the warpgroup's
+// wgmma reads each B operand (the staged input) once for 64 x 64 outputs straight from shared
+// memory, and A (the Toeplitz blocks) sits in registers: ~6 B of operand traffic per output
+// instead of ~27.
+//
+// A block (one warpgroup) owns one (b, c) row and walks 4096-step tiles strided by gridDim.y.
+// The tile's input, chunks [J - halo, J + 64) (halo = nb - 1), is staged by cp.async as rows of
+// 128 bytes (one chunk each) under the 128-byte swizzle, so the B operand of block i is the
+// K-major 64 x 64 matrix starting at row halo - i: a descriptor start (the swizzle follows
+// absolute addresses; common/sm90_primitives.cuh). The next tile's input goes into the other
+// stage while the current one computes. D[r][n] = y[64 (J + n) + r] goes through a swizzled
+// output tile in shared memory and back to the row in 16-byte stores.
+#pragma once
+
+#include <type_traits>
+
+#include "causal_conv1d/depthwise_kernels.h"
+#include "common/sm90_primitives.cuh"
+#include "common/toeplitz_mma.cuh"
+
+namespace causalconv::detail {
+
+struct WgmmaToeplitzTile {
+  static constexpr int kChunk = 64;    // steps per chunk: the MMA's M and K per Toeplitz block
+  static constexpr int kThreads = 128;  // one warpgroup
+  static constexpr int kChunks = 64;   // output chunks per tile: the MMA's N
+  static constexpr int kOutputs = kChunks * kChunk;
+  static constexpr int kRowBytes = 2 * kChunk;  // one staged chunk: 128 bytes
+};
+
+// Number of Toeplitz blocks T_0..T_{nb-1} of a width-K filter at 64-step chunks.
+__host__ __device__ constexpr int toeplitz64_blocks(int width) { return (width + 62) / 64 + 1; }
+
+// Byte offset of the 16-byte unit k (values 8k .. 8k + 7) of row r in a 1024-byte aligned tile
+// under the 128-byte swizzle.
+__device__ __forceinline__ int swizzled_unit_offset(int r, int k) { return r * 128 + ((k ^ (r & 7)) << 4); }
+
+// Shared memory of depthwise_forward_wgmma_kernel<T, kBlocks> (kBlocks = toeplitz64_blocks(K)):
+// two input stages of kChunks + kBlocks - 1 rows (each rounded up to 1024 bytes), the output tile, the pair
+// table of toeplitz64_pairs, and 1024 bytes to align the start.
+template <int kBlocks>
+struct DepthwiseWgmmaSmem {
+  using Tile = WgmmaToeplitzTile;
+  static constexpr int kStageBytes = (Tile::kChunks + kBlocks - 1 + 7) / 8 * 1024;
+  static constexpr int kOutBytes = Tile::kChunks * Tile::kRowBytes;
+  static constexpr int kPairs = 64 * (kBlocks + 1);  // lags -64 .. 64 kBlocks - 1
+  static constexpr int kBytes = 1024 + 2 * kStageBytes + kOutBytes + 4 * kPairs;
+};
+
+// pairs_s[64 + s] = (wr[s], wr[s - 1]) as one MMA operand register (wr[s] in the low half), for
+// lags s in [-64, 64 kBlocks), wr[s] = w[K-1-s] inside [0, K) and zero outside.
+template <int kBlocks, typename T>
+__device__ __forceinline__ void toeplitz64_pairs(uint32_t* pairs_s, const T* w, int64_t w_stride, int width) {
+  auto wr = [&](int s) { return (s >= 0 && s < width) ? w[int64_t(width - 1 - s) * w_stride] : from_float<T>(0.0f); };
+  for (int e = int(threadIdx.x); e < DepthwiseWgmmaSmem<kBlocks>::kPairs; e += WgmmaToeplitzTile::kThreads) {
+    const int s = e - 64;
+    pairs_s[e] = pack_pair(wr(s), wr(s - 1));
+  }
+}
+
+// This thread's register fragments of A = T_i[:, 16 ks .. 16 ks + 15] for i < kBlocks. The
+// wgmma A layout per warp w of the warpgroup is mma.sync's m16n8k16 one on rows 16w .. 16w + 15:
+// reg = (row g + 8 (reg & 1), cols 2q + 8 (reg >> 1), +1). Entry (r, c) has lag 64i + r - c and
+// (r, c + 1) one less: one pair of the table.
+template <int kBlocks>
+__device__ __forceinline__ void toeplitz64_a_fragments(uint32_t (&a)[kBlocks][4][4], const uint32_t* pairs_s) {
+  const int lane = int(threadIdx.x) & 31, warp = int(threadIdx.x) >> 5, g = lane >> 2, q = lane & 3;
+#pragma unroll
+  for (int i = 0; i < kBlocks; ++i)
+#pragma unroll
+    for (int ks = 0; ks < 4; ++ks)
+#pragma unroll
+      for (int reg = 0; reg < 4; ++reg) {
+        const int row = 16 * warp + g + 8 * (reg & 1), col = 16 * ks + 2 * q + 8 * (reg >> 1);
+        a[i][ks][reg] = pairs_s[64 + 64 * i + row - col];
+      }
+}
+
+// cp.async of the tile's input: unit u (row u / 8, 16-byte unit u % 8) holds steps
+// first_step + 8u .. + 7 of the 16-byte aligned row, zero outside [0, n).
+template <typename T>
+__device__ __forceinline__ void wgmma_toeplitz_stage(unsigned char* stage, const T* row, int64_t first_step,
+                                                     int units, int64_t n) {
+  for (int u = int(threadIdx.x); u < units; u += WgmmaToeplitzTile::kThreads) {
+    const int64_t t = first_step + 8 * int64_t(u);
+    const int64_t valid = t < 0 ? 0 : n - t;
+    const int bytes = valid >= 8 ? 16 : valid > 0 ? int(2 * valid) : 0;
+    cp_async16(stage + swizzled_unit_offset(u >> 3, u & 7), bytes > 0 ? row + t : row, bytes);
+  }
+}
+
+template <typename T, int kBlocks>
+__global__ void __launch_bounds__(WgmmaToeplitzTile::kThreads)
+    depthwise_forward_wgmma_kernel(DepthwiseForwardParams p, int64_t tiles) {
+#ifdef CAUSALCONV_SM90A
+  using Tile = WgmmaToeplitzTile;
+  using Smem = DepthwiseWgmmaSmem<kBlocks>;
+  uint8_t* const smem_raw = sm90::dynamic_shared();
+  unsigned char* const stages = reinterpret_cast<unsigned char*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) &
+                                                                 ~uintptr_t(1023));
+  unsigned char* const out_s = stages + 2 * Smem::kStageBytes;  // [kChunks rows of 128 bytes], swizzled
+  uint32_t* const pairs_s = reinterpret_cast<uint32_t*>(out_s + Smem::kOutBytes);
+
+  constexpr int kHalo = kBlocks - 1;
+  const int width = int(p.width);
+  const int lane = int(threadIdx.x) & 31, warp = int(threadIdx.x) >> 5, g = lane >> 2, q = lane & 3;
+  const int64_t bc = int64_t(blockIdx.x);
+  const int64_t b = div_nonneg(bc, p.channels), c = bc - b * p.channels;
+  const int64_t n = p.length;
+  const T* x = static_cast<const T*>(p.x) + b * p.x_stride[0] + c * p.x_stride[1];
+  T* y = static_cast<T*>(p.y) + b * p.y_stride[0] + c * p.y_stride[1];
+  const int units = 8 * (Tile::kChunks + kHalo);
+  auto stage = [&](int slot, int64_t tile) {
+    wgmma_toeplitz_stage(stages + slot * Smem::kStageBytes, x, (tile * Tile::kChunks - kHalo) * Tile::kChunk, units, n);
+  };
+
+  if (int64_t(blockIdx.y) < tiles) stage(0, blockIdx.y);
+  cp_async_commit();
+  toeplitz64_pairs<kBlocks>(pairs_s, static_cast<const T*>(p.weight) + c * p.w_stride[0], p.w_stride[1], width);
+  const float bias = p.bias ? to_float(static_cast<const T*>(p.bias)[c * p.bias_stride]) : 0.0f;
+  __syncthreads();
+  uint32_t a[kBlocks][4][4];
+  toeplitz64_a_fragments<kBlocks>(a, pairs_s);
+
+  int slot = 0;
+#pragma unroll 1
+  for (int64_t tile = blockIdx.y; tile < tiles; tile += gridDim.y, slot ^= 1) {
+    const int64_t j0 = tile * Tile::kOutputs;  // < n
+    cp_async_wait<0>();                 // this thread's copies of the tile are done
+    sm90::fence_proxy_async_shared();   // ... and visible to wgmma's reads
+    __syncthreads();                    // every thread's; the other stage and out_s are free
+    if (tile + gridDim.y < tiles) stage(slot ^ 1, tile + gridDim.y);
+    cp_async_commit();
+
+    // D[r][n] = sum_i T_i · B_i, B_i[c][n] = staged row kHalo - i + n, column c.
+    float acc[32] = {};  // (the first MMA overwrites it)
+    const uint32_t in = sm90::smem_u32(stages + slot * Smem::kStageBytes);
+    sm90::wgmma_fence();
+#pragma unroll
+    for (int i = 0; i < kBlocks; ++i) {
+#pragma unroll
+      for (int ks = 0; ks < 4; ++ks) {
+        const uint64_t desc = sm90::smem_descriptor(in + (kHalo - i) * Tile::kRowBytes + 32 * ks, 16, 1024);
+        sm90::wgmma_m64n64k16_rs<T>(acc, a[i][ks], desc, (i | ks) != 0);
+      }
+    }
+    sm90::wgmma_commit();
+    sm90::wgmma_wait<0>();
+    sm90::fence_registers(acc);
+
+    // acc[4j + 2h + e] = D[r][n], r = 16 warp + g + 8h, n = 8j + 2q + e: into out_s row n.
+#pragma unroll
+    for (int j = 0; j < 8; ++j)
+#pragma unroll
+      for (int h = 0; h < 2; ++h)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const int r = 16 * warp + g + 8 * h, col = 8 * j + 2 * q + e;
+          float v = acc[4 * j + 2 * h + e] + bias;
+          if (p.silu) v = silu(v);
+          *reinterpret_cast<T*>(out_s + swizzled_unit_offset(col, r >> 3) + 2 * (r & 7)) = from_float<T>(v);
+        }
+    __syncthreads();
+    // Unit u of the tile: steps j0 + 8u .. + 7 (row u / 8, unit u % 8 of out_s).
+#pragma unroll
+    for (int m = 0; m < Tile::kOutputs / 8 / Tile::kThreads; ++m) {
+      const int u = int(threadIdx.x) + m * Tile::kThreads;
+      const int64_t t = j0 + 8 * int64_t(u);
+      const unsigned char* src = out_s + swizzled_unit_offset(u >> 3, u & 7);
+      if (t + 8 <= n) {
+        *reinterpret_cast<uint4*>(y + t) = *reinterpret_cast<const uint4*>(src);
+      } else {
+        for (int k = 0; k < 8 && t + k < n; ++k) y[t + k] = reinterpret_cast<const T*>(src)[k];
+      }
+    }
+  }
+#endif
+}
+
+}  // namespace causalconv::detail
