@@ -43,16 +43,18 @@ __host__ __device__ constexpr int toeplitz64_blocks(int width) { return (width +
 // under the 128-byte swizzle.
 __device__ __forceinline__ int swizzled_unit_offset(int r, int k) { return r * 128 + ((k ^ (r & 7)) << 4); }
 
-// Shared memory of depthwise_forward_wgmma_kernel<T, kBlocks> (kBlocks = toeplitz64_blocks(K)):
-// two input stages of kChunks + kBlocks - 1 rows (each rounded up to 1024 bytes), the output tile, the pair
-// table of toeplitz64_pairs, and 1024 bytes to align the start.
-template <int kBlocks>
+// Shared memory of the wgmma kernels with kBlocks = toeplitz64_blocks(K): kStages input stages
+// of kChunks + kBlocks - 1 rows (each rounded up to 1024 bytes), the output tile, the pair
+// table(s) of toeplitz64_pairs, and 1024 bytes to align the start. kPersistent: the persistent
+// kernel's three stages and two tables.
+template <int kBlocks, bool kPersistent>
 struct DepthwiseWgmmaSmem {
   using Tile = WgmmaToeplitzTile;
+  static constexpr int kStages = kPersistent ? 3 : 2;
   static constexpr int kStageBytes = (Tile::kChunks + kBlocks - 1 + 7) / 8 * 1024;
   static constexpr int kOutBytes = Tile::kChunks * Tile::kRowBytes;
   static constexpr int kPairs = 64 * (kBlocks + 1);  // lags -64 .. 64 kBlocks - 1
-  static constexpr int kBytes = 1024 + 2 * kStageBytes + kOutBytes + 4 * kPairs;
+  static constexpr int kBytes = 1024 + kStages * kStageBytes + kOutBytes + 4 * kPairs * (kPersistent ? 2 : 1);
 };
 
 // pairs_s[64 + s] = (wr[s], wr[s - 1]) as one MMA operand register (wr[s] in the low half), for
@@ -60,7 +62,7 @@ struct DepthwiseWgmmaSmem {
 template <int kBlocks, typename T>
 __device__ __forceinline__ void toeplitz64_pairs(uint32_t* pairs_s, const T* w, int64_t w_stride, int width) {
   auto wr = [&](int s) { return (s >= 0 && s < width) ? w[int64_t(width - 1 - s) * w_stride] : from_float<T>(0.0f); };
-  for (int e = int(threadIdx.x); e < DepthwiseWgmmaSmem<kBlocks>::kPairs; e += WgmmaToeplitzTile::kThreads) {
+  for (int e = int(threadIdx.x); e < DepthwiseWgmmaSmem<kBlocks, false>::kPairs; e += WgmmaToeplitzTile::kThreads) {
     const int s = e - 64;
     pairs_s[e] = pack_pair(wr(s), wr(s - 1));
   }
@@ -97,21 +99,80 @@ __device__ __forceinline__ void wgmma_toeplitz_stage(unsigned char* stage, const
   }
 }
 
+#ifdef CAUSALCONV_SM90A
+// D = sum_i T_i · B_i for one tile staged at shared address `in`, B_i[c][n] = staged row
+// kBlocks - 1 - i + n, column c: the MMAs issued and committed as one group (wait for it with
+// wgmma_wait<0>).
+template <typename T, int kBlocks>
+__device__ __forceinline__ void wgmma_toeplitz_issue(float (&acc)[32], const uint32_t (&a)[kBlocks][4][4],
+                                                     uint32_t in) {
+  sm90::wgmma_fence();
+#pragma unroll
+  for (int i = 0; i < kBlocks; ++i)
+#pragma unroll
+    for (int ks = 0; ks < 4; ++ks) {
+      const uint64_t desc =
+          sm90::smem_descriptor(in + (kBlocks - 1 - i) * WgmmaToeplitzTile::kRowBytes + 32 * ks, 16, 1024);
+      sm90::wgmma_m64n64k16_rs<T>(acc, a[i][ks], desc, (i | ks) != 0);
+    }
+  sm90::wgmma_commit();
+}
+#endif
+
+// acc[4j + 2h + e] = D[r][n] (r = 16 warp + g + 8h, n = 8j + 2q + e) plus bias, through silu when
+// asked, into row n of the swizzled output tile out_s.
+template <typename T>
+__device__ __forceinline__ void wgmma_toeplitz_outputs_to_shared(unsigned char* out_s, const float (&acc)[32],
+                                                                 float bias, bool apply_silu) {
+  const int lane = int(threadIdx.x) & 31, warp = int(threadIdx.x) >> 5, g = lane >> 2, q = lane & 3;
+#pragma unroll
+  for (int j = 0; j < 8; ++j)
+#pragma unroll
+    for (int h = 0; h < 2; ++h)
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const int r = 16 * warp + g + 8 * h, col = 8 * j + 2 * q + e;
+        float v = acc[4 * j + 2 * h + e] + bias;
+        if (apply_silu) v = silu(v);
+        *reinterpret_cast<T*>(out_s + swizzled_unit_offset(col, r >> 3) + 2 * (r & 7)) = from_float<T>(v);
+      }
+}
+
+// row[j0 + i] = the output tile's step i, for i < min(kOutputs, n - j0): unit u (steps 8u .. + 7)
+// is row u / 8, unit u % 8 of out_s; 16-byte stores (the row is 16-byte aligned).
+template <typename T>
+__device__ __forceinline__ void wgmma_toeplitz_store_tile(T* row, const unsigned char* out_s, int64_t j0, int64_t n) {
+  using Tile = WgmmaToeplitzTile;
+#pragma unroll
+  for (int m = 0; m < Tile::kOutputs / 8 / Tile::kThreads; ++m) {
+    const int u = int(threadIdx.x) + m * Tile::kThreads;
+    const int64_t t = j0 + 8 * int64_t(u);
+    const unsigned char* src = out_s + swizzled_unit_offset(u >> 3, u & 7);
+    if (t + 8 <= n) {
+      *reinterpret_cast<uint4*>(row + t) = *reinterpret_cast<const uint4*>(src);
+    } else {
+      for (int k = 0; k < 8 && t + k < n; ++k) row[t + k] = reinterpret_cast<const T*>(src)[k];
+    }
+  }
+}
+
+// The block's dynamic shared memory from its 1024-byte aligned start.
+__device__ __forceinline__ unsigned char* wgmma_toeplitz_shared() {
+  uint8_t* const raw = sm90::dynamic_shared();
+  return reinterpret_cast<unsigned char*>((reinterpret_cast<uintptr_t>(raw) + 1023) & ~uintptr_t(1023));
+}
+
 template <typename T, int kBlocks>
 __global__ void __launch_bounds__(WgmmaToeplitzTile::kThreads)
     depthwise_forward_wgmma_kernel(DepthwiseForwardParams p, int64_t tiles) {
 #ifdef CAUSALCONV_SM90A
   using Tile = WgmmaToeplitzTile;
-  using Smem = DepthwiseWgmmaSmem<kBlocks>;
-  uint8_t* const smem_raw = sm90::dynamic_shared();
-  unsigned char* const stages = reinterpret_cast<unsigned char*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) &
-                                                                 ~uintptr_t(1023));
-  unsigned char* const out_s = stages + 2 * Smem::kStageBytes;  // [kChunks rows of 128 bytes], swizzled
+  using Smem = DepthwiseWgmmaSmem<kBlocks, false>;
+  unsigned char* const stages = wgmma_toeplitz_shared();
+  unsigned char* const out_s = stages + Smem::kStages * Smem::kStageBytes;  // [kChunks rows of 128 bytes]
   uint32_t* const pairs_s = reinterpret_cast<uint32_t*>(out_s + Smem::kOutBytes);
 
   constexpr int kHalo = kBlocks - 1;
-  const int width = int(p.width);
-  const int lane = int(threadIdx.x) & 31, warp = int(threadIdx.x) >> 5, g = lane >> 2, q = lane & 3;
   const int64_t bc = int64_t(blockIdx.x);
   const int64_t b = div_nonneg(bc, p.channels), c = bc - b * p.channels;
   const int64_t n = p.length;
@@ -124,7 +185,7 @@ __global__ void __launch_bounds__(WgmmaToeplitzTile::kThreads)
 
   if (int64_t(blockIdx.y) < tiles) stage(0, blockIdx.y);
   cp_async_commit();
-  toeplitz64_pairs<kBlocks>(pairs_s, static_cast<const T*>(p.weight) + c * p.w_stride[0], p.w_stride[1], width);
+  toeplitz64_pairs<kBlocks>(pairs_s, static_cast<const T*>(p.weight) + c * p.w_stride[0], p.w_stride[1], int(p.width));
   const float bias = p.bias ? to_float(static_cast<const T*>(p.bias)[c * p.bias_stride]) : 0.0f;
   __syncthreads();
   uint32_t a[kBlocks][4][4];
@@ -140,47 +201,93 @@ __global__ void __launch_bounds__(WgmmaToeplitzTile::kThreads)
     if (tile + gridDim.y < tiles) stage(slot ^ 1, tile + gridDim.y);
     cp_async_commit();
 
-    // D[r][n] = sum_i T_i · B_i, B_i[c][n] = staged row kHalo - i + n, column c.
     float acc[32] = {};  // (the first MMA overwrites it)
-    const uint32_t in = sm90::smem_u32(stages + slot * Smem::kStageBytes);
-    sm90::wgmma_fence();
-#pragma unroll
-    for (int i = 0; i < kBlocks; ++i) {
-#pragma unroll
-      for (int ks = 0; ks < 4; ++ks) {
-        const uint64_t desc = sm90::smem_descriptor(in + (kHalo - i) * Tile::kRowBytes + 32 * ks, 16, 1024);
-        sm90::wgmma_m64n64k16_rs<T>(acc, a[i][ks], desc, (i | ks) != 0);
-      }
-    }
-    sm90::wgmma_commit();
+    wgmma_toeplitz_issue<T, kBlocks>(acc, a, sm90::smem_u32(stages + slot * Smem::kStageBytes));
     sm90::wgmma_wait<0>();
     sm90::fence_registers(acc);
-
-    // acc[4j + 2h + e] = D[r][n], r = 16 warp + g + 8h, n = 8j + 2q + e: into out_s row n.
-#pragma unroll
-    for (int j = 0; j < 8; ++j)
-#pragma unroll
-      for (int h = 0; h < 2; ++h)
-#pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          const int r = 16 * warp + g + 8 * h, col = 8 * j + 2 * q + e;
-          float v = acc[4 * j + 2 * h + e] + bias;
-          if (p.silu) v = silu(v);
-          *reinterpret_cast<T*>(out_s + swizzled_unit_offset(col, r >> 3) + 2 * (r & 7)) = from_float<T>(v);
-        }
+    wgmma_toeplitz_outputs_to_shared<T>(out_s, acc, bias, p.silu);
     __syncthreads();
-    // Unit u of the tile: steps j0 + 8u .. + 7 (row u / 8, unit u % 8 of out_s).
+    wgmma_toeplitz_store_tile(y, out_s, j0, n);
+  }
+#endif
+}
+
+// The same form on a persistent grid (kDepthwiseWgmmaPersistent in depthwise_forward_tc.cu):
+// block k walks its contiguous share [first, last) of the items (row, tile), row-major, with
+// kStages - 1 items' inputs in flight across row boundaries, so only its first load is
+// exposed. At a row change the A fragments come from the next row's pair table, built into the
+// other of two tables while the MMAs of the row's last item ran.
+template <typename T, int kBlocks>
+__global__ void __launch_bounds__(WgmmaToeplitzTile::kThreads, kBlocks <= 3 ? 4 : 3)  // 128 / 168 registers
+    depthwise_forward_wgmma_persistent_kernel(DepthwiseForwardParams p, int64_t tiles) {
+#ifdef CAUSALCONV_SM90A
+  using Tile = WgmmaToeplitzTile;
+  using Smem = DepthwiseWgmmaSmem<kBlocks, true>;
+  constexpr int kHalo = kBlocks - 1, kAhead = Smem::kStages - 1;
+  unsigned char* const stages = wgmma_toeplitz_shared();
+  unsigned char* const out_s = stages + Smem::kStages * Smem::kStageBytes;  // [kChunks rows of 128 bytes]
+  uint32_t* const pairs_s = reinterpret_cast<uint32_t*>(out_s + Smem::kOutBytes);  // two tables
+
+  const int64_t items = p.batch * p.channels * tiles;
+  const int64_t first = int64_t(blockIdx.x) * items / gridDim.x, last = (int64_t(blockIdx.x) + 1) * items / gridDim.x;
+  const int64_t n = p.length;
+  const int units = 8 * (Tile::kChunks + kHalo);
+  auto channel = [&](int64_t row) { return row - div_nonneg(row, p.channels) * p.channels; };
+  auto row_start = [&](const void* base, const int64_t* stride, int64_t row) {
+    const int64_t b = div_nonneg(row, p.channels);
+    return static_cast<T*>(const_cast<void*>(base)) + b * stride[0] + (row - b * p.channels) * stride[1];
+  };
+  auto stage = [&](int slot, int64_t it) {
+    const int64_t row = div_nonneg(it, tiles);
+    wgmma_toeplitz_stage(stages + slot * Smem::kStageBytes, row_start(p.x, p.x_stride, row),
+                         (it - row * tiles) * Tile::kOutputs - kHalo * Tile::kChunk, units, n);
+  };
+  auto filter = [&](uint32_t* table, int64_t row) {  // the pair table and the bias of the row's channel
+    const int64_t c = channel(row);
+    toeplitz64_pairs<kBlocks>(table, static_cast<const T*>(p.weight) + c * p.w_stride[0], p.w_stride[1],
+                              int(p.width));
+    return p.bias ? to_float(static_cast<const T*>(p.bias)[c * p.bias_stride]) : 0.0f;
+  };
+
 #pragma unroll
-    for (int m = 0; m < Tile::kOutputs / 8 / Tile::kThreads; ++m) {
-      const int u = int(threadIdx.x) + m * Tile::kThreads;
-      const int64_t t = j0 + 8 * int64_t(u);
-      const unsigned char* src = out_s + swizzled_unit_offset(u >> 3, u & 7);
-      if (t + 8 <= n) {
-        *reinterpret_cast<uint4*>(y + t) = *reinterpret_cast<const uint4*>(src);
-      } else {
-        for (int k = 0; k < 8 && t + k < n; ++k) y[t + k] = reinterpret_cast<const T*>(src)[k];
-      }
+  for (int s = 0; s < kAhead; ++s) {
+    if (first + s < last) stage(s, first + s);
+    cp_async_commit();  // one group per item, empty or not, so that the waits below count items
+  }
+  // first < last: the launcher's grid has at most `items` blocks.
+  int64_t row = div_nonneg(first, tiles), tile = first - row * tiles;
+  float bias = filter(pairs_s, row), next_bias = 0.0f;
+  int table = 0;
+  __syncthreads();
+  uint32_t a[kBlocks][4][4];
+  toeplitz64_a_fragments<kBlocks>(a, pairs_s);
+
+  int slot = 0;
+#pragma unroll 1
+  for (int64_t it = first; it < last; ++it, slot = slot == kAhead ? 0 : slot + 1) {
+    cp_async_wait<kAhead - 1>();        // this thread's copies of the item are done
+    sm90::fence_proxy_async_shared();   // ... and visible to wgmma's reads
+    __syncthreads();                    // every thread's; the last item's stage, out_s and table free
+    if (it + kAhead < last) stage(slot == 0 ? kAhead : slot - 1, it + kAhead);
+    cp_async_commit();
+    if (tile == tiles) {  // a new row: its table was built during the last item
+      ++row;
+      tile = 0;
+      table ^= 1;
+      toeplitz64_a_fragments<kBlocks>(a, pairs_s + table * Smem::kPairs);
+      bias = next_bias;
     }
+
+    float acc[32] = {};  // (the first MMA overwrites it)
+    wgmma_toeplitz_issue<T, kBlocks>(acc, a, sm90::smem_u32(stages + slot * Smem::kStageBytes));
+    // While the MMAs run: the next row's table, if the next item starts one.
+    if (tile + 1 == tiles && it + 1 < last) next_bias = filter(pairs_s + (table ^ 1) * Smem::kPairs, row + 1);
+    sm90::wgmma_wait<0>();
+    sm90::fence_registers(acc);
+    wgmma_toeplitz_outputs_to_shared<T>(out_s, acc, bias, p.silu);
+    __syncthreads();
+    wgmma_toeplitz_store_tile(row_start(p.y, p.y_stride, row), out_s, tile * Tile::kOutputs, n);
+    ++tile;
   }
 #endif
 }

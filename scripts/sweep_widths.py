@@ -1,0 +1,36 @@
+"""Depthwise forward time across filter widths (bf16 B1 D4096, with a bias), for the choice
+between kernels that depends on K (e.g. the tensor-core forms' threshold). Prints one line per
+width: microseconds and the share of the device-to-device copy rate measured in the same run.
+
+    python3 scripts/sweep_widths.py [--length L] [K ...]
+
+On the GPU machine, against a variant's build: `gpu-check --variant ... --then
+'PYTHONPATH=/tmp/gpu-check-variant-0/site:$PYTHONPATH python3 scripts/sweep_widths.py'`.
+"""
+
+import argparse
+
+import torch
+import triton
+
+import causalconv
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--length", type=int, default=8192, help="8192: aligned rows; 8191: unaligned")
+    parser.add_argument("widths", type=int, nargs="*", default=[9, 16, 33, 64, 65, 128, 129, 193, 256])
+    args = parser.parse_args()
+    torch.manual_seed(0)
+    x = torch.randn(1, 4096, args.length, device="cuda", dtype=torch.bfloat16)
+    copy_ms = triton.testing.do_bench(lambda: x.clone())
+    nbytes = 2 * x.numel() * x.element_size()  # read x, write y (or the copy)
+    for width in args.widths:
+        w = torch.randn(4096, width, device="cuda", dtype=torch.bfloat16) / width
+        b = torch.randn(4096, device="cuda", dtype=torch.bfloat16)
+        ms = triton.testing.do_bench(lambda: causalconv.causal_conv1d(x, w, b))
+        print(f"bf16 B1 D4096 L{args.length} K{width:3d}: {ms * 1e3:7.1f} us  {100 * copy_ms / ms:5.1f} % of copy")
+
+
+if __name__ == "__main__":
+    main()
