@@ -91,12 +91,9 @@ __device__ __forceinline__ void toeplitz64_a_fragments(uint32_t (&a)[kBlocks][4]
 template <typename T>
 __device__ __forceinline__ void wgmma_toeplitz_stage(unsigned char* stage, const T* row, int64_t first_step,
                                                      int units, int64_t n) {
-  for (int u = int(threadIdx.x); u < units; u += WgmmaToeplitzTile::kThreads) {
-    const int64_t t = first_step + 8 * int64_t(u);
-    const int64_t valid = t < 0 ? 0 : n - t;
-    const int bytes = valid >= 8 ? 16 : valid > 0 ? int(2 * valid) : 0;
-    cp_async16(stage + swizzled_unit_offset(u >> 3, u & 7), bytes > 0 ? row + t : row, bytes);
-  }
+  static_assert(WgmmaToeplitzTile::kThreads == ToeplitzTile::kThreads, "the same staging block");
+  toeplitz_stage_units_async(stage, row, first_step, units, n,
+                             [](int u) { return swizzled_unit_offset(u >> 3, u & 7); });
 }
 
 #ifdef CAUSALCONV_SM90A

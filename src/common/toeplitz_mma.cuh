@@ -164,21 +164,31 @@ __device__ __forceinline__ void cp_async_wait() {
 }
 #endif  // otherwise tests/cpp/mma_emulation.h provides these (deferred copies)
 
-// Asynchronous staging (cp.async, 16 bytes per unit, L1 bypassed): unit u of the tile
-// covering steps first_step + 8u .. + 7 of a 16-byte aligned row, zero outside [0, n).
-// first_step is a multiple of 8, so a unit is wholly before the row or starts inside it;
-// the row's last unit is zero-filled past n by the copy itself (src-size < 16).
-// Completes at cp_async_wait; rows that are not 16-byte aligned take the synchronous
-// element path (toeplitz_load_units + toeplitz_store_units).
-template <typename T>
-__device__ __forceinline__ void toeplitz_stage_async(unsigned char* in_s, const T* row, int64_t first_step,
-                                                     int units, int64_t n) {
+// Asynchronous staging (cp.async, 16 bytes per unit, L1 bypassed) by a block of 128 threads:
+// unit u of the tile, at byte unit_offset(u) of in_s, holds steps first_step + 8u .. + 7 of a
+// 16-byte aligned row, zero outside [0, n). first_step is a multiple of 8, so a unit is wholly
+// before the row or starts inside it; the row's last unit is zero-filled past n by the copy
+// itself (src-size < 16). Completes at cp_async_wait.
+template <typename T, typename UnitOffset>
+__device__ __forceinline__ void toeplitz_stage_units_async(unsigned char* in_s, const T* row, int64_t first_step,
+                                                           int units, int64_t n, UnitOffset unit_offset) {
+  static_assert(ToeplitzTile::kThreads == 128, "the wgmma kernels stage with the same block");
   for (int u = int(threadIdx.x); u < units; u += ToeplitzTile::kThreads) {
     const int64_t t = first_step + 8 * int64_t(u);
     const int64_t valid = t < 0 ? 0 : n - t;
     const int bytes = valid >= 8 ? 16 : valid > 0 ? int(2 * valid) : 0;
-    cp_async16(in_s + toeplitz_unit_offset(u >> 1, u & 1), bytes > 0 ? row + t : row, bytes);
+    cp_async16(in_s + unit_offset(u), bytes > 0 ? row + t : row, bytes);
   }
+}
+
+// toeplitz_stage_units_async into the swizzled tile of 16-step chunks (two units a chunk). Rows
+// that are not 16-byte aligned take the synchronous element path (toeplitz_load_units +
+// toeplitz_store_units).
+template <typename T>
+__device__ __forceinline__ void toeplitz_stage_async(unsigned char* in_s, const T* row, int64_t first_step,
+                                                     int units, int64_t n) {
+  toeplitz_stage_units_async(in_s, row, first_step, units, n,
+                             [](int u) { return toeplitz_unit_offset(u >> 1, u & 1); });
 }
 
 // Synchronous staging of any row (the element path of unaligned rows included), up to
