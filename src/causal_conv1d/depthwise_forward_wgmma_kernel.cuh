@@ -9,7 +9,8 @@
 // B operand by ldmatrix, 2 wavefronts per m16n8k16, plus its A fragments. Here the warpgroup's
 // wgmma reads each B operand (the staged input) once for 64 x 64 outputs straight from shared
 // memory, and A (the Toeplitz blocks) sits in registers: ~6 B of operand traffic per output
-// instead of ~27.
+// instead of ~36. Measured (session 8, docs/performance.md): K128 0.064 -> 0.058 ms, and now
+// latency-bound (4 blocks/SM, the MMAs not overlapped with the loads), not shared-memory-bound.
 //
 // A block (one warpgroup) owns one (b, c) row and walks 4096-step tiles strided by gridDim.y.
 // The tile's input, chunks [J - halo, J + 64) (halo = nb - 1), is staged by cp.async as rows of
