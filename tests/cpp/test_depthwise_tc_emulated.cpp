@@ -86,7 +86,7 @@ void with_wgmma_blocks(int64_t width, F&& f) {
   }
 }
 
-// Row padding in storage type T: x, dy as padded activations (row_pad), w (C, K), bias (C).
+// Inputs of one case in storage type T: x, dy as padded activations (row_pad), w (C, K), bias (C).
 template <typename T>
 struct Data {
   Activation<T> x, dy;
