@@ -94,9 +94,10 @@ bool wgmma_form_applies(const DepthwiseForwardParams& p) {
     return reinterpret_cast<uintptr_t>(base) % 16 == 0 && (p.batch == 1 || stride[0] % 8 == 0) &&
            (p.channels == 1 || stride[1] % 8 == 0);
   };
+  if (!aligned_rows(p.x, p.x_stride) || !aligned_rows(p.y, p.y_stride)) return false;
   int device = 0;
   check_cuda(cudaGetDevice(&device), "causal_conv1d forward");
-  return aligned_rows(p.x, p.x_stride) && aligned_rows(p.y, p.y_stride) && device_is_sm90(device);
+  return device_is_sm90(device);
 #else
   (void)p;
   return false;

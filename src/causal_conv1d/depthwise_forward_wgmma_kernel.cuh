@@ -44,6 +44,10 @@ __host__ __device__ constexpr int toeplitz64_blocks(int width) { return (width +
 // under the 128-byte swizzle.
 __device__ __forceinline__ int swizzled_unit_offset(int r, int k) { return r * 128 + ((k ^ (r & 7)) << 4); }
 
+// Entries of the pair table (toeplitz64_pairs): lags -64 .. 64 kBlocks - 1.
+template <int kBlocks>
+constexpr int toeplitz64_pair_count() { return 64 * (kBlocks + 1); }
+
 // Shared memory of the wgmma kernels with kBlocks = toeplitz64_blocks(K): kStages input stages
 // of kChunks + kBlocks - 1 rows (each rounded up to 1024 bytes), the output tile, the pair
 // table(s) of toeplitz64_pairs, and 1024 bytes to align the start. kPersistent: the persistent
@@ -54,7 +58,7 @@ struct DepthwiseWgmmaSmem {
   static constexpr int kStages = kPersistent ? 3 : 2;
   static constexpr int kStageBytes = (Tile::kChunks + kBlocks - 1 + 7) / 8 * 1024;
   static constexpr int kOutBytes = Tile::kChunks * Tile::kRowBytes;
-  static constexpr int kPairs = 64 * (kBlocks + 1);  // lags -64 .. 64 kBlocks - 1
+  static constexpr int kPairs = toeplitz64_pair_count<kBlocks>();
   static constexpr int kBytes = 1024 + kStages * kStageBytes + kOutBytes + 4 * kPairs * (kPersistent ? 2 : 1);
 };
 
@@ -63,10 +67,17 @@ struct DepthwiseWgmmaSmem {
 template <int kBlocks, typename T>
 __device__ __forceinline__ void toeplitz64_pairs(uint32_t* pairs_s, const T* w, int64_t w_stride, int width) {
   auto wr = [&](int s) { return (s >= 0 && s < width) ? w[int64_t(width - 1 - s) * w_stride] : from_float<T>(0.0f); };
-  for (int e = int(threadIdx.x); e < DepthwiseWgmmaSmem<kBlocks, false>::kPairs; e += WgmmaToeplitzTile::kThreads) {
+  for (int e = int(threadIdx.x); e < toeplitz64_pair_count<kBlocks>(); e += WgmmaToeplitzTile::kThreads) {
     const int s = e - 64;
     pairs_s[e] = pack_pair(wr(s), wr(s - 1));
   }
+}
+
+// Channel c's pair table into pairs_s, and its bias (0 without one).
+template <int kBlocks, typename T>
+__device__ __forceinline__ float toeplitz64_filter(uint32_t* pairs_s, const DepthwiseForwardParams& p, int64_t c) {
+  toeplitz64_pairs<kBlocks>(pairs_s, static_cast<const T*>(p.weight) + c * p.w_stride[0], p.w_stride[1], int(p.width));
+  return p.bias ? to_float(static_cast<const T*>(p.bias)[c * p.bias_stride]) : 0.0f;
 }
 
 // This thread's register fragments of A = T_i[:, 16 ks .. 16 ks + 15] for i < kBlocks. The
@@ -183,8 +194,7 @@ __global__ void __launch_bounds__(WgmmaToeplitzTile::kThreads)
 
   if (int64_t(blockIdx.y) < tiles) stage(0, blockIdx.y);
   cp_async_commit();
-  toeplitz64_pairs<kBlocks>(pairs_s, static_cast<const T*>(p.weight) + c * p.w_stride[0], p.w_stride[1], int(p.width));
-  const float bias = p.bias ? to_float(static_cast<const T*>(p.bias)[c * p.bias_stride]) : 0.0f;
+  const float bias = toeplitz64_filter<kBlocks, T>(pairs_s, p, c);
   __syncthreads();
   uint32_t a[kBlocks][4][4];
   toeplitz64_a_fragments<kBlocks>(a, pairs_s);
@@ -230,7 +240,6 @@ __global__ void __launch_bounds__(WgmmaToeplitzTile::kThreads, kBlocks <= 3 ? 4 
   const int64_t first = int64_t(blockIdx.x) * items / gridDim.x, last = (int64_t(blockIdx.x) + 1) * items / gridDim.x;
   const int64_t n = p.length;
   const int units = 8 * (Tile::kChunks + kHalo);
-  auto channel = [&](int64_t row) { return row - div_nonneg(row, p.channels) * p.channels; };
   auto row_start = [&](const void* base, const int64_t* stride, int64_t row) {
     const int64_t b = div_nonneg(row, p.channels);
     return static_cast<T*>(const_cast<void*>(base)) + b * stride[0] + (row - b * p.channels) * stride[1];
@@ -241,10 +250,7 @@ __global__ void __launch_bounds__(WgmmaToeplitzTile::kThreads, kBlocks <= 3 ? 4 
                          (it - row * tiles) * Tile::kOutputs - kHalo * Tile::kChunk, units, n);
   };
   auto filter = [&](uint32_t* table, int64_t row) {  // the pair table and the bias of the row's channel
-    const int64_t c = channel(row);
-    toeplitz64_pairs<kBlocks>(table, static_cast<const T*>(p.weight) + c * p.w_stride[0], p.w_stride[1],
-                              int(p.width));
-    return p.bias ? to_float(static_cast<const T*>(p.bias)[c * p.bias_stride]) : 0.0f;
+    return toeplitz64_filter<kBlocks, T>(table, p, row - div_nonneg(row, p.channels) * p.channels);
   };
 
 #pragma unroll

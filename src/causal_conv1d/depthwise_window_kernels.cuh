@@ -24,15 +24,6 @@ constexpr int kVectorThreads = 128;
 constexpr int kMaxWindowWidth = 8;
 constexpr int kWarpsPerBlock = kVectorThreads / 32;
 
-// Calls span_of_warp(span) for this warp's own span (a warp per span), if it has one.
-// Warp-uniform: the shuffles of a span see full warps.
-template <typename SpanOfWarp>
-__device__ __forceinline__ void for_each_span_of_warp(int64_t spans, SpanOfWarp span_of_warp) {
-  const int64_t span = int64_t(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32;
-  if (span >= spans) return;
-  span_of_warp(span);
-}
-
 // ---- forward ----
 // All of a thread's loads are issued before any compute. The halo of a vector (the K-1
 // inputs before it) comes from the lanes holding the vectors before it; only lanes at the
@@ -47,15 +38,16 @@ constexpr int64_t forward_window_span() {
   return int64_t(32) * kForwardWindowVectors * Vec16<T>::kElems;
 }
 
-// One warp's span (every lane of the warp calls it: the shuffles need full warps).
 template <typename T, int kWidth>
-__device__ __forceinline__ void forward_window_span_of_warp(const DepthwiseForwardParams& p, int64_t spans_per_row,
-                                                            int64_t span) {
+__global__ void __launch_bounds__(kVectorThreads)
+    depthwise_forward_window(DepthwiseForwardParams p, int64_t spans_per_row, int64_t spans) {
   constexpr int kVec = Vec16<T>::kElems;
   constexpr int kVectors = kForwardWindowVectors;
   constexpr int kHaloVectors = (kWidth - 1 + kVec - 1) / kVec;
   constexpr int kHalo = kHaloVectors * kVec;
   const int lane = threadIdx.x % 32;
+  const int64_t span = int64_t(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32;
+  if (span >= spans) return;  // whole warps: the shuffles below see full warps
   const int64_t row = div_nonneg(span, spans_per_row);
   const int64_t span_start = (span - row * spans_per_row) * forward_window_span<T>();
   const int64_t b = div_nonneg(row, p.channels), c = row - b * p.channels;
@@ -102,12 +94,6 @@ __device__ __forceinline__ void forward_window_span_of_warp(const DepthwiseForwa
   }
 }
 
-template <typename T, int kWidth>
-__global__ void __launch_bounds__(kVectorThreads)
-    depthwise_forward_window(DepthwiseForwardParams p, int64_t spans_per_row, int64_t spans) {
-  for_each_span_of_warp(spans, [&](int64_t span) { forward_window_span_of_warp<T, kWidth>(p, spans_per_row, span); });
-}
-
 // ---- backward: dx, and per-span weight-gradient partials ----
 // The halos on both sides come from neighbouring lanes (only the span's edge lanes load
 // theirs). Each thread sums its weight-gradient terms, a fixed shuffle tree sums the warp,
@@ -120,14 +106,15 @@ constexpr int64_t backward_window_span() {
   return int64_t(32) * kBackwardWindowVectors * Vec16<T>::kElems;
 }
 
-// One warp's span (every lane of the warp calls it: the shuffles need full warps).
 template <typename T, int kWidth>
-__device__ __forceinline__ void backward_window_span_of_warp(const DepthwiseBackwardParams& p, int64_t spans_per_row,
-                                                             int64_t span, float* partials) {
+__global__ void __launch_bounds__(kVectorThreads)
+    depthwise_backward_window(DepthwiseBackwardParams p, int64_t spans_per_row, int64_t spans, float* partials) {
   constexpr int kVec = Vec16<T>::kElems;
   constexpr int kHaloVectors = (kWidth - 1 + kVec - 1) / kVec;  // on each side
   constexpr int kHalo = kHaloVectors * kVec;
   const int lane = threadIdx.x % 32;
+  const int64_t span = int64_t(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32;
+  if (span >= spans) return;  // whole warps: the shuffles below see full warps
   const int64_t row = div_nonneg(span, spans_per_row);
   const int64_t span_in_row = span - row * spans_per_row;
   const int64_t span_start = span_in_row * backward_window_span<T>();
@@ -217,13 +204,6 @@ __device__ __forceinline__ void backward_window_span_of_warp(const DepthwiseBack
       if (lane == 0) span_partials[k] = s;
     }
   }
-}
-
-template <typename T, int kWidth>
-__global__ void __launch_bounds__(kVectorThreads)
-    depthwise_backward_window(DepthwiseBackwardParams p, int64_t spans_per_row, int64_t spans, float* partials) {
-  for_each_span_of_warp(
-      spans, [&](int64_t span) { backward_window_span_of_warp<T, kWidth>(p, spans_per_row, span, partials); });
 }
 
 }  // namespace

@@ -1,5 +1,9 @@
 #include "common/cuda_runtime.h"
 
+#include <array>
+#include <atomic>
+#include <cstdint>
+
 #include "causalconv/error.h"
 #include "causalconv/version.h"
 
@@ -34,13 +38,23 @@ void throw_cuda_error(cudaError_t status, const char* op) {
 }
 
 bool device_is_sm90(int device) {
+  // A device's compute capability never changes: the dispatchers ask on every call, the driver
+  // is asked once per device (0: not yet known, 1: no, 2: yes).
+  static std::array<std::atomic<int8_t>, 64> known{};
+  const bool cached = device >= 0 && device < int(known.size());
+  if (cached) {
+    const int8_t k = known[size_t(device)].load(std::memory_order_relaxed);
+    if (k != 0) return k == 2;
+  }
   int major = 0, minor = 0;
   if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess ||
       cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device) != cudaSuccess) {
     cudaGetLastError();
-    return false;
+    return false;  // not cached: a failed query says nothing about the device
   }
-  return major == 9 && minor == 0;
+  const bool sm90 = major == 9 && minor == 0;
+  if (cached) known[size_t(device)].store(sm90 ? 2 : 1, std::memory_order_relaxed);
+  return sm90;
 }
 
 DeviceGuard::DeviceGuard(int device) {

@@ -27,7 +27,8 @@ inline int current_device_sm_count(const char* op) {
   return sms;
 }
 
-// Compute capability 9.0 (Hopper), where the sm_90a kernels run (false when the query fails).
+// Compute capability 9.0 (Hopper), where the sm_90a kernels run (false when the query fails);
+// asked of the driver once per device.
 bool device_is_sm90(int device);
 
 // Makes `device` current for the scope (ops run on the device of their tensors).

@@ -193,15 +193,14 @@ __device__ __forceinline__ void cp_async_wait() {
 }
 #endif  // otherwise tests/cpp/mma_emulation.h provides these (deferred copies)
 
-// Asynchronous staging (cp.async, 16 bytes per unit, L1 bypassed) by a block of 128 threads:
-// unit u of the tile, at byte unit_offset(u) of in_s, holds steps first_step + 8u .. + 7 of a
-// 16-byte aligned row, zero outside [0, n). first_step is a multiple of 8, so a unit is wholly
-// before the row or starts inside it; the row's last unit is zero-filled past n by the copy
-// itself (src-size < 16). Completes at cp_async_wait.
+// Asynchronous staging (cp.async, 16 bytes per unit, L1 bypassed) by the block's
+// ToeplitzTile::kThreads threads: unit u of the tile, at byte unit_offset(u) of in_s, holds steps
+// first_step + 8u .. + 7 of a 16-byte aligned row, zero outside [0, n). first_step is a multiple
+// of 8, so a unit is wholly before the row or starts inside it; the row's last unit is
+// zero-filled past n by the copy itself (src-size < 16). Completes at cp_async_wait.
 template <typename T, typename UnitOffset>
 __device__ __forceinline__ void toeplitz_stage_units_async(unsigned char* in_s, const T* row, int64_t first_step,
                                                            int units, int64_t n, UnitOffset unit_offset) {
-  static_assert(ToeplitzTile::kThreads == 128, "the wgmma kernels stage with the same block");
   for (int u = int(threadIdx.x); u < units; u += ToeplitzTile::kThreads) {
     const int64_t t = first_step + 8 * int64_t(u);
     const int64_t valid = t < 0 ? 0 : n - t;
