@@ -37,36 +37,15 @@ void launch_width(const DepthwiseForwardParams& p, cudaStream_t stream) {
     launch<T, 17>(p, stream);  // K <= 256
 }
 
-// The wgmma form on a persistent grid (one wave of blocks, each walking a contiguous share of the
-// (row, tile) items with its input ring running on across rows) instead of a block per row.
-// Emulation-tested, not yet measured: session 8's ncu put the per-row form at 4 blocks/SM with
-// the loads not overlapped with the MMAs (docs/performance.md, session-9 plan, item 1).
-constexpr bool kDepthwiseWgmmaPersistent = false;
-
 template <typename T, int kBlocks>
 void launch_wgmma(const DepthwiseForwardParams& p, cudaStream_t stream) {
   using Tile = WgmmaToeplitzTile;
+  constexpr int kSmem = DepthwiseWgmmaSmem<kBlocks>::kBytes;
+  static_assert(kSmem <= 48 * 1024, "within the default dynamic shared memory limit");
   const int64_t tiles = (p.length + Tile::kOutputs - 1) / Tile::kOutputs;
-  if constexpr (kDepthwiseWgmmaPersistent) {
-    constexpr auto kernel = depthwise_forward_wgmma_persistent_kernel<T, kBlocks>;
-    constexpr int kSmem = DepthwiseWgmmaSmem<kBlocks, true>::kBytes;
-    static_assert(kSmem <= 48 * 1024, "within the default dynamic shared memory limit");
-    static const int per_sm = [] {  // by the kernel's registers and shared memory, once
-      int blocks = 1;
-      check_cuda(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, Tile::kThreads, kSmem),
-                 "causal_conv1d forward (wgmma)");
-      return std::max(blocks, 1);
-    }();
-    const int64_t items = p.batch * p.channels * tiles;
-    const int64_t grid = std::min<int64_t>(items, int64_t(per_sm) * current_device_sm_count("causal_conv1d forward"));
-    kernel<<<unsigned(grid), Tile::kThreads, kSmem, stream>>>(p, tiles);
-  } else {
-    constexpr int kSmem = DepthwiseWgmmaSmem<kBlocks, false>::kBytes;
-    static_assert(kSmem <= 48 * 1024, "within the default dynamic shared memory limit");
-    const int64_t tile_blocks = std::min((tiles + kTcTilesPerBlock - 1) / kTcTilesPerBlock, kMaxGridY);
-    const dim3 grid(unsigned(p.batch * p.channels), unsigned(tile_blocks));
-    depthwise_forward_wgmma_kernel<T, kBlocks><<<grid, Tile::kThreads, kSmem, stream>>>(p, tiles);
-  }
+  const int64_t tile_blocks = std::min((tiles + kTcTilesPerBlock - 1) / kTcTilesPerBlock, kMaxGridY);
+  const dim3 grid(unsigned(p.batch * p.channels), unsigned(tile_blocks));
+  depthwise_forward_wgmma_kernel<T, kBlocks><<<grid, Tile::kThreads, kSmem, stream>>>(p, tiles);
 }
 
 template <typename T>

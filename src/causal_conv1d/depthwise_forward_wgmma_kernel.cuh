@@ -48,18 +48,17 @@ __device__ __forceinline__ int swizzled_unit_offset(int r, int k) { return r * 1
 template <int kBlocks>
 constexpr int toeplitz64_pair_count() { return 64 * (kBlocks + 1); }
 
-// Shared memory of the wgmma kernels with kBlocks = toeplitz64_blocks(K): kStages input stages
-// of kChunks + kBlocks - 1 rows (each rounded up to 1024 bytes), the output tile, the pair
-// table(s) of toeplitz64_pairs, and 1024 bytes to align the start. kPersistent: the persistent
-// kernel's three stages and two tables.
-template <int kBlocks, bool kPersistent>
+// Shared memory of depthwise_forward_wgmma_kernel<T, kBlocks> (kBlocks = toeplitz64_blocks(K)):
+// kStages input stages of kChunks + kBlocks - 1 rows (each rounded up to 1024 bytes), the output
+// tile, the pair table of toeplitz64_pairs, and 1024 bytes to align the start.
+template <int kBlocks>
 struct DepthwiseWgmmaSmem {
   using Tile = WgmmaToeplitzTile;
-  static constexpr int kStages = kPersistent ? 3 : 2;
+  static constexpr int kStages = 2;
   static constexpr int kStageBytes = (Tile::kChunks + kBlocks - 1 + 7) / 8 * 1024;
   static constexpr int kOutBytes = Tile::kChunks * Tile::kRowBytes;
   static constexpr int kPairs = toeplitz64_pair_count<kBlocks>();
-  static constexpr int kBytes = 1024 + kStages * kStageBytes + kOutBytes + 4 * kPairs * (kPersistent ? 2 : 1);
+  static constexpr int kBytes = 1024 + kStages * kStageBytes + kOutBytes + 4 * kPairs;
 };
 
 // pairs_s[64 + s] = (wr[s], wr[s - 1]) as one MMA operand register (wr[s] in the low half), for
@@ -176,7 +175,7 @@ __global__ void __launch_bounds__(WgmmaToeplitzTile::kThreads)
     depthwise_forward_wgmma_kernel(DepthwiseForwardParams p, int64_t tiles) {
 #ifdef CAUSALCONV_SM90A
   using Tile = WgmmaToeplitzTile;
-  using Smem = DepthwiseWgmmaSmem<kBlocks, false>;
+  using Smem = DepthwiseWgmmaSmem<kBlocks>;
   unsigned char* const stages = wgmma_toeplitz_shared();
   unsigned char* const out_s = stages + Smem::kStages * Smem::kStageBytes;  // [kChunks rows of 128 bytes]
   uint32_t* const pairs_s = reinterpret_cast<uint32_t*>(out_s + Smem::kOutBytes);
@@ -216,82 +215,6 @@ __global__ void __launch_bounds__(WgmmaToeplitzTile::kThreads)
     wgmma_toeplitz_outputs_to_shared<T>(out_s, acc, bias, p.silu);
     __syncthreads();
     wgmma_toeplitz_store_tile(y, out_s, j0, n);
-  }
-#endif
-}
-
-// The same form on a persistent grid (kDepthwiseWgmmaPersistent in depthwise_forward_tc.cu):
-// block k walks its contiguous share [first, last) of the items (row, tile), row-major, with
-// kStages - 1 items' inputs in flight across row boundaries, so only its first load is
-// exposed. At a row change the A fragments come from the next row's pair table, built into the
-// other of two tables while the MMAs of the row's last item ran.
-template <typename T, int kBlocks>
-__global__ void __launch_bounds__(WgmmaToeplitzTile::kThreads, kBlocks <= 3 ? 4 : 3)  // 128 / 168 registers
-    depthwise_forward_wgmma_persistent_kernel(DepthwiseForwardParams p, int64_t tiles) {
-#ifdef CAUSALCONV_SM90A
-  using Tile = WgmmaToeplitzTile;
-  using Smem = DepthwiseWgmmaSmem<kBlocks, true>;
-  constexpr int kHalo = kBlocks - 1, kAhead = Smem::kStages - 1;
-  unsigned char* const stages = wgmma_toeplitz_shared();
-  unsigned char* const out_s = stages + Smem::kStages * Smem::kStageBytes;  // [kChunks rows of 128 bytes]
-  uint32_t* const pairs_s = reinterpret_cast<uint32_t*>(out_s + Smem::kOutBytes);  // two tables
-
-  const int64_t items = p.batch * p.channels * tiles;
-  const int64_t first = int64_t(blockIdx.x) * items / gridDim.x, last = (int64_t(blockIdx.x) + 1) * items / gridDim.x;
-  const int64_t n = p.length;
-  const int units = 8 * (Tile::kChunks + kHalo);
-  auto row_start = [&](const void* base, const int64_t* stride, int64_t row) {
-    const int64_t b = div_nonneg(row, p.channels);
-    return static_cast<T*>(const_cast<void*>(base)) + b * stride[0] + (row - b * p.channels) * stride[1];
-  };
-  auto stage = [&](int slot, int64_t it) {
-    const int64_t row = div_nonneg(it, tiles);
-    wgmma_toeplitz_stage(stages + slot * Smem::kStageBytes, row_start(p.x, p.x_stride, row),
-                         (it - row * tiles) * Tile::kOutputs - kHalo * Tile::kChunk, units, n);
-  };
-  auto filter = [&](uint32_t* table, int64_t row) {  // the pair table and the bias of the row's channel
-    return toeplitz64_filter<kBlocks, T>(table, p, row - div_nonneg(row, p.channels) * p.channels);
-  };
-
-#pragma unroll
-  for (int s = 0; s < kAhead; ++s) {
-    if (first + s < last) stage(s, first + s);
-    cp_async_commit();  // one group per item, empty or not, so that the waits below count items
-  }
-  // first < last: the launcher's grid has at most `items` blocks.
-  int64_t row = div_nonneg(first, tiles), tile = first - row * tiles;
-  float bias = filter(pairs_s, row), next_bias = 0.0f;
-  int table = 0;
-  __syncthreads();
-  uint32_t a[kBlocks][4][4];
-  toeplitz64_a_fragments<kBlocks>(a, pairs_s);
-
-  int slot = 0;
-#pragma unroll 1
-  for (int64_t it = first; it < last; ++it, slot = slot == kAhead ? 0 : slot + 1) {
-    cp_async_wait<kAhead - 1>();        // this thread's copies of the item are done
-    sm90::fence_proxy_async_shared();   // ... and visible to wgmma's reads
-    __syncthreads();                    // every thread's; the last item's stage, out_s and table free
-    if (it + kAhead < last) stage(slot == 0 ? kAhead : slot - 1, it + kAhead);
-    cp_async_commit();
-    if (tile == tiles) {  // a new row: its table was built during the last item
-      ++row;
-      tile = 0;
-      table ^= 1;
-      toeplitz64_a_fragments<kBlocks>(a, pairs_s + table * Smem::kPairs);
-      bias = next_bias;
-    }
-
-    float acc[32] = {};  // (the first MMA overwrites it)
-    wgmma_toeplitz_issue<T, kBlocks>(acc, a, sm90::smem_u32(stages + slot * Smem::kStageBytes));
-    // While the MMAs run: the next row's table, if the next item starts one.
-    if (tile + 1 == tiles && it + 1 < last) next_bias = filter(pairs_s + (table ^ 1) * Smem::kPairs, row + 1);
-    sm90::wgmma_wait<0>();
-    sm90::fence_registers(acc);
-    wgmma_toeplitz_outputs_to_shared<T>(out_s, acc, bias, p.silu);
-    __syncthreads();
-    wgmma_toeplitz_store_tile(row_start(p.y, p.y_stride, row), out_s, tile * Tile::kOutputs, n);
-    ++tile;
   }
 #endif
 }

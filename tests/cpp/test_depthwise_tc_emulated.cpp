@@ -3,9 +3,9 @@
 // construction (both Toeplitz forms), swizzled staging (cp.async with its deferred
 // copies, and the element path of unaligned rows), halos on both sides, causal padding,
 // tile walks, partial tiles, outputs stored from the accumulators, the forward's two
-// input stages and shared A fragments, the wgmma forms of the forward (64-step chunks,
-// descriptors into the swizzled stage; per row and persistent), and the backward's per-tile
-// weight-gradient partials (summed here in the order of the GPU's reduction).
+// input stages and shared A fragments, the wgmma form of the forward (64-step chunks,
+// descriptors into the swizzled stage), and the backward's per-tile weight-gradient partials
+// (summed here in the order of the GPU's reduction).
 // The GPU runs of the same kernels: tests/python/test_causal_conv1d_depthwise.py,
 // test_tensor_core_path*.
 #include "cuda_emulation.h"  // first: it sets up the emulated CUDA built-ins
@@ -18,10 +18,8 @@
 #include "causal_conv1d/depthwise_backward_tc_kernel.cuh"
 #undef depthwise_backward_tc_kernel
 #define depthwise_forward_wgmma_kernel depthwise_forward_wgmma_kernel_emulated
-#define depthwise_forward_wgmma_persistent_kernel depthwise_forward_wgmma_persistent_kernel_emulated
 #include "causal_conv1d/depthwise_forward_wgmma_kernel.cuh"
 #undef depthwise_forward_wgmma_kernel
-#undef depthwise_forward_wgmma_persistent_kernel
 
 #include <gtest/gtest.h>
 
@@ -124,18 +122,17 @@ struct Data {
 
 using test::ErrorTally;
 
-// The mma.sync form (depthwise_forward_tc_kernel), or the wgmma form on 16-byte aligned rows: a
-// block per row, or persistent on `persistent_blocks` blocks.
-enum class Form { mma_sync, wgmma, wgmma_persistent };
+// The mma.sync form (depthwise_forward_tc_kernel), or the wgmma form on 16-byte aligned rows.
+enum class Form { mma_sync, wgmma };
 
 template <typename T>
-void run_forward(const Case& cs, Form form = Form::mma_sync, unsigned persistent_blocks = 0) {
+void run_forward(const Case& cs, Form form = Form::mma_sync) {
   SCOPED_TRACE(::testing::Message() << "forward B" << cs.batch << " C" << cs.channels << " L" << cs.length << " K"
                                     << cs.width << " bias " << cs.bias << " silu " << cs.silu << " form "
-                                    << int(form) << " persistent blocks " << persistent_blocks);
+                                    << (form == Form::wgmma ? "wgmma" : "mma.sync"));
   const int64_t B = cs.batch, C = cs.channels, L = cs.length, K = cs.width;
   std::mt19937 rng(std::random_device{}());
-  const int64_t pad = row_pad(L, form != Form::mma_sync);
+  const int64_t pad = row_pad(L, form == Form::wgmma);
   Data<T> d(cs, rng, pad);
   Activation<T> y(B, C, L, pad);
 
@@ -149,20 +146,13 @@ void run_forward(const Case& cs, Form form = Form::mma_sync, unsigned persistent
   p.y_stride[0] = y.stride_b;
   p.y_stride[1] = y.stride_c;
   p.y_stride[2] = 1;
-  if (form != Form::mma_sync) {
+  if (form == Form::wgmma) {
     const int64_t tiles = (L + detail::WgmmaToeplitzTile::kOutputs - 1) / detail::WgmmaToeplitzTile::kOutputs;
     const emu::Dim3 grid{unsigned(B * C), unsigned((tiles + cs.tiles_per_block - 1) / cs.tiles_per_block), 1};
     with_wgmma_blocks(K, [&](auto blocks) {
       constexpr int kBlocks = decltype(blocks)::value;
-      const unsigned threads = detail::WgmmaToeplitzTile::kThreads;
-      if (form == Form::wgmma_persistent) {
-        ASSERT_LE(int64_t(persistent_blocks), B * C * tiles) << "the launcher's bound";
-        emu::launch({persistent_blocks, 1, 1}, threads, size_t(detail::DepthwiseWgmmaSmem<kBlocks, true>::kBytes),
-                    [&] { detail::depthwise_forward_wgmma_persistent_kernel_emulated<T, kBlocks>(p, tiles); });
-      } else {
-        emu::launch(grid, threads, size_t(detail::DepthwiseWgmmaSmem<kBlocks, false>::kBytes),
-                    [&] { detail::depthwise_forward_wgmma_kernel_emulated<T, kBlocks>(p, tiles); });
-      }
+      emu::launch(grid, detail::WgmmaToeplitzTile::kThreads, size_t(detail::DepthwiseWgmmaSmem<kBlocks>::kBytes),
+                  [&] { detail::depthwise_forward_wgmma_kernel_emulated<T, kBlocks>(p, tiles); });
     });
   } else {
     const int64_t tiles = (L + detail::ToeplitzTile::kOutputs - 1) / detail::ToeplitzTile::kOutputs;
@@ -355,18 +345,6 @@ TEST(DepthwiseTensorCoreEmulated, ForwardWgmma) {
       {1, 1, 253, 193, false, true},  // 4 blocks, row end inside a unit
   };
   for (const Case& c : f16_cases) run_forward<__half>(c, Form::wgmma);
-}
-
-// The persistent wgmma form (kDepthwiseWgmmaPersistent): blocks' shares of the (row, tile) items
-// that start and end inside rows, a row change every item, the stage ring running across rows,
-// one block walking every item.
-TEST(DepthwiseTensorCoreEmulated, ForwardWgmmaPersistent) {
-  run_forward<__nv_bfloat16>({1, 1, 1, 16, false, false}, Form::wgmma_persistent, 1);
-  run_forward<__nv_bfloat16>({2, 3, 2100, 17, true, true}, Form::wgmma_persistent, 4);   // 6 items of one tile
-  run_forward<__nv_bfloat16>({1, 2, 17000, 193, true, false}, Form::wgmma_persistent, 3);  // 2 rows x 5 tiles
-  run_forward<__nv_bfloat16>({2, 3, 8189, 128, true, true}, Form::wgmma_persistent, 5);  // 6 rows x 2 tiles
-  run_forward<__nv_bfloat16>({1, 3, 300, 256, true, false}, Form::wgmma_persistent, 2);   // 5 blocks of 64
-  run_forward<__half>({1, 3, 6141, 64, false, true}, Form::wgmma_persistent, 1);          // all 6 items
 }
 
 TEST(DepthwiseTensorCoreEmulated, BackwardBFloat16) {
