@@ -100,35 +100,9 @@ struct ToeplitzStage {
   static constexpr int kInBytes = 16 * kUnits;
 };
 
-// Unaligned rows wholly inside the row by two aligned 16-byte loads and a shift, instead of
-// eight element loads (toeplitz_load_units). Emulation-tested, not yet measured: on the H200 an
-// unaligned row (L8191) took 106 us at K9 against 44 us aligned (session 8).
-constexpr bool kToeplitzVectorUnaligned = false;
-
-// The 8 values at byte address p (2-byte aligned, not 16-byte aligned) from the two 16-byte
-// aligned vectors that hold them, each of which holds at least one of them (so both lie inside
-// the allocation of p's row). The shift by m = (p mod 16) / 2 values goes by its bits, with
-// selects rather than indexing by m (which would put the words in local memory).
-__device__ __forceinline__ uint4 load_unaligned_unit(const void* p) {
-  const uintptr_t at = reinterpret_cast<uintptr_t>(p);
-  const int m = int(at & 15) >> 1;
-  const uint4 lo = *reinterpret_cast<const uint4*>(at & ~uintptr_t(15));
-  const uint4 hi = *reinterpret_cast<const uint4*>((at & ~uintptr_t(15)) + 16);
-  const uint32_t w[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
-  uint32_t a[6], b[5], r[4];
-#pragma unroll
-  for (int i = 0; i < 6; ++i) a[i] = (m & 4) ? w[i + 2] : w[i];  // by 4 values
-#pragma unroll
-  for (int i = 0; i < 5; ++i) b[i] = (m & 2) ? a[i + 1] : a[i];  // by 2
-#pragma unroll
-  for (int i = 0; i < 4; ++i) r[i] = (m & 1) ? (b[i] >> 16) | (b[i + 1] << 16) : b[i];  // by 1
-  return make_uint4(r[0], r[1], r[2], r[3]);
-}
-
 // v[e] = row[first_step + 8u .. + 7] for u = threadIdx.x + e * kThreads < units, as raw
 // 16-bit values, zero outside [0, n). A unit wholly inside the row and 16-byte aligned is
-// one 16-byte load (two and a shift when unaligned, with kToeplitzVectorUnaligned); others
-// (the causal padding, the row's end, unaligned rows) go by element.
+// one 16-byte load; others (the causal padding, the row's end, unaligned rows) go by element.
 template <int kPerThread, typename T>
 __device__ __forceinline__ void toeplitz_load_units(uint4 (&v)[kPerThread], const T* row, int64_t first_step,
                                                     int units, int64_t n) {
@@ -137,11 +111,8 @@ __device__ __forceinline__ void toeplitz_load_units(uint4 (&v)[kPerThread], cons
     const int u = int(threadIdx.x) + e * ToeplitzTile::kThreads;
     if (u >= units) continue;
     const int64_t t = first_step + 8 * int64_t(u);
-    const bool inside = t >= 0 && t + 8 <= n;
-    if (inside && (reinterpret_cast<uintptr_t>(row + t) & 15) == 0) {
+    if (t >= 0 && t + 8 <= n && (reinterpret_cast<uintptr_t>(row + t) & 15) == 0) {
       v[e] = *reinterpret_cast<const uint4*>(row + t);
-    } else if (kToeplitzVectorUnaligned && inside) {
-      v[e] = load_unaligned_unit(row + t);
     } else {
       T vals[8];
 #pragma unroll

@@ -311,20 +311,6 @@ TEST(DepthwiseTensorCoreEmulated, Forward) {
   run_forward<__nv_bfloat16>({2, 3, 8189, 128, true, true, 2});  // aligned, 4 tiles, 2 per block
 }
 
-// load_unaligned_unit (the unaligned staging of kToeplitzVectorUnaligned): every misalignment,
-// against the values read one by one, with the two aligned vectors around them filled.
-TEST(DepthwiseTensorCoreEmulated, UnalignedUnitLoad) {
-  alignas(16) uint16_t row[48];
-  for (int i = 0; i < 48; ++i) row[i] = uint16_t(0x1000 + 37 * i);
-  for (int start = 1; start < 24; ++start) {
-    if (start % 8 == 0) continue;  // aligned units take the plain load
-    const uint4 got = detail::load_unaligned_unit(row + start);
-    const uint32_t words[4] = {got.x, got.y, got.z, got.w};
-    for (int j = 0; j < 8; ++j)
-      EXPECT_EQ(uint16_t(words[j / 2] >> (16 * (j % 2))), row[start + j]) << "start " << start << " value " << j;
-  }
-}
-
 // The wgmma form: 4096-step tiles, halos of 1-4 chunks, both input stages, partial tiles and units.
 TEST(DepthwiseTensorCoreEmulated, ForwardWgmma) {
   const Case bf16_cases[] = {
