@@ -170,8 +170,14 @@ __device__ __forceinline__ unsigned char* wgmma_toeplitz_shared() {
   return reinterpret_cast<unsigned char*>((reinterpret_cast<uintptr_t>(raw) + 1023) & ~uintptr_t(1023));
 }
 
+// Blocks/SM asked of ptxas: 5 from 4 Toeplitz blocks on (H200: K193 74 -> 67 us, K256 79 -> 75;
+// 94 registers, 60-92 bytes spilled, against 138 registers at 3 blocks/SM). At 3 it lost (K128
+// 58 -> 60), and below 4 any minimum, 4 included, changes the allocation (K65 91 -> 123 registers,
+// 5 -> 4 blocks/SM): 0 asks for none.
+constexpr int wgmma_min_blocks_per_sm(int blocks) { return blocks >= 4 ? 5 : 0; }
+
 template <typename T, int kBlocks>
-__global__ void __launch_bounds__(WgmmaToeplitzTile::kThreads)
+__global__ void __launch_bounds__(WgmmaToeplitzTile::kThreads, wgmma_min_blocks_per_sm(kBlocks))
     depthwise_forward_wgmma_kernel(DepthwiseForwardParams p, int64_t tiles) {
 #ifdef CAUSALCONV_SM90A
   using Tile = WgmmaToeplitzTile;
