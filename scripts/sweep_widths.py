@@ -1,6 +1,7 @@
 """Depthwise forward time across filter widths (bf16 B1 D4096, with a bias), for the choice
 between kernels that depends on K (e.g. the tensor-core forms' threshold). Prints one line per
-width: microseconds and the share of the device-to-device copy rate measured in the same run.
+width: microseconds, the share of the device-to-device copy rate measured in the same run, and
+the relative L2 error against the fp64 reference (a variant that is fast and wrong shows here).
 
     python3 scripts/sweep_widths.py [--length L] [K ...]
 
@@ -14,6 +15,7 @@ import torch
 import triton
 
 import causalconv
+from causalconv import reference
 
 
 def main():
@@ -28,8 +30,14 @@ def main():
     for width in args.widths:
         w = torch.randn(4096, width, device="cuda", dtype=torch.bfloat16) / width
         b = torch.randn(4096, device="cuda", dtype=torch.bfloat16)
+        y = causalconv.causal_conv1d(x, w, b).double()
+        ref = reference.causal_conv1d(x.double(), w.double(), b.double())
+        rel_l2 = ((y - ref).norm() / ref.norm()).item()
+        del y, ref
         ms = triton.testing.do_bench(lambda: causalconv.causal_conv1d(x, w, b))
-        print(f"bf16 B1 D4096 L{args.length} K{width:3d}: {ms * 1e3:7.1f} us  {100 * copy_ms / ms:5.1f} % of copy")
+        verdict = "ok" if rel_l2 < 1e-2 else "WRONG"
+        print(f"bf16 B1 D4096 L{args.length} K{width:3d}: {ms * 1e3:7.1f} us  {100 * copy_ms / ms:5.1f} % of copy"
+              f"  rel_l2 {rel_l2:.1e} {verdict}")
 
 
 if __name__ == "__main__":
