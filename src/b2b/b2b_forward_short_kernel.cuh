@@ -1,21 +1,23 @@
 // Fused b2b_causal_conv1d forward for short filters (Kp <= 4, Km <= 8) on rows of
 // 16-byte vectors: byte-bound, no shared memory, no barriers.
 //
-// A warp owns channel c of batch b and a span of 32 * kB2BShortVectors consecutive
-// 16-byte vectors of time; lane l takes vectors e * 32 + l of the span, so every load
-// and store instruction of the warp covers 512 contiguous bytes. All loads of the
-// three x rows 3c, 3c+1, 3c+2 are issued before any compute. Filters are padded with
-// leading zero taps to Kp = 4 and Km = 8 (one instantiation per dtype), so per vector
-// starting at time t the kernel needs
-//   x1, v (rows 3c+1, 3c+2) over [t - 10, t + kVec)   (z over [t - 7, t + kVec))
-//   gate x2 (row 3c)        over [t - 3,  t + kVec)
-// The steps before a vector come from the lanes holding the vectors before it
-// (span_vector_before); lanes at the span's start load theirs from memory. z for the
-// Hm steps before each vector is recomputed from those x windows rather than passed
-// between lanes: ~(kVec + 7) / kVec times the projection FMAs, which the byte budget
-// affords, and no second round of shuffles. Times before 0 load zero, so p and z are
-// zero there as the causal padding asks; steps past the row end load zero and are
-// never stored.
+// A warp owns channel c of batch b and a span of kB2BShortSteps * 32 consecutive 16-byte
+// vectors of time, which it walks in steps of 32 vectors: at each step lane l takes vector
+// l of the step, so every load and store instruction of the warp covers 512 contiguous
+// bytes, and the next step's loads are issued before this step's arithmetic. Filters are
+// padded with leading zero taps to Kp = 4 and Km = 8 (one instantiation per dtype). Per
+// vector starting at time t the kernel needs
+//   x rows 3c, 3c+1, 3c+2 over [t - 3, t + kVec)   (the projections)
+//   z                     over [t - 7, t + kVec)   (the mixer)
+// Each lane computes p and z over its own vector only; the steps before it (the last x
+// elements and z values of the vectors before) come by one shuffle from the lanes holding
+// them, and lane 0's from what lane 31 held at the previous step (kept in `carry`). So the
+// projections run once per step of time (the session-6 kernel recomputed z over the 7
+// steps before every vector: ~2x its projection FMAs, and its forward was issue-bound at
+// 84 instructions per output). A warp starts with a priming step over the 32 vectors
+// before its span, of which only the last lanes' vectors load (their tails are the first
+// step's halo). Times before 0 load zero, so p and z are zero there as the causal padding
+// asks; steps past the row end load zero and are never stored.
 #pragma once
 
 #include "b2b/b2b_kernels.h"
@@ -27,39 +29,28 @@ namespace causalconv::detail {
 constexpr int kB2BShortMaxProj = 4;   // padded projection width
 constexpr int kB2BShortMaxMixer = 8;  // padded mixer width
 constexpr int kB2BShortThreads = 128;
-// Per row and thread: 3 rows x 32 bytes in flight. 2 vectors (80 registers, 6 blocks/SM) beat 4
-// (127 registers, 4 blocks/SM): Km 7 forward 0.128 -> 0.117 ms on the H200 (session 6).
-constexpr int kB2BShortVectors = 2;
+// Steps of 32 vectors per warp: the priming step costs 1 / kB2BShortSteps of the arithmetic.
+constexpr int kB2BShortSteps = 8;
 
 template <typename T>
 constexpr int64_t b2b_short_span() {
-  return int64_t(32) * kB2BShortVectors * Vec16<T>::kElems;
+  return int64_t(32) * kB2BShortSteps * Vec16<T>::kElems;
 }
 
-// A warp's span of one row (vectors e * 32 + lane) and, for lanes below s, the vector s
-// positions before the span (zero before time 0).
-template <typename T, int kHaloVectors>
-__device__ __forceinline__ void b2b_short_load_row(const T* row, int64_t span_start, int64_t n, int lane,
-                                                   uint4 (&v)[kB2BShortVectors], uint4 (&before)[kHaloVectors]) {
-  constexpr int kVec = Vec16<T>::kElems;
-#pragma unroll
-  for (int e = 0; e < kB2BShortVectors; ++e) v[e] = load_span_vector(row, span_start + int64_t(e * 32 + lane) * kVec, n);
-#pragma unroll
-  for (int s = 1; s <= kHaloVectors; ++s) {
-    const int64_t t = span_start + int64_t(lane - s) * kVec;  // a multiple of kVec: t < 0 means wholly before 0
-    before[s - 1] = lane < s && t >= 0 ? load_raw16(row + t) : make_uint4(0, 0, 0, 0);
-  }
+// Word i of a 16-byte vector (i a compile-time constant after unrolling).
+__device__ __forceinline__ uint32_t& vec16_word(uint4& v, int i) {
+  return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w;
 }
 
-// win[i] = the row at time t - kHaloVectors * kVec + i for vector e's first step t.
-template <typename T, int kHaloVectors>
-__device__ __forceinline__ void b2b_short_window(const uint4 (&v)[kB2BShortVectors],
-                                                 const uint4 (&before)[kHaloVectors], int e, int lane, float* win) {
-  constexpr int kVec = Vec16<T>::kElems;
-#pragma unroll
-  for (int s = 1; s <= kHaloVectors; ++s)
-    decode16<T>(span_vector_before(v, e, s, before[s - 1], lane), win + (kHaloVectors - s) * kVec);
-  decode16<T>(v[e], win + kHaloVectors * kVec);
+// The value `v` of the lane s positions before this one in time: lane - s of this step,
+// or for lanes below s, lane 32 - s + lane of the previous step (`carry`, which this call
+// replaces with the value that lane needs at the next step).
+template <typename V>
+__device__ __forceinline__ V b2b_short_value_before(V v, V& carry, int s, int lane) {
+  const V rotated = __shfl_sync(0xffffffffu, v, (lane - s) & 31);
+  const V before = lane < s ? carry : rotated;
+  carry = rotated;
+  return before;
 }
 
 // Taps of a filter of runtime width `width` <= kPadded, right-aligned (leading zeros).
@@ -73,14 +64,16 @@ __device__ __forceinline__ void b2b_short_taps(const T* w, int64_t tap_stride, i
 }
 
 template <typename T>
-__global__ void __launch_bounds__(kB2BShortThreads, 6)
+__global__ void __launch_bounds__(kB2BShortThreads)
     b2b_forward_short_kernel(B2BForwardParams p, int64_t spans_per_row, int64_t spans) {
   constexpr int kVec = Vec16<T>::kElems;
   constexpr int kP = kB2BShortMaxProj, kM = kB2BShortMaxMixer;
-  constexpr int kZHalo = kM - 1;                                      // z steps before a vector
-  constexpr int kXHaloVectors = (kZHalo + kP - 1 + kVec - 1) / kVec;  // x1, v: kZHalo + kP - 1 steps
-  constexpr int kGHaloVectors = (kP - 1 + kVec - 1) / kVec;           // gate row: kP - 1 steps
-  constexpr int kX = kXHaloVectors * kVec, kG = kGHaloVectors * kVec;  // window offsets of step t
+  constexpr int kXHalo = kP - 1;                                   // x steps before a vector
+  constexpr int kXFirstWord = (kVec - kXHalo) * int(sizeof(T)) / 4;  // words of the previous vector holding them
+  constexpr int kZHalo = kM - 1;                                   // z steps before a vector
+  constexpr int kZVectors = (kZHalo + kVec - 1) / kVec;            // vectors holding them (1, or 2 at fp32)
+  constexpr int kZ = kZVectors * kVec;                             // z window offset of step t
+  constexpr int64_t kStep = 32 * kVec;                             // time steps per warp step
   const int lane = threadIdx.x % 32;
   const int64_t span = int64_t(blockIdx.x) * (kB2BShortThreads / 32) + threadIdx.x / 32;
   if (span >= spans) return;  // whole warps: the shuffles below see full warps
@@ -92,56 +85,83 @@ __global__ void __launch_bounds__(kB2BShortThreads, 6)
   const T* x1 = x0 + p.x_stride[1];
   const T* x2 = x1 + p.x_stride[1];
   T* out = static_cast<T*>(p.out) + b * p.out_stride[0] + c * p.out_stride[1];
+  const int64_t steps_to_end = (n - span_start + kStep - 1) / kStep;
+  const int steps = steps_to_end < kB2BShortSteps ? int(steps_to_end) : kB2BShortSteps;
 
-  uint4 raw0[kB2BShortVectors], raw1[kB2BShortVectors], raw2[kB2BShortVectors];
-  uint4 before0[kGHaloVectors], before1[kXHaloVectors], before2[kXHaloVectors];
-  b2b_short_load_row<T, kGHaloVectors>(x0, span_start, n, lane, raw0, before0);
-  b2b_short_load_row<T, kXHaloVectors>(x1, span_start, n, lane, raw1, before1);
-  b2b_short_load_row<T, kXHaloVectors>(x2, span_start, n, lane, raw2, before2);
+  // Step s's vectors of the three rows (s = -1: the priming step, where only the lanes
+  // whose tails reach step 0 load; time before 0 is zero).
+  uint4 next[3];
+  auto load_step = [&](int s) {
+    const int64_t t = span_start + s * kStep + int64_t(lane) * kVec;  // a multiple of kVec
+    const bool wanted = t >= 0 && (s >= 0 || lane >= 32 - (kZVectors + 1));
+    next[0] = wanted ? load_span_vector(x0, t, n) : make_uint4(0, 0, 0, 0);
+    next[1] = wanted ? load_span_vector(x1, t, n) : make_uint4(0, 0, 0, 0);
+    next[2] = wanted ? load_span_vector(x2, t, n) : make_uint4(0, 0, 0, 0);
+  };
+  load_step(-1);
 
   const int kp = int(p.proj_width), km = int(p.mixer_width);
   const T* wp = static_cast<const T*>(p.weight_proj);
-  float w0[kP], w1[kP], w2[kP], wm[kM];
-  b2b_short_taps<T, kP>(wp + 3 * c * p.wp_stride[0], p.wp_stride[1], kp, w0);
-  b2b_short_taps<T, kP>(wp + (3 * c + 1) * p.wp_stride[0], p.wp_stride[1], kp, w1);
-  b2b_short_taps<T, kP>(wp + (3 * c + 2) * p.wp_stride[0], p.wp_stride[1], kp, w2);
+  float w[3][kP], wm[kM];
+  for (int j = 0; j < 3; ++j) b2b_short_taps<T, kP>(wp + (3 * c + j) * p.wp_stride[0], p.wp_stride[1], kp, w[j]);
   b2b_short_taps<T, kM>(static_cast<const T*>(p.weight_mixer) + c * p.wm_stride[0], p.wm_stride[1], km, wm);
   const float skip = to_float(static_cast<const T*>(p.skip_bias)[c * p.skip_stride]);
 
+  uint32_t x_carry[3][4] = {};         // lane 0: words of lane 31's vectors at the previous step
+  float z_carry[kZVectors][kVec] = {};  // lanes below s: z of lane 32 - s + lane at the previous step
+
+#pragma unroll 1
+  for (int s = -1; s < steps; ++s) {
+    uint4 raw[3] = {next[0], next[1], next[2]};
+    if (s + 1 < steps) load_step(s + 1);
+
+    // win[j][i]: row 3c+j at time t - kXHalo + i.
+    float win[3][kXHalo + kVec];
 #pragma unroll
-  for (int e = 0; e < kB2BShortVectors; ++e) {
-    // z[j] = z at time t - kZHalo + j, from x1 and v at t - kZHalo + j - (kP - 1 - k).
-    float z[kZHalo + kVec];
-    {
-      float a[kX + kVec], v[kX + kVec];
-      b2b_short_window<T, kXHaloVectors>(raw1, before1, e, lane, a);
-      b2b_short_window<T, kXHaloVectors>(raw2, before2, e, lane, v);
+    for (int j = 0; j < 3; ++j) {
+      uint4 before = make_uint4(0, 0, 0, 0);
 #pragma unroll
-      for (int j = 0; j < kZHalo + kVec; ++j) {
-        const int first = kX - kZHalo + j - (kP - 1);  // >= 0: kX >= kZHalo + kP - 1
-        float pa = 0.0f, pv = 0.0f;
+      for (int i = kXFirstWord; i < 4; ++i)
+        vec16_word(before, i) = b2b_short_value_before(vec16_word(raw[j], i), x_carry[j][i], 1, lane);
+      float prev[kVec];
+      decode16<T>(before, prev);
 #pragma unroll
-        for (int k = 0; k < kP; ++k) {
-          pa = fmaf(w1[k], a[first + k], pa);
-          pv = fmaf(w2[k], v[first + k], pv);
-        }
-        z[j] = pa * pv;
-      }
+      for (int i = 0; i < kXHalo; ++i) win[j][i] = prev[kVec - kXHalo + i];
+      decode16<T>(raw[j], win[j] + kXHalo);
     }
-    float g[kG + kVec];  // the gate row at t - kG + i
-    b2b_short_window<T, kGHaloVectors>(raw0, before0, e, lane, g);
+
+    // z[kZ + i]: z at t + i from this vector; z[kZ - kZHalo ..kZ): from the vectors before.
+    float z[kZ + kVec];
+#pragma unroll
+    for (int i = 0; i < kVec; ++i) {
+      float a = 0.0f, v = 0.0f;
+#pragma unroll
+      for (int k = 0; k < kP; ++k) {
+        a = fmaf(w[1][k], win[1][i + k], a);
+        v = fmaf(w[2][k], win[2][i + k], v);
+      }
+      z[kZ + i] = a * v;
+    }
+#pragma unroll
+    for (int sv = 1; sv <= kZVectors; ++sv)
+#pragma unroll
+      for (int i = 0; i < kVec; ++i)
+        if ((kZVectors - sv) * kVec + i >= kZ - kZHalo)  // only the steps the mixer reaches
+          z[(kZVectors - sv) * kVec + i] = b2b_short_value_before(z[kZ + i], z_carry[sv - 1][i], sv, lane);
+    if (s < 0) continue;  // priming: the carries are set
+
     float y[kVec];
 #pragma unroll
     for (int i = 0; i < kVec; ++i) {
-      float h = skip * z[kZHalo + i];
+      float h = skip * z[kZ + i];
 #pragma unroll
-      for (int k = 0; k < kM; ++k) h = fmaf(wm[k], z[i + k], h);  // z at t + i - (kM - 1 - k)
+      for (int k = 0; k < kM; ++k) h = fmaf(wm[k], z[kZ - kZHalo + i + k], h);  // z at t + i - (kM - 1 - k)
       float gate = 0.0f;
 #pragma unroll
-      for (int k = 0; k < kP; ++k) gate = fmaf(w0[k], g[kG + i - (kP - 1) + k], gate);
+      for (int k = 0; k < kP; ++k) gate = fmaf(w[0][k], win[0][i + k], gate);
       y[i] = gate * h;
     }
-    const int64_t t = span_start + int64_t(e * 32 + lane) * kVec;
+    const int64_t t = span_start + s * kStep + int64_t(lane) * kVec;
     if (t + kVec <= n)
       store_vec16(out + t, y);
     else if (t < n)

@@ -30,6 +30,7 @@
 #include <condition_variable>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <functional>
 #include <limits>
 #include <memory>
@@ -166,13 +167,19 @@ inline void __syncwarp(unsigned /*mask*/ = 0xffffffffu) {
 inline unsigned __shfl_sync(unsigned /*mask*/, unsigned v, int src_lane) {
   return causalconv::emulation::shfl_index(v, src_lane);
 }
+inline float __shfl_sync(unsigned /*mask*/, float v, int src_lane) {  // the bits, as the device moves them
+  uint32_t bits;
+  std::memcpy(&bits, &v, 4);
+  bits = causalconv::emulation::shfl_index(bits, src_lane);
+  std::memcpy(&v, &bits, 4);
+  return v;
+}
 
 namespace causalconv::detail {
 inline float* b2b_shared_floats() { return causalconv::emulation::block_state->shared.data(); }
 }  // namespace causalconv::detail
 
 // Asynchronous copies (common/async_copy.cuh) complete at once on the CPU.
-#include <cstring>
 namespace causalconv::detail {
 inline void copy_async16(void* dst, const void* src) { std::memcpy(dst, src, 16); }
 inline void copy_async_wait_all() {}

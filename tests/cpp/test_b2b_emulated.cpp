@@ -234,15 +234,15 @@ void run_short_forward(int64_t B, int64_t D, int64_t L, int64_t kp, int64_t km, 
 }
 
 // Widths up to 4 x 8 (padded with leading zero taps; width 1, below the op's envelope,
-// pads the most), lengths around the vector, the warp's span (b2b_short_span: 512 steps at
-// 16-bit, 256 at fp32) and several spans, batch and channels > 1 (the span -> (b, c) split),
-// skip = 0.
-static_assert(detail::b2b_short_span<float>() == 256 && detail::b2b_short_span<__nv_bfloat16>() == 512,
-              "the lengths below straddle these spans: revisit them with the span");
+// pads the most), lengths around the vector, the warp's step of 32 vectors (256 steps of time
+// at 16-bit, 128 at fp32), its span (b2b_short_span: 2048 / 1024) and several spans (a span's
+// halo from the priming step), batch and channels > 1 (the span -> (b, c) split), skip = 0.
+static_assert(detail::b2b_short_span<float>() == 1024 && detail::b2b_short_span<__nv_bfloat16>() == 2048,
+              "the lengths below straddle these spans and their steps of 32 vectors: revisit them with the span");
 TEST(B2BKernelsEmulated, ShortForwardFloat32MatchesReference) {
   for (int64_t kp = 1; kp <= 4; ++kp)
     for (int64_t km : {1, 2, 3, 7, 8}) run_short_forward<float>(1, 2, 37, kp, km, 1e-6);
-  for (int64_t length : {1, 2, 3, 4, 5, 8, 9, 255, 256, 257, 511, 512, 513, 1000, 2049})
+  for (int64_t length : {1, 2, 3, 4, 5, 8, 9, 127, 128, 129, 255, 257, 1000, 1023, 1024, 1025, 2049, 3071})
     run_short_forward<float>(2, 3, length, 3, 7, 1e-6);
   run_short_forward<float>(3, 1, 8200, 4, 8, 1e-6);
   run_short_forward<float>(1, 3, 1031, 2, 2, 1e-6, true);
@@ -251,14 +251,14 @@ TEST(B2BKernelsEmulated, ShortForwardFloat32MatchesReference) {
 TEST(B2BKernelsEmulated, ShortForwardBFloat16MatchesReference) {
   for (int64_t kp = 1; kp <= 4; ++kp)
     for (int64_t km : {1, 2, 3, 7, 8}) run_short_forward<__nv_bfloat16>(1, 2, 45, kp, km, 1e-2);
-  for (int64_t length : {1, 7, 8, 9, 16, 255, 256, 257, 511, 512, 513, 1023, 1024, 1025, 2049})
+  for (int64_t length : {1, 7, 8, 9, 16, 255, 256, 257, 513, 2047, 2048, 2049, 4097})
     run_short_forward<__nv_bfloat16>(2, 3, length, 3, 7, 1e-2);
   run_short_forward<__nv_bfloat16>(3, 1, 8200, 3, 7, 1e-2, true);
   run_short_forward<__nv_bfloat16>(2, 2, 2049, 4, 8, 1e-2);  // full reach (10 steps back) across spans
 }
 
 TEST(B2BKernelsEmulated, ShortForwardFloat16MatchesReference) {
-  for (int64_t length : {1, 8, 9, 1000, 1032, 3001})
+  for (int64_t length : {1, 8, 9, 1000, 1032, 3001, 4100})
     run_short_forward<__half>(2, 3, length, 4, 8, 2e-3);
   run_short_forward<__half>(1, 2, 700, 2, 3, 2e-3, true);
 }
