@@ -1,5 +1,6 @@
 // Launchers of the fused b2b_causal_conv1d backward (the kernels: b2b_backward_kernel.cuh).
 #include "b2b/b2b_backward_kernel.cuh"
+#include "b2b/b2b_backward_short_kernel.cuh"
 #include "b2b/b2b_backward_tc_kernel.cuh"
 #include "b2b/b2b_kernels.h"
 #include "b2b/b2b_tiling.cuh"
@@ -40,6 +41,26 @@ bool groups_aligned(const void* base, const int64_t (&strides)[2], size_t elem_b
 
 size_t elem_bytes(DType t) { return t == DType::f32 ? 4 : 2; }
 
+// True when every row of x, dout and dx is made of whole 16-byte vectors (the short kernel's
+// access), for storage type T.
+template <typename T>
+bool rows_vector_aligned(const B2BBackwardParams& p) {
+  return vector_aligned<T>(p.x, p.x_stride, 2) && vector_aligned<T>(p.dout, p.dout_stride, 2) &&
+         vector_aligned<T>(p.dx, p.dx_stride, 2);
+}
+
+bool short_span_rows(const B2BBackwardParams& p) {
+  switch (p.dtype) {
+    case DType::f32: return rows_vector_aligned<float>(p);
+    case DType::f16: return rows_vector_aligned<__half>(p);
+    case DType::bf16: return rows_vector_aligned<__nv_bfloat16>(p);
+    case DType::f64: return false;
+  }
+  return false;
+}
+
+int64_t short_span_steps(DType t) { return t == DType::f32 ? b2b_short_span<float>() : b2b_short_span<__half>(); }
+
 template <typename T>
 void launch_typed(const B2BBackwardParams& p, const B2BBackwardPlan& plan, float* partials, cudaStream_t stream) {
   if (p.batch > 0 && plan.tiling.tiles > 0) {  // else dx is empty and the weight gradients are zero
@@ -51,6 +72,14 @@ void launch_typed(const B2BBackwardParams& p, const B2BBackwardPlan& plan, float
       kernel<<<grid, Tile::kThreads, plan.smem_bytes, stream>>>(p, plan.tiling, extra..., partials);
     };
     switch (plan.path) {
+      case B2BBackwardPath::short_span: {
+        // One warp per (row, span); tile_blocks holds the spans per row.
+        constexpr int kWarps = kB2BShortThreads / 32;
+        const int64_t spans = p.batch * p.dim * plan.tiling.tile_blocks;
+        b2b_backward_short_kernel<T><<<unsigned((spans + kWarps - 1) / kWarps), kB2BShortThreads, 0, stream>>>(
+            p, plan.tiling.tile_blocks, spans, partials);
+        break;
+      }
       case B2BBackwardPath::chunked_mixer8: launch(b2b_backward_chunked_kernel<T, 8>, plan.vectorised); break;
       case B2BBackwardPath::chunked_mixer16: launch(b2b_backward_chunked_kernel<T, 16>, plan.vectorised); break;
       case B2BBackwardPath::chunked_wide: launch(b2b_backward_chunked_kernel<T, 0>, plan.vectorised); break;
@@ -85,6 +114,12 @@ B2BBackwardPlan plan_b2b_backward(const B2BBackwardParams& p) {
     plan.tiling = make_b2b_tiling(p.length, ToeplitzTile::kOutputs, kB2BTcBackwardTilesPerBlock);
     plan.tc_max_blocks = b2b_tc_max_blocks(p.mixer_width);
     plan.smem_bytes = b2b_tc_backward_smem_bytes(plan.tc_max_blocks);
+    return plan;
+  }
+  if (p.proj_width <= kB2BShortMaxProj && p.mixer_width <= kB2BShortMaxMixer && short_span_rows(p)) {
+    plan.path = B2BBackwardPath::short_span;
+    const int64_t spans_per_row = (p.length + short_span_steps(p.dtype) - 1) / short_span_steps(p.dtype);
+    plan.tiling = {spans_per_row, spans_per_row};
     return plan;
   }
   if (p.proj_width > kB2BChunkProjTaps || p.mixer_width > kB2BChunkMaxMixerWidth) {

@@ -46,11 +46,13 @@ struct B2BBackwardParams {
 };
 
 // Which backward kernel serves a call, with its grid along time and shared memory.
+// short_span: Kp <= 4, Km <= 8 on rows of 16-byte vectors (b2b_backward_short_kernel, a warp
+// per (row, span); tiling.tile_blocks is the spans per row);
 // chunked_*: Kp <= 4, the register-blocked b2b_backward_chunked_kernel, for Km <= 8,
 // Km <= 16 (unrolled taps) or any Km (taps in blocks of 4); general: Kp > 4
 // (b2b_backward_kernel); tensor_core: fp16/bf16 with Km >= 9 (b2b_backward_tc_kernel,
 // dispatched only when kB2BTensorCoreBackward is on).
-enum class B2BBackwardPath { general, chunked_mixer8, chunked_mixer16, chunked_wide, tensor_core };
+enum class B2BBackwardPath { general, short_span, chunked_mixer8, chunked_mixer16, chunked_wide, tensor_core };
 struct B2BBackwardPlan {
   B2BBackwardPath path;
   B2BTiling tiling;

@@ -9,14 +9,17 @@
 #define b2b_forward_short_kernel b2b_forward_short_kernel_emulated
 #define b2b_backward_kernel b2b_backward_kernel_emulated
 #define b2b_backward_chunked_kernel b2b_backward_chunked_kernel_emulated
+#define b2b_backward_short_kernel b2b_backward_short_kernel_emulated
 #define b2b_weight_grad_reduce b2b_weight_grad_reduce_emulated
 #include "b2b/b2b_backward_kernel.cuh"
+#include "b2b/b2b_backward_short_kernel.cuh"
 #include "b2b/b2b_forward_kernel.cuh"
 #include "b2b/b2b_forward_short_kernel.cuh"
 #undef b2b_forward_kernel
 #undef b2b_forward_short_kernel
 #undef b2b_backward_kernel
 #undef b2b_backward_chunked_kernel
+#undef b2b_backward_short_kernel
 #undef b2b_weight_grad_reduce
 
 #include <gtest/gtest.h>
@@ -47,8 +50,9 @@ using Path = detail::B2BBackwardPath;
 
 struct Case {
   int64_t batch, dim, length, kp, km;
-  Path path;               // the backward kernel the plan must pick
+  Path path;               // the backward kernel the plan must pick (short_span instead when it applies)
   bool vectorised = false; // chunked paths: rows padded to L + 3 take vector accesses when 4 | L + 3
+  int64_t pad = 3;         // NaN slots after each row
 };
 
 template <typename T>
@@ -64,7 +68,7 @@ void run_case(const Case& cs, double bound, double reduction_bound) {
   skip.fill_uniform(seed());
   dout.fill_uniform(seed());
 
-  Activation<T> x_e(B, 3 * D, L), dout_e(B, D, L), out_e(B, D, L), dx_e(B, 3 * D, L);
+  Activation<T> x_e(B, 3 * D, L, cs.pad), dout_e(B, D, L, cs.pad), out_e(B, D, L, cs.pad), dx_e(B, 3 * D, L, cs.pad);
   Weight<T> wp_e(3 * D, cs.kp), wm_e(D, cs.km), skip_e(D, 1), dwp_e(3 * D, cs.kp), dwm_e(D, cs.km), dskip_e(D, 1);
   x_e.load(x);
   dout_e.load(dout);
@@ -82,7 +86,12 @@ void run_case(const Case& cs, double bound, double reduction_bound) {
   const detail::B2BBackwardParams g =
       test::b2b_backward_params(x_e, wp_e, wm_e, skip_e, dout_e, dx_e, &dwp_e, &dwm_e, &dskip_e);
   const detail::B2BBackwardPlan plan = detail::plan_b2b_backward(g);
-  EXPECT_EQ(plan.path, cs.path);
+  // Kp <= 4 and Km <= 8 on rows of whole 16-byte vectors take the short kernel.
+  const bool vector_rows = (L + cs.pad) % detail::Vec16<T>::kElems == 0 &&
+                           reinterpret_cast<uintptr_t>(x_e.data.data()) % 16 == 0 &&
+                           reinterpret_cast<uintptr_t>(dout_e.data.data()) % 16 == 0 &&
+                           reinterpret_cast<uintptr_t>(dx_e.data.data()) % 16 == 0;
+  EXPECT_EQ(plan.path, cs.kp <= 4 && cs.km <= 8 && vector_rows ? Path::short_span : cs.path);
   if (plan.path == detail::B2BBackwardPath::tensor_core) {
     // The dispatch is what this case checks; the tensor-core backward kernel has its own
     // emulated test (test_b2b_tc_backward_emulated.cpp).
@@ -90,25 +99,34 @@ void run_case(const Case& cs, double bound, double reduction_bound) {
     test::expect_close(out_e.to_host(), ref.out, mag.out, bound, 0.0, "out");
     return;
   }
-  if (plan.path != detail::B2BBackwardPath::general) EXPECT_EQ(plan.vectorised, cs.vectorised);
+  if (plan.path != Path::general && plan.path != Path::short_span) EXPECT_EQ(plan.vectorised, cs.vectorised);
   const detail::B2BTiling bt = plan.tiling;
   std::vector<float> partials(detail::b2b_backward_workspace_bytes(g) / sizeof(float),
                               std::numeric_limits<float>::quiet_NaN());
   ASSERT_EQ(partials.size(), size_t(D * B * bt.tile_blocks * (3 * cs.kp + cs.km + 1)));
-  emu::launch({unsigned(B * D), unsigned(bt.tile_blocks), 1}, detail::B2BBackwardTile::kThreads, plan.smem_bytes, [&] {
-    switch (plan.path) {
-      case detail::B2BBackwardPath::general: detail::b2b_backward_kernel_emulated<T>(g, bt, partials.data()); break;
-      case detail::B2BBackwardPath::chunked_mixer8:
-        detail::b2b_backward_chunked_kernel_emulated<T, 8>(g, bt, plan.vectorised, partials.data());
-        break;
-      case detail::B2BBackwardPath::chunked_mixer16:
-        detail::b2b_backward_chunked_kernel_emulated<T, 16>(g, bt, plan.vectorised, partials.data());
-        break;
-      case detail::B2BBackwardPath::chunked_wide:
-        detail::b2b_backward_chunked_kernel_emulated<T, 0>(g, bt, plan.vectorised, partials.data());
-        break;
-    }
-  });
+  if (plan.path == Path::short_span) {  // a warp per (row, span); tile_blocks: spans per row
+    const int64_t spans = B * D * bt.tile_blocks, warps = detail::kB2BShortThreads / 32;
+    emu::launch({unsigned((spans + warps - 1) / warps), 1, 1}, detail::kB2BShortThreads, 0, [&] {
+      detail::b2b_backward_short_kernel_emulated<T>(g, bt.tile_blocks, spans, partials.data());
+    });
+  } else {
+    const emu::Dim3 grid{unsigned(B * D), unsigned(bt.tile_blocks), 1};
+    emu::launch(grid, detail::B2BBackwardTile::kThreads, plan.smem_bytes, [&] {
+      switch (plan.path) {
+        case detail::B2BBackwardPath::general: detail::b2b_backward_kernel_emulated<T>(g, bt, partials.data()); break;
+        case detail::B2BBackwardPath::chunked_mixer8:
+          detail::b2b_backward_chunked_kernel_emulated<T, 8>(g, bt, plan.vectorised, partials.data());
+          break;
+        case detail::B2BBackwardPath::chunked_mixer16:
+          detail::b2b_backward_chunked_kernel_emulated<T, 16>(g, bt, plan.vectorised, partials.data());
+          break;
+        case detail::B2BBackwardPath::chunked_wide:
+          detail::b2b_backward_chunked_kernel_emulated<T, 0>(g, bt, plan.vectorised, partials.data());
+          break;
+        default: FAIL() << "no emulated launch for this path";
+      }
+    });
+  }
   for (float v : partials) ASSERT_FALSE(std::isnan(v)) << "a weight-gradient partial was not written";
   const int64_t parts = B * bt.tile_blocks;
   emu::launch({unsigned(detail::b2b_weight_grad_reduce_blocks(g)), 1, 1}, detail::kB2BReduceThreads, 0,
@@ -116,7 +134,19 @@ void run_case(const Case& cs, double bound, double reduction_bound) {
 
   const test::B2BReference ref(x, wp, wm, skip, dout), mag = test::b2b_magnitudes(x, wp, wm, skip, dout);
   test::expect_close(out_e.to_host(), ref.out, mag.out, bound, 0.0, "out");
-  test::expect_close(dx_e.to_host(), ref.dx, mag.dx, bound, 0.0, "dx");
+  const HostTensor dx = dx_e.to_host();
+  test::expect_close(dx, ref.dx, mag.dx, bound, 0.0, "dx");
+  // Element-wise too: a wrong look-ahead touches few outputs, which a 16-bit rel-L2 bound can
+  // hide. Each within its storage rounding of itself and of its terms' scale, plus fp32 noise
+  // on the tensor's scale and half a subnormal spacing of fp16.
+  const double rounding = std::is_same_v<T, float> ? 1e-6 : (std::is_same_v<T, __half> ? 1e-3 : 8e-3);
+  const double subnormal = std::is_same_v<T, __half> ? 0x1p-25 : 0.0;
+  double scale = 0.0;
+  for (int64_t i = 0; i < dx.numel(); ++i) scale = std::max(scale, std::fabs(ref.dx.flat(i)));
+  for (int64_t i = 0; i < dx.numel(); ++i)
+    ASSERT_LE(std::fabs(dx.flat(i) - ref.dx.flat(i)),
+              rounding * (std::fabs(ref.dx.flat(i)) + mag.dx.flat(i)) + 1e-5 * scale + subnormal)
+        << "dx at flat index " << i << " (time " << i % L << "): " << dx.flat(i) << " vs " << ref.dx.flat(i);
   test::expect_close(dwp_e.to_host(), ref.dwp, mag.dwp, reduction_bound, 0.0, "dweight_proj");
   test::expect_close(dwm_e.to_host(), ref.dwm, mag.dwm, reduction_bound, 0.0, "dweight_mixer");
   test::expect_close(dskip_e.to_host(true), ref.dskip, mag.dskip, reduction_bound, 0.0, "dskip_bias");
@@ -166,6 +196,37 @@ TEST(B2BKernelsEmulated, Float16ChunkedBackwardMatchesReference) {
   run_case<__half>({1, 2, 1029, 3, 7, Path::chunked_mixer8, true}, 2e-3, 2e-3);
   run_case<__half>({2, 1, 700, 2, 3, Path::chunked_mixer8}, 2e-3, 2e-3);
   run_case<__half>({1, 1, 1100, 3, 128, Path::tensor_core}, 2e-3, 2e-3);
+}
+
+// ---- the short-filter backward (Kp <= 4, Km <= 8, rows of whole 16-byte vectors) ----
+
+// Rows padded to the next multiple of the vector width (at least one NaN slot after each).
+template <typename T>
+Case short_case(int64_t batch, int64_t dim, int64_t length, int64_t kp, int64_t km) {
+  const int64_t vec = detail::Vec16<T>::kElems;
+  return {batch, dim, length, kp, km, Path::short_span, false, vec - length % vec};
+}
+
+// Widths up to 4 x 8 (leading zero taps), lengths around the vector, the warp's step of 32
+// vectors (128 steps of time at fp32, 256 at 16-bit) and its span (b2b_short_span: 2048 /
+// 4096; the priming step's halo and the draining step's look-ahead cross spans), several
+// spans per row, batch and channels > 1 (the partials' (row, span) slots).
+TEST(B2BKernelsEmulated, ShortBackwardFloat32MatchesReference) {
+  for (int64_t kp = 2; kp <= 4; ++kp)
+    for (int64_t km : {2, 3, 7, 8}) run_case<float>(short_case<float>(1, 2, 37, kp, km), 1e-6, 5e-5);
+  for (int64_t length : {1, 3, 4, 5, 127, 128, 129, 1000, 2047, 2048, 2049, 4100})
+    run_case<float>(short_case<float>(2, 3, length, 3, 7), 1e-6, 5e-5);
+  run_case<float>(short_case<float>(1, 2, 6150, 4, 8), 1e-6, 5e-5);
+}
+
+TEST(B2BKernelsEmulated, ShortBackward16BitMatchesReference) {
+  for (int64_t kp : {2, 4})
+    for (int64_t km : {2, 8}) run_case<__nv_bfloat16>(short_case<__nv_bfloat16>(1, 2, 45, kp, km), 1e-2, 1e-2);
+  for (int64_t length : {1, 8, 9, 255, 256, 257, 4095, 4096, 4097})
+    run_case<__nv_bfloat16>(short_case<__nv_bfloat16>(2, 2, length, 3, 7), 1e-2, 1e-2);
+  run_case<__nv_bfloat16>(short_case<__nv_bfloat16>(1, 1, 8200, 4, 8), 1e-2, 1e-2);
+  run_case<__half>(short_case<__half>(2, 3, 4100, 3, 7), 2e-3, 2e-3);
+  run_case<__half>(short_case<__half>(1, 2, 300, 2, 3), 2e-3, 2e-3);
 }
 
 // ---- the short-filter forward (Kp <= 4, Km <= 8, rows of whole 16-byte vectors) ----

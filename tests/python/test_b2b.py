@@ -478,6 +478,30 @@ def test_b2b_racecheck_chunked_backward_shapes(seeded):
         check(*make_inputs(1, 2, 3000, 3, 128, dtype))
 
 
+# ---- the short-filter backward (Kp <= 4, Km <= 8, rows of x, dout and dx made of whole 16-byte
+# vectors); contiguous rows of such lengths take it throughout the tests above too ----
+
+@requires_cuda
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("kp,km", [(3, 7), (2, 2), (4, 8), (2, 3)])
+def test_short_backward_padded_rows(dtype, kp, km, seeded):
+    # Rows of every length made of whole 16-byte vectors by padding the row stride: partial
+    # last vectors, the warp's step (256 / 128 steps) and span (4096 / 2048 steps at 16-bit /
+    # fp32), several spans per row; dx into a NaN buffer whose padding must stay NaN.
+    vec = 16 // torch.tensor([], dtype=dtype).element_size()
+    for b, d in ((1, 1), (2, 3)):
+        for length in (1, 7, 8, 9, 255, 256, 257, 2047, 2049, 4095, 4096, 4097, 8200, 10000):
+            stride = (length + vec - 1) // vec * vec + vec
+            x = torch.randn(b, 3 * d, stride, device="cuda", dtype=dtype)[..., :length]
+            dout = torch.randn(b, d, stride, device="cuda", dtype=dtype)[..., :length]
+            _, wp, wm, skip = make_inputs(b, d, 1, kp, km, dtype)
+            if length % 2:
+                skip.zero_()
+            dx_buffer = torch.full((b, 3 * d, stride), float("nan"), device="cuda", dtype=dtype)
+            _backward_into_poisoned(x, wp, wm, skip, dout, dx_buffer[..., :length])
+            assert torch.isnan(dx_buffer[..., length:]).all(), f"L={length}: wrote outside the rows of dx"
+
+
 # ---- the short-filter forward (Kp <= 4, Km <= 8, rows of whole 16-byte vectors); Kp = 5,
 # Km = 9 and unaligned rows take the other kernels ----
 

@@ -1,0 +1,171 @@
+// Fused b2b_causal_conv1d backward for short filters (Kp <= 4, Km <= 8) on rows of 16-byte
+// vectors: no shared memory, no barriers. The warp's walk, halos and windows:
+// b2b_short_span.cuh. With g = dout, for the lane's vector at time t (see b2b_backward_kernel.cuh
+// for the whole derivation):
+//   stage A (this step's vectors): p0, p1, p2, z and h as the forward, then dh = g * p0 and
+//     dp0 = g * h; the tap sums dwm[k] += dh[t] z[t - (Km-1-k)] and dskip += dh[t] z[t];
+//   stage B (the previous step's vectors, one step behind, because it looks ahead in time):
+//     dz = skip * dh + sum_k wm[k] dh[t + Km-1-k] over the vector and the Kp - 1 steps after
+//     it (dh up to 10 steps ahead: from the lanes after, the last lanes' from this step's
+//     stage A), dp1 = dz * v, dp2 = dz * x1, then dx_j = sum_k wp_j[k] dp_j[t + Kp-1-k] and
+//     the tap sums dwp_j[k] += x_j[t] dp_j[t + Kp-1-k].
+// So the warp runs stage A over a priming step (the carries), its steps, and a draining step
+// (whose first lanes' stage A feeds the last step's look-ahead). The tap sums of the warp's
+// span go to one fp32 partial per (row, span), which b2b_weight_grad_reduce sums in a fixed
+// order. Times past the row end load zero (g = 0 there, so dh and every dp are zero and
+// the sums need no mask) and are never stored.
+#pragma once
+
+#include "b2b/b2b_short_span.cuh"
+
+namespace causalconv::detail {
+
+template <typename T>
+__global__ void __launch_bounds__(kB2BShortThreads)
+    b2b_backward_short_kernel(B2BBackwardParams p, int64_t spans_per_row, int64_t spans, float* partials) {
+  using S = B2BShortShape<T>;
+  constexpr int kVec = S::kVec, kP = S::kP, kM = S::kM;
+  constexpr int kDpAhead = kP - 1;                                   // dp steps after a vector (dx)
+  constexpr int kDhAhead = kDpAhead + kM - 1;                        // dh steps after it (dz over the dp range)
+  constexpr int kDrainLanes = (kDhAhead + kVec - 1) / kVec;          // lanes of the next step they reach
+  constexpr int kD = kVec + kDpAhead;                                // the dz / dp range of a vector
+  const int lane = threadIdx.x % 32;
+  const int64_t span = int64_t(blockIdx.x) * (kB2BShortThreads / 32) + threadIdx.x / 32;
+  if (span >= spans) return;  // whole warps: the shuffles below see full warps
+  const B2BShortSpan w = b2b_short_span_of<T>(span, spans_per_row, p.dim);
+  const int64_t n = p.length;
+  const T* x0 = static_cast<const T*>(p.x) + w.b * p.x_stride[0] + 3 * w.c * p.x_stride[1];
+  const T* g = static_cast<const T*>(p.dout) + w.b * p.dout_stride[0] + w.c * p.dout_stride[1];
+  T* dx0 = static_cast<T*>(p.dx) + w.b * p.dx_stride[0] + 3 * w.c * p.dx_stride[1];
+  const int64_t steps_to_end = (n - w.start + S::kStep - 1) / S::kStep;
+  const int steps = steps_to_end < kB2BShortSteps ? int(steps_to_end) : kB2BShortSteps;
+
+  // Step s's vectors of the three x rows and dout: every lane for 0 <= s < steps; the priming
+  // step (s = -1) the last lanes, the draining step (s = steps) the first; zero before time 0.
+  uint4 next[4];
+  auto load_step = [&](int s) {
+    const int64_t t = w.start + s * S::kStep + int64_t(lane) * kVec;  // a multiple of kVec
+    const bool wanted =
+        t >= 0 && (s < 0 ? lane >= 32 - S::kPrimingLanes : (s < steps ? true : lane < kDrainLanes));
+#pragma unroll
+    for (int j = 0; j < 3; ++j)
+      next[j] = wanted ? load_span_vector(x0 + j * p.x_stride[1], t, n) : make_uint4(0, 0, 0, 0);
+    next[3] = wanted && s >= 0 ? load_span_vector(g, t, n) : make_uint4(0, 0, 0, 0);
+  };
+  load_step(-1);
+  const B2BShortFilters f = b2b_short_filters<T>(p, w.c);
+
+  uint32_t x_carry[3][4] = {};                // lane 0: words of lane 31's vectors at the previous step
+  float z_carry[S::kZVectors][S::kVec] = {};  // lanes below s: z of lane 32 - s + lane at the previous step
+  // Stage A's results of the previous step, for its stage B.
+  float prev_dh[kVec] = {}, prev_dp0[kVec] = {}, prev_p1[kVec] = {}, prev_p2[kVec] = {};
+  uint4 prev_x[3] = {};
+  float dwp[3][kP] = {}, dwm[kM] = {}, dskip = 0.0f;  // this lane's tap sums over the span
+
+#pragma unroll 1
+  for (int s = -1; s <= steps; ++s) {
+    const uint4 raw[3] = {next[0], next[1], next[2]}, raw_g = next[3];
+    if (s < steps) load_step(s + 1);
+
+    // Stage A over this step's vectors.
+    float win[3][S::kXHalo + kVec], p0[kVec], p1[kVec], p2[kVec], z[S::kZ + kVec], h[kVec], gv[kVec];
+    b2b_short_x_windows<T>(raw, x_carry, lane, win);
+    b2b_short_projection<T>(f.proj[0], win[0], p0);
+    b2b_short_projection<T>(f.proj[1], win[1], p1);
+    b2b_short_projection<T>(f.proj[2], win[2], p2);
+    b2b_short_mixer<T>(f, p1, p2, z_carry, lane, z, h);
+    decode16<T>(raw_g, gv);
+    float dh[kVec], dp0[kVec];
+#pragma unroll
+    for (int i = 0; i < kVec; ++i) {
+      dh[i] = gv[i] * p0[i];
+      dp0[i] = gv[i] * h[i];
+    }
+    if (s >= 0 && s < steps) {  // the priming and draining steps' vectors belong to other spans
+#pragma unroll
+      for (int i = 0; i < kVec; ++i) {
+#pragma unroll
+        for (int k = 0; k < kM; ++k) dwm[k] = fmaf(dh[i], z[S::kZ - S::kZHalo + i + k], dwm[k]);
+        dskip = fmaf(dh[i], z[S::kZ + i], dskip);
+      }
+    }
+
+    // Stage B over the previous step's vectors: r[i] = the value at t + i, i >= kVec from the
+    // lanes after (this step's for the last lanes).
+    if (s >= 1) {
+      float dhw[kVec + kDhAhead], p1w[kD], p2w[kD], dp0w[kD];
+#pragma unroll
+      for (int i = 0; i < kVec + kDhAhead; ++i)
+        dhw[i] = i < kVec ? prev_dh[i] : b2b_short_value_after(prev_dh[i % kVec], dh[i % kVec], i / kVec, lane);
+#pragma unroll
+      for (int i = 0; i < kD; ++i) {
+        p1w[i] = i < kVec ? prev_p1[i] : b2b_short_value_after(prev_p1[i % kVec], p1[i % kVec], i / kVec, lane);
+        p2w[i] = i < kVec ? prev_p2[i] : b2b_short_value_after(prev_p2[i % kVec], p2[i % kVec], i / kVec, lane);
+        dp0w[i] = i < kVec ? prev_dp0[i] : b2b_short_value_after(prev_dp0[i % kVec], dp0[i % kVec], i / kVec, lane);
+      }
+      float dz[kD];
+#pragma unroll
+      for (int u = 0; u < kD; ++u) {
+        float sum = f.skip * dhw[u];
+#pragma unroll
+        for (int k = 0; k < kM; ++k) sum = fmaf(f.mixer[k], dhw[u + kM - 1 - k], sum);
+        dz[u] = sum;
+      }
+      const int64_t t = w.start + (s - 1) * S::kStep + int64_t(lane) * kVec;
+#pragma unroll
+      for (int j = 0; j < 3; ++j) {  // one dp row at a time: dp0 = g * h, dp1 = dz * v, dp2 = dz * x1
+        float dp[kD], xo[kVec], dxv[kVec];
+#pragma unroll
+        for (int u = 0; u < kD; ++u) dp[u] = j == 0 ? dp0w[u] : dz[u] * (j == 1 ? p2w[u] : p1w[u]);
+        decode16<T>(prev_x[j], xo);
+#pragma unroll
+        for (int i = 0; i < kVec; ++i) {
+          float o = 0.0f;
+#pragma unroll
+          for (int k = 0; k < kP; ++k) {
+            o = fmaf(f.proj[j][k], dp[i + kP - 1 - k], o);
+            dwp[j][k] = fmaf(xo[i], dp[i + kP - 1 - k], dwp[j][k]);
+          }
+          dxv[i] = o;
+        }
+        T* row = dx0 + j * p.dx_stride[1];
+        if (t + kVec <= n)
+          store_vec16(row + t, dxv);
+        else if (t < n)
+          store_partial(row + t, int(n - t), dxv);
+      }
+    }
+
+#pragma unroll
+    for (int i = 0; i < kVec; ++i) {
+      prev_dh[i] = dh[i];
+      prev_dp0[i] = dp0[i];
+      prev_p1[i] = p1[i];
+      prev_p2[i] = p2[i];
+    }
+#pragma unroll
+    for (int j = 0; j < 3; ++j) prev_x[j] = raw[j];
+  }
+
+  // The span's tap sums: a fixed shuffle tree per slot, lane 0 writes the partial, in the
+  // slots of the general kernel's layout (real taps only): dwp rows, dwm, dskip.
+  const int kp = int(p.proj_width), km = int(p.mixer_width);
+  const int slots = 3 * kp + km + 1;
+  float* part = partials + ((w.c * p.batch + w.b) * spans_per_row + (w.start / b2b_short_span<T>())) * slots;
+#pragma unroll
+  for (int j = 0; j < 3; ++j)
+#pragma unroll
+    for (int k = 0; k < kP; ++k) {
+      const float sum = warp_sum(dwp[j][k]);
+      if (lane == 0 && k >= kP - kp) part[j * kp + k - (kP - kp)] = sum;
+    }
+#pragma unroll
+  for (int k = 0; k < kM; ++k) {
+    const float sum = warp_sum(dwm[k]);
+    if (lane == 0 && k >= kM - km) part[3 * kp + k - (kM - km)] = sum;
+  }
+  const float sum = warp_sum(dskip);
+  if (lane == 0) part[3 * kp + km] = sum;
+}
+
+}  // namespace causalconv::detail

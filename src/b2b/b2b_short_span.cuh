@@ -1,0 +1,171 @@
+// What the short-filter b2b kernels (Kp <= 4, Km <= 8, rows of 16-byte vectors) share: a
+// warp owns channel c of batch b and a span of kB2BShortSteps * 32 consecutive 16-byte
+// vectors of time, which it walks in steps of 32 vectors; at each step lane l takes vector
+// l of the step, so every load and store instruction of the warp covers 512 contiguous
+// bytes. Filters are padded with leading zero taps to Kp = 4 and Km = 8. The steps of time
+// just before a lane's vector (x tails for the projections, z for the mixer) come by a
+// shuffle from the lanes holding them, and lane 0's from what the last lanes held at the
+// previous step (kept in carries); the steps just after (the backward's anti-causal halos)
+// likewise from the lanes after, and the last lanes' from the next step. A warp starts with
+// a priming step over the 32 vectors before its span, which sets the carries.
+// Forward: b2b_forward_short_kernel.cuh; backward: b2b_backward_short_kernel.cuh.
+#pragma once
+
+#include "b2b/b2b_kernels.h"
+#include "common/cuda_math.cuh"
+#include "common/vector_access.cuh"
+
+namespace causalconv::detail {
+
+constexpr int kB2BShortMaxProj = 4;   // padded projection width
+constexpr int kB2BShortMaxMixer = 8;  // padded mixer width
+constexpr int kB2BShortThreads = 128;
+// Steps of 32 vectors per warp: the priming step costs 1 / kB2BShortSteps of the arithmetic.
+// 16 beat 8 (bf16 B4 D4096 L8192 Km7 forward 0.314 -> 0.299 ms; B1 0.089 both) and 4 (0.360)
+// on the H200.
+constexpr int kB2BShortSteps = 16;
+
+template <typename T>
+constexpr int64_t b2b_short_span() {
+  return int64_t(32) * kB2BShortSteps * Vec16<T>::kElems;
+}
+
+// The sizes of a lane's windows for storage type T.
+template <typename T>
+struct B2BShortShape {
+  static constexpr int kVec = Vec16<T>::kElems;
+  static constexpr int kP = kB2BShortMaxProj, kM = kB2BShortMaxMixer;
+  static constexpr int kXHalo = kP - 1;                                 // x steps before a vector
+  static constexpr int kXFirstWord = (kVec - kXHalo) * int(sizeof(T)) / 4;  // words of the vector before holding them
+  static constexpr int kZHalo = kM - 1;                                 // z steps before a vector
+  static constexpr int kZVectors = (kZHalo + kVec - 1) / kVec;          // vectors holding them (1, or 2 at fp32)
+  static constexpr int kZ = kZVectors * kVec;                           // z window offset of the vector's first step
+  static constexpr int64_t kStep = 32 * kVec;                           // time steps per warp step
+  // Priming step: the lanes whose vectors' tails reach step 0 (x tails of the z tails' lanes).
+  static constexpr int kPrimingLanes = kZVectors + 1;
+};
+
+// Warp w of the grid: its row (b, c) and the first time step of its span.
+struct B2BShortSpan {
+  int64_t b, c, start;
+};
+template <typename T>
+__device__ __forceinline__ B2BShortSpan b2b_short_span_of(int64_t span, int64_t spans_per_row, int64_t dim) {
+  const int64_t row = div_nonneg(span, spans_per_row);
+  const int64_t b = div_nonneg(row, dim);
+  return {b, row - b * dim, (span - row * spans_per_row) * b2b_short_span<T>()};
+}
+
+// Word i of a 16-byte vector (i a compile-time constant after unrolling).
+__device__ __forceinline__ uint32_t& vec16_word(uint4& v, int i) {
+  return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w;
+}
+
+// The value `v` of the lane s positions before this one in time: lane - s of this step,
+// or for lanes below s, lane 32 - s + lane of the previous step (`carry`, which this call
+// replaces with the value that lane needs at the next step).
+template <typename V>
+__device__ __forceinline__ V b2b_short_value_before(V v, V& carry, int s, int lane) {
+  const V rotated = __shfl_sync(0xffffffffu, v, (lane - s) & 31);
+  const V before = lane < s ? carry : rotated;
+  carry = rotated;
+  return before;
+}
+
+// The value of the lane a positions after this one in time, for a lane of the previous step
+// (`prev`): lane + a of that step, or for the last a lanes, lane + a - 32 of this step (`cur`).
+template <typename V>
+__device__ __forceinline__ V b2b_short_value_after(V prev, V cur, int a, int lane) {
+  const int src = (lane + a) & 31;
+  const V from_prev = __shfl_sync(0xffffffffu, prev, src);
+  const V from_cur = __shfl_sync(0xffffffffu, cur, src);
+  return lane + a < 32 ? from_prev : from_cur;
+}
+
+// Taps of a filter of runtime width `width` <= kPadded, right-aligned (leading zeros).
+template <typename T, int kPadded>
+__device__ __forceinline__ void b2b_short_taps(const T* w, int64_t tap_stride, int width, float (&taps)[kPadded]) {
+#pragma unroll
+  for (int k = 0; k < kPadded; ++k) {
+    const int src = k - (kPadded - width);
+    taps[k] = src >= 0 ? to_float(w[src * tap_stride]) : 0.0f;
+  }
+}
+
+// Channel c's padded filters: the projections of rows 3c, 3c+1, 3c+2, the mixer and skip.
+struct B2BShortFilters {
+  float proj[3][kB2BShortMaxProj], mixer[kB2BShortMaxMixer], skip;
+};
+template <typename T, typename Params>
+__device__ __forceinline__ B2BShortFilters b2b_short_filters(const Params& p, int64_t c) {
+  B2BShortFilters f;
+  const T* wp = static_cast<const T*>(p.weight_proj);
+#pragma unroll
+  for (int j = 0; j < 3; ++j)
+    b2b_short_taps<T, kB2BShortMaxProj>(wp + (3 * c + j) * p.wp_stride[0], p.wp_stride[1], int(p.proj_width), f.proj[j]);
+  b2b_short_taps<T, kB2BShortMaxMixer>(static_cast<const T*>(p.weight_mixer) + c * p.wm_stride[0], p.wm_stride[1],
+                                       int(p.mixer_width), f.mixer);
+  f.skip = to_float(static_cast<const T*>(p.skip_bias)[c * p.skip_stride]);
+  return f;
+}
+
+// The three x rows of a lane's vector as windows win[j][i] = row 3c+j at time t - kXHalo + i,
+// the tails before t from the lane before (x_carry: lane 0's, from lane 31 of the previous step).
+template <typename T>
+__device__ __forceinline__ void b2b_short_x_windows(const uint4 (&raw)[3], uint32_t (&x_carry)[3][4], int lane,
+                                                    float (&win)[3][B2BShortShape<T>::kXHalo + B2BShortShape<T>::kVec]) {
+  using S = B2BShortShape<T>;
+#pragma unroll
+  for (int j = 0; j < 3; ++j) {
+    uint4 own = raw[j], before = make_uint4(0, 0, 0, 0);
+#pragma unroll
+    for (int i = S::kXFirstWord; i < 4; ++i)
+      vec16_word(before, i) = b2b_short_value_before(vec16_word(own, i), x_carry[j][i], 1, lane);
+    float prev[S::kVec];
+    decode16<T>(before, prev);
+#pragma unroll
+    for (int i = 0; i < S::kXHalo; ++i) win[j][i] = prev[S::kVec - S::kXHalo + i];
+    decode16<T>(own, win[j] + S::kXHalo);
+  }
+}
+
+// Projection j over the lane's vector: p[i] = row 3c+j's projection at t + i.
+template <typename T>
+__device__ __forceinline__ void b2b_short_projection(const float (&w)[kB2BShortMaxProj], const float* win,
+                                                     float (&p)[B2BShortShape<T>::kVec]) {
+#pragma unroll
+  for (int i = 0; i < B2BShortShape<T>::kVec; ++i) {
+    float s = 0.0f;
+#pragma unroll
+    for (int k = 0; k < kB2BShortMaxProj; ++k) s = fmaf(w[k], win[i + k], s);
+    p[i] = s;
+  }
+}
+
+// z = x1 * v over the lane's vector into z[kZ + i], the kZHalo steps before it into
+// z[kZ - kZHalo ..kZ) from the lanes before (z_carry); then h = mixer(z) + skip * z.
+template <typename T>
+__device__ __forceinline__ void b2b_short_mixer(const B2BShortFilters& f, const float (&p1)[B2BShortShape<T>::kVec],
+                                                const float (&p2)[B2BShortShape<T>::kVec],
+                                                float (&z_carry)[B2BShortShape<T>::kZVectors][B2BShortShape<T>::kVec],
+                                                int lane, float (&z)[B2BShortShape<T>::kZ + B2BShortShape<T>::kVec],
+                                                float (&h)[B2BShortShape<T>::kVec]) {
+  using S = B2BShortShape<T>;
+#pragma unroll
+  for (int i = 0; i < S::kVec; ++i) z[S::kZ + i] = p1[i] * p2[i];
+#pragma unroll
+  for (int sv = 1; sv <= S::kZVectors; ++sv)
+#pragma unroll
+    for (int i = 0; i < S::kVec; ++i)
+      if ((S::kZVectors - sv) * S::kVec + i >= S::kZ - S::kZHalo)  // only the steps the mixer reaches
+        z[(S::kZVectors - sv) * S::kVec + i] = b2b_short_value_before(z[S::kZ + i], z_carry[sv - 1][i], sv, lane);
+#pragma unroll
+  for (int i = 0; i < S::kVec; ++i) {
+    float s = f.skip * z[S::kZ + i];
+#pragma unroll
+    for (int k = 0; k < S::kM; ++k) s = fmaf(f.mixer[k], z[S::kZ - S::kZHalo + i + k], s);  // z at t + i - (kM-1-k)
+    h[i] = s;
+  }
+}
+
+}  // namespace causalconv::detail
