@@ -20,14 +20,13 @@ __global__ void __launch_bounds__(kB2BShortThreads)
   const int lane = threadIdx.x % 32;
   const int64_t span = int64_t(blockIdx.x) * (kB2BShortThreads / 32) + threadIdx.x / 32;
   if (span >= spans) return;  // whole warps: the shuffles below see full warps
-  const B2BShortSpan w = b2b_short_span_of<T>(span, spans_per_row, p.dim);
+  const B2BShortSpan w = b2b_short_span_of<T>(span, spans_per_row, p.dim, p.length);
   const int64_t n = p.length;
   const T* x0 = static_cast<const T*>(p.x) + w.b * p.x_stride[0] + 3 * w.c * p.x_stride[1];
   const T* x1 = x0 + p.x_stride[1];
   const T* x2 = x1 + p.x_stride[1];
   T* out = static_cast<T*>(p.out) + w.b * p.out_stride[0] + w.c * p.out_stride[1];
-  const int64_t steps_to_end = (n - w.start + S::kStep - 1) / S::kStep;
-  const int steps = steps_to_end < kB2BShortSteps ? int(steps_to_end) : kB2BShortSteps;
+  const int steps = w.steps;
 
   // Step s's vectors of the three rows (s = -1: the priming step, where only the lanes
   // whose tails reach step 0 load; time before 0 is zero).

@@ -45,15 +45,20 @@ struct B2BShortShape {
   static constexpr int kPrimingLanes = kZVectors + 1;
 };
 
-// Warp w of the grid: its row (b, c) and the first time step of its span.
+// Warp `span` of the grid: its row (b, c), the first time step of its span and its steps of
+// 32 vectors (fewer than kB2BShortSteps at a row's end).
 struct B2BShortSpan {
   int64_t b, c, start;
+  int steps;
 };
 template <typename T>
-__device__ __forceinline__ B2BShortSpan b2b_short_span_of(int64_t span, int64_t spans_per_row, int64_t dim) {
+__device__ __forceinline__ B2BShortSpan b2b_short_span_of(int64_t span, int64_t spans_per_row, int64_t dim,
+                                                          int64_t length) {
   const int64_t row = div_nonneg(span, spans_per_row);
   const int64_t b = div_nonneg(row, dim);
-  return {b, row - b * dim, (span - row * spans_per_row) * b2b_short_span<T>()};
+  const int64_t start = (span - row * spans_per_row) * b2b_short_span<T>();
+  const int64_t steps_to_end = (length - start + B2BShortShape<T>::kStep - 1) / B2BShortShape<T>::kStep;
+  return {b, row - b * dim, start, steps_to_end < kB2BShortSteps ? int(steps_to_end) : kB2BShortSteps};
 }
 
 // Word i of a 16-byte vector (i a compile-time constant after unrolling).
