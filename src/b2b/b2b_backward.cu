@@ -116,9 +116,11 @@ B2BBackwardPlan plan_b2b_backward(const B2BBackwardParams& p) {
     plan.smem_bytes = b2b_tc_backward_smem_bytes(plan.tc_max_blocks);
     return plan;
   }
-  if (p.proj_width <= kB2BShortMaxProj && p.mixer_width <= kB2BShortMaxMixer && short_span_rows(p)) {
+  const int64_t spans_per_row = (p.length + short_span_steps(p.dtype) - 1) / short_span_steps(p.dtype);
+  const int64_t short_blocks = p.batch * p.dim * spans_per_row / (kB2BShortThreads / 32) + 1;  // its 1-D grid
+  if (p.proj_width <= kB2BShortMaxProj && p.mixer_width <= kB2BShortMaxMixer && short_span_rows(p) &&
+      short_blocks <= int64_t(0x7fffffff)) {
     plan.path = B2BBackwardPath::short_span;
-    const int64_t spans_per_row = (p.length + short_span_steps(p.dtype) - 1) / short_span_steps(p.dtype);
     plan.tiling = {spans_per_row, spans_per_row};
     return plan;
   }
