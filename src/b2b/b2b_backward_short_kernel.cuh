@@ -127,11 +127,7 @@ __global__ void __launch_bounds__(kB2BShortThreads)
           }
           dxv[i] = o;
         }
-        T* row = dx0 + j * p.dx_stride[1];
-        if (t + kVec <= n)
-          store_vec16(row + t, dxv);
-        else if (t < n)
-          store_partial(row + t, int(n - t), dxv);
+        store_span_vector(dx0 + j * p.dx_stride[1], t, n, dxv);
       }
     }
 

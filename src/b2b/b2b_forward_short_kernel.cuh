@@ -61,10 +61,7 @@ __global__ void __launch_bounds__(kB2BShortThreads)
 #pragma unroll
     for (int i = 0; i < S::kVec; ++i) y[i] = gate[i] * h[i];
     const int64_t t = w.start + s * S::kStep + int64_t(lane) * S::kVec;
-    if (t + S::kVec <= n)
-      store_vec16(out + t, y);
-    else if (t < n)
-      store_partial(out + t, int(n - t), y);
+    store_span_vector(out, t, n, y);
   }
 }
 

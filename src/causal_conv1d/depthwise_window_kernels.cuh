@@ -87,10 +87,7 @@ __global__ void __launch_bounds__(kVectorThreads)
       out[i] = p.silu ? silu(acc) : acc;
     }
     const int64_t t = span_start + int64_t(e * 32 + lane) * kVec;
-    if (t + kVec <= n)
-      store_vec16(y + t, out);
-    else if (t < n)
-      store_partial(y + t, int(n - t), out);
+    store_span_vector(y, t, n, out);
   }
 }
 
@@ -184,10 +181,7 @@ __global__ void __launch_bounds__(kVectorThreads)
         out[i] = acc;
       }
       T* dx = static_cast<T*>(p.dx) + b * p.dx_stride[0] + c * p.dx_stride[1];
-      if (t + kVec <= n)
-        store_vec16(dx + t, out);
-      else if (t < n)
-        store_partial(dx + t, int(n - t), out);
+      store_span_vector(dx, t, n, out);
     }
 #pragma unroll
     for (int i = 0; i < kVec; ++i) {

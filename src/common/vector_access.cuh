@@ -89,6 +89,17 @@ __device__ __forceinline__ uint4 load_span_vector(const T* row, int64_t t, int64
   return load_raw_partial(row + t, int(t < n ? n - t : 0));
 }
 
+// Stores the vector of values at span position t (a multiple of kElems): whole when it lies
+// inside the row, its first n - t elements at the row's end, nothing past it.
+template <typename T>
+__device__ __forceinline__ void store_span_vector(T* row, int64_t t, int64_t n, const float* values) {
+  constexpr int kVec = Vec16<T>::kElems;
+  if (t + kVec <= n)
+    store_vec16(row + t, values);
+  else if (t < n)
+    store_partial(row + t, int(n - t), values);
+}
+
 // The vector s positions before vector e of this lane: lane - s of the same e, or
 // lane 32 - s + lane of e - 1. Lanes below s at e == 0 take `outside` (loaded by them).
 template <int kVectors>
