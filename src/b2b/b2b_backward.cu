@@ -33,30 +33,17 @@ size_t b2b_tc_backward_smem_bytes(int max_blocks) {
   }
 }
 
-// True when every 4-element group starting at a multiple of 4 of every row is aligned
-// to its size (rows at base + i * stride[0] + j * stride[1]).
-bool groups_aligned(const void* base, const int64_t (&strides)[2], size_t elem_bytes) {
-  return reinterpret_cast<uintptr_t>(base) % (4 * elem_bytes) == 0 && strides[0] % 4 == 0 && strides[1] % 4 == 0;
-}
-
 size_t elem_bytes(DType t) { return t == DType::f32 ? 4 : 2; }
 
-// True when every row of x, dout and dx is made of whole 16-byte vectors (the short kernel's
-// access), for storage type T.
-template <typename T>
-bool rows_vector_aligned(const B2BBackwardParams& p) {
-  return vector_aligned<T>(p.x, p.x_stride, 2) && vector_aligned<T>(p.dout, p.dout_stride, 2) &&
-         vector_aligned<T>(p.dx, p.dx_stride, 2);
-}
-
-bool short_span_rows(const B2BBackwardParams& p) {
-  switch (p.dtype) {
-    case DType::f32: return rows_vector_aligned<float>(p);
-    case DType::f16: return rows_vector_aligned<__half>(p);
-    case DType::bf16: return rows_vector_aligned<__nv_bfloat16>(p);
-    case DType::f64: return false;
-  }
-  return false;
+// True when every `group`-element group starting at a multiple of `group` of every row of x,
+// dout and dx is aligned to its size (rows at base + i * stride[0] + j * stride[1]): 4 for the
+// chunked kernels' vector accesses, 16 bytes' worth for the short kernel's.
+bool rows_in_groups(const B2BBackwardParams& p, int64_t group) {
+  const size_t bytes = size_t(group) * elem_bytes(p.dtype);
+  auto aligned = [&](const void* base, const int64_t (&strides)[2]) {
+    return reinterpret_cast<uintptr_t>(base) % bytes == 0 && strides[0] % group == 0 && strides[1] % group == 0;
+  };
+  return aligned(p.x, p.x_stride) && aligned(p.dout, p.dout_stride) && aligned(p.dx, p.dx_stride);
 }
 
 int64_t short_span_steps(DType t) { return t == DType::f32 ? b2b_short_span<float>() : b2b_short_span<__half>(); }
@@ -118,7 +105,8 @@ B2BBackwardPlan plan_b2b_backward(const B2BBackwardParams& p) {
   }
   const int64_t spans_per_row = (p.length + short_span_steps(p.dtype) - 1) / short_span_steps(p.dtype);
   const int64_t short_blocks = p.batch * p.dim * spans_per_row / (kB2BShortThreads / 32) + 1;  // its 1-D grid
-  if (p.proj_width <= kB2BShortMaxProj && p.mixer_width <= kB2BShortMaxMixer && short_span_rows(p) &&
+  if (p.proj_width <= kB2BShortMaxProj && p.mixer_width <= kB2BShortMaxMixer &&
+      rows_in_groups(p, 16 / int64_t(elem_bytes(p.dtype))) &&
       short_blocks <= int64_t(0x7fffffff)) {
     plan.path = B2BBackwardPath::short_span;
     plan.tiling = {spans_per_row, spans_per_row};
@@ -138,9 +126,7 @@ B2BBackwardPlan plan_b2b_backward(const B2BBackwardParams& p) {
                                                                                 : B2BChunkLayout((km + 3) / 4 * 4, true);
   plan.tiling = make_b2b_tiling(p.length, B2BBackwardChunkTile::kOutputs, kB2BBackwardChunkTilesPerBlock);
   plan.smem_bytes = sizeof(float) * size_t(layout.floats);
-  const size_t e = elem_bytes(p.dtype);
-  plan.vectorised = groups_aligned(p.x, p.x_stride, e) && groups_aligned(p.dout, p.dout_stride, e) &&
-                    groups_aligned(p.dx, p.dx_stride, e);
+  plan.vectorised = rows_in_groups(p, 4);
   return plan;
 }
 
