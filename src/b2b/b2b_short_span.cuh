@@ -79,12 +79,10 @@ __device__ __forceinline__ V b2b_short_value_before(V v, V& carry, int s, int la
 
 // The value of the lane a positions after this one in time, for a lane of the previous step
 // (`prev`): lane + a of that step, or for the last a lanes, lane + a - 32 of this step (`cur`).
+// One shuffle: a source lane below a serves only the last lanes, so it sends `cur`.
 template <typename V>
 __device__ __forceinline__ V b2b_short_value_after(V prev, V cur, int a, int lane) {
-  const int src = (lane + a) & 31;
-  const V from_prev = __shfl_sync(0xffffffffu, prev, src);
-  const V from_cur = __shfl_sync(0xffffffffu, cur, src);
-  return lane + a < 32 ? from_prev : from_cur;
+  return __shfl_sync(0xffffffffu, lane < a ? cur : prev, (lane + a) & 31);
 }
 
 // Taps of a filter of runtime width `width` <= kPadded, right-aligned (leading zeros).
