@@ -26,7 +26,6 @@ def main():
     torch.manual_seed(0)
     x = torch.randn(1, 4096, args.length, device="cuda", dtype=torch.bfloat16)
     copy_ms = triton.testing.do_bench(lambda: x.clone())
-    nbytes = 2 * x.numel() * x.element_size()  # read x, write y (or the copy)
     for width in args.widths:
         w = torch.randn(4096, width, device="cuda", dtype=torch.bfloat16) / width
         b = torch.randn(4096, device="cuda", dtype=torch.bfloat16)
