@@ -41,9 +41,20 @@ __device__ __forceinline__ uint4 load_raw_partial(const T* src, int valid) {
 
 template <typename T>
 __device__ __forceinline__ void decode16(const uint4& raw, float* out) {
-  const T* e = reinterpret_cast<const T*>(&raw);
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    // A bf16 is the top half of its fp32: one shift or mask per element (to_float on each
+    // half costs two instructions for the upper one).
+    const uint32_t words[4] = {raw.x, raw.y, raw.z, raw.w};
 #pragma unroll
-  for (int i = 0; i < Vec16<T>::kElems; ++i) out[i] = to_float(e[i]);
+    for (int i = 0; i < 4; ++i) {
+      out[2 * i] = __uint_as_float(words[i] << 16);
+      out[2 * i + 1] = __uint_as_float(words[i] & 0xffff0000u);
+    }
+  } else {
+    const T* e = reinterpret_cast<const T*>(&raw);
+#pragma unroll
+    for (int i = 0; i < Vec16<T>::kElems; ++i) out[i] = to_float(e[i]);
+  }
 }
 
 __device__ __forceinline__ uint4 shfl_vec16(const uint4& v, int src_lane) {
@@ -56,13 +67,35 @@ __device__ __forceinline__ void load_vec16(const T* src, float* out) {
   decode16<T>(load_raw16(src), out);
 }
 
+// One 16-byte store instruction. A plain uint4 assignment is not enough: in the short b2b
+// kernels and one window depthwise kernel the compiler split it into four 4-byte stores
+// (STG.E x 4, each filling a quarter of its sectors). No "memory" clobber, so the compiler
+// may move other memory accesses across it: for outputs a kernel never reads back.
+__device__ __forceinline__ void store_raw16(void* dst, const uint4& v) {
+#ifdef __CUDA_ARCH__
+  asm volatile("st.global.v4.b32 [%0], {%1, %2, %3, %4};" ::"l"(dst), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w));
+#else
+  *reinterpret_cast<uint4*>(dst) = v;  // the CPU emulation of the kernels
+#endif
+}
+
+// The vector as four 32-bit words.
+template <typename T>
+__device__ __forceinline__ uint4 encode16(const float* in) {
+  uint32_t w[4];
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    if constexpr (std::is_same_v<T, float>)
+      w[i] = __float_as_uint(in[i]);
+    else
+      w[i] = pack2<std::is_same_v<T, __half>>(in[2 * i], in[2 * i + 1]);
+  }
+  return make_uint4(w[0], w[1], w[2], w[3]);
+}
+
 template <typename T>
 __device__ __forceinline__ void store_vec16(T* dst, const float* in) {
-  uint4 raw;
-  T* e = reinterpret_cast<T*>(&raw);
-#pragma unroll
-  for (int i = 0; i < Vec16<T>::kElems; ++i) e[i] = from_float<T>(in[i]);
-  *reinterpret_cast<uint4*>(dst) = raw;
+  store_raw16(dst, encode16<T>(in));
 }
 
 template <typename T>

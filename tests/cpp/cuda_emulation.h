@@ -167,6 +167,16 @@ inline void __syncwarp(unsigned /*mask*/ = 0xffffffffu) {
 inline unsigned __shfl_sync(unsigned /*mask*/, unsigned v, int src_lane) {
   return causalconv::emulation::shfl_index(v, src_lane);
 }
+inline float __uint_as_float(unsigned bits) {
+  float v;
+  std::memcpy(&v, &bits, 4);
+  return v;
+}
+inline unsigned __float_as_uint(float v) {
+  unsigned bits;
+  std::memcpy(&bits, &v, 4);
+  return bits;
+}
 inline float __shfl_sync(unsigned /*mask*/, float v, int src_lane) {  // the bits, as the device moves them
   uint32_t bits;
   std::memcpy(&bits, &v, 4);
@@ -182,7 +192,14 @@ inline float* b2b_shared_floats() { return causalconv::emulation::block_state->s
 // Asynchronous copies (common/async_copy.cuh) complete at once on the CPU.
 namespace causalconv::detail {
 inline void copy_async16(void* dst, const void* src) { std::memcpy(dst, src, 16); }
+inline void copy_async16_zfill(void* dst, const void* src, int src_bytes) {
+  std::memset(dst, 0, 16);
+  std::memcpy(dst, src, size_t(src_bytes));
+}
 inline void copy_async_wait_all() {}
+inline void copy_async_commit() {}
+template <int kPending>
+inline void copy_async_wait_pending() {}
 }  // namespace causalconv::detail
 
 namespace causalconv::detail {
