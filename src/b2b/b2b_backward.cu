@@ -63,8 +63,11 @@ void launch_typed(const B2BBackwardParams& p, const B2BBackwardPlan& plan, float
         // One warp per (row, span); tile_blocks holds the spans per row.
         constexpr int kWarps = kB2BShortThreads / 32;
         const int64_t spans = p.batch * p.dim * plan.tiling.tile_blocks;
-        b2b_backward_short_kernel<T><<<unsigned((spans + kWarps - 1) / kWarps), kB2BShortThreads, 0, stream>>>(
-            p, plan.tiling.tile_blocks, spans, partials);
+        with_b2b_short_widths(p.proj_width, p.mixer_width, [&](auto widths) {
+          b2b_backward_short_kernel<T, decltype(widths)>
+              <<<unsigned((spans + kWarps - 1) / kWarps), kB2BShortThreads, 0, stream>>>(p, plan.tiling.tile_blocks,
+                                                                                        spans, partials);
+        });
         break;
       }
       case B2BBackwardPath::chunked_mixer8: launch(b2b_backward_chunked_kernel<T, 8>, plan.vectorised); break;

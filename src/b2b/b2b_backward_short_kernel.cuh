@@ -1,13 +1,14 @@
 // Fused b2b_causal_conv1d backward for short filters (Kp <= 4, Km <= 8) on rows of 16-byte
-// vectors: no shared memory, no barriers. The warp's walk, halos and windows:
-// b2b_short_span.cuh. With g = dout, for the lane's vector at time t (see b2b_backward_kernel.cuh
-// for the whole derivation):
+// vectors: no barriers. The warp's walk, ring, halos and windows: b2b_short_span.cuh. With
+// g = dout, for the lane's vector at time t (see b2b_backward_kernel.cuh for the whole
+// derivation):
 //   stage A (this step's vectors): p0, p1, p2, z and h as the forward, then dh = g * p0 and
-//     dp0 = g * h; the tap sums dwm[k] += dh[t] z[t - (Km-1-k)] and dskip += dh[t] z[t];
+//     dp0 = g * h; the tap sums dwm[k] += dh[t] z[t - (Km-1-k)] (dskip's sum, dh[t] z[t],
+//     is the last tap's);
 //   stage B (the previous step's vectors, one step behind, because it looks ahead in time):
 //     dz = skip * dh + sum_k wm[k] dh[t + Km-1-k] over the vector and the Kp - 1 steps after
-//     it (dh up to 10 steps ahead: from the lanes after, the last lanes' from this step's
-//     stage A), dp1 = dz * v, dp2 = dz * x1, then dx_j = sum_k wp_j[k] dp_j[t + Kp-1-k] and
+//     it (dh up to kP + kM - 2 steps ahead: from the lanes after, the last lanes' from this
+//     step's stage A), dp1 = dz * v, dp2 = dz * x1, then dx_j = sum_k wp_j[k] dp_j[t + Kp-1-k] and
 //     the tap sums dwp_j[k] += x_j[t] dp_j[t + Kp-1-k].
 // So the warp runs stage A over a priming step (the carries), its steps, and a draining step
 // (whose first lanes' stage A feeds the last step's look-ahead). The tap sums of the warp's
@@ -20,10 +21,10 @@
 
 namespace causalconv::detail {
 
-template <typename T>
+template <typename T, typename W>
 __global__ void __launch_bounds__(kB2BShortThreads)
     b2b_backward_short_kernel(B2BBackwardParams p, int64_t spans_per_row, int64_t spans, float* partials) {
-  using S = B2BShortShape<T>;
+  using S = B2BShortShape<T, W>;
   constexpr int kVec = S::kVec, kP = S::kP, kM = S::kM;
   constexpr int kDpAhead = kP - 1;                                   // dp steps after a vector (dx)
   constexpr int kDhAhead = kDpAhead + kM - 1;                        // dh steps after it (dz over the dp range)
@@ -39,40 +40,52 @@ __global__ void __launch_bounds__(kB2BShortThreads)
   T* dx0 = static_cast<T*>(p.dx) + w.b * p.dx_stride[0] + 3 * w.c * p.dx_stride[1];
   const int steps = w.steps;
 
-  // Step s's vectors of the three x rows and dout: every lane for 0 <= s < steps; the priming
-  // step (s = -1) the last lanes, the draining step (s = steps) the first; zero before time 0.
-  uint4 next[4];
-  auto load_step = [&](int s) {
-    const int64_t t = w.start + s * S::kStep + int64_t(lane) * kVec;  // a multiple of kVec
-    const bool wanted =
-        t >= 0 && (s < 0 ? lane >= 32 - S::kPrimingLanes : (s < steps ? true : lane < kDrainLanes));
+  // Step s's vectors of the three x rows and dout into the warp's ring, as one group of
+  // copies: every lane for 0 <= s < steps; the priming step (s = -1) the last lanes, the
+  // draining step (s = steps) the first; zero before time 0. Past the draining step the group
+  // is empty (the wait below counts groups).
+  __shared__ B2BShortRing<4> rings[kB2BShortThreads / 32];
+  B2BShortRing<4>& ring = rings[threadIdx.x / 32];
+  auto issue_step = [&](int s, auto interior) {
+    constexpr bool kInterior = decltype(interior)::value;
+    if (kInterior || s <= steps) {
+      const int64_t t = w.start + s * S::kStep + int64_t(lane) * kVec;
+      const bool wanted = s < 0 ? lane >= 32 - S::kPrimingLanes : (s < steps || lane < kDrainLanes);
+      uint4(&stage)[4][32] = ring.v[(s + 1) % kB2BShortStages];
 #pragma unroll
-    for (int j = 0; j < 3; ++j)
-      next[j] = wanted ? load_span_vector(x0 + j * p.x_stride[1], t, n) : make_uint4(0, 0, 0, 0);
-    next[3] = wanted && s >= 0 ? load_span_vector(g, t, n) : make_uint4(0, 0, 0, 0);
+      for (int j = 0; j < 3; ++j) b2b_short_copy<T, kInterior>(&stage[j][lane], x0 + j * p.x_stride[1], t, n, wanted);
+      b2b_short_copy<T, kInterior>(&stage[3][lane], g, t, n, wanted && s >= 0);
+    }
+    copy_async_commit();
   };
-  load_step(-1);
-  const B2BShortFilters f = b2b_short_filters<T>(p, w.c);
+#pragma unroll
+  for (int s = -1; s < kB2BShortStages - 2; ++s) issue_step(s, std::false_type{});
+  const B2BShortFilters<W> f = b2b_short_filters<T, W>(p, w.c);
 
   uint32_t x_carry[3][4] = {};                // lane 0: words of lane 31's vectors at the previous step
   float z_carry[S::kZVectors][S::kVec] = {};  // lanes below s: z of lane 32 - s + lane at the previous step
   // Stage A's results of the previous step, for its stage B.
   float prev_dh[kVec] = {}, prev_dp0[kVec] = {}, prev_p1[kVec] = {}, prev_p2[kVec] = {};
   uint4 prev_x[3] = {};
-  float dwp[3][kP] = {}, dwm[kM] = {}, dskip = 0.0f;  // this lane's tap sums over the span
+  float dwp[3][kP] = {}, dwm[kM] = {};  // this lane's tap sums over the span
 
-#pragma unroll 1
-  for (int s = -1; s <= steps; ++s) {
-    const uint4 raw[3] = {next[0], next[1], next[2]}, raw_g = next[3];
-    if (s < steps) load_step(s + 1);
+  // Step s of the walk. `interior` (compile time) holds for the steps 1 <= s <= steps - kStages
+  // of a span that lies wholly inside its row: there every lane copies a later step's whole
+  // vectors, runs both stages and stores whole vectors, so that copy of the body has no guards.
+  auto walk_step = [&](int s, auto interior) {
+    constexpr bool kInterior = decltype(interior)::value;
+    issue_step(s + kB2BShortStages - 1, interior);  // into the stage step s - 1 left
+    copy_async_wait_pending<kB2BShortStages - 1>();   // step s has landed
+    const uint4(&stage)[4][32] = ring.v[(s + 1) % kB2BShortStages];
+    const uint4 raw[3] = {stage[0][lane], stage[1][lane], stage[2][lane]}, raw_g = stage[3][lane];
 
     // Stage A over this step's vectors.
     float win[3][S::kXHalo + kVec], p0[kVec], p1[kVec], p2[kVec], z[S::kZ + kVec], h[kVec], gv[kVec];
-    b2b_short_x_windows<T>(raw, x_carry, lane, win);
-    b2b_short_projection<T>(f.proj[0], win[0], p0);
-    b2b_short_projection<T>(f.proj[1], win[1], p1);
-    b2b_short_projection<T>(f.proj[2], win[2], p2);
-    b2b_short_mixer<T>(f, p1, p2, z_carry, lane, z, h);
+    b2b_short_x_windows<T, W>(raw, x_carry, lane, win);
+    b2b_short_projection<T, kP>(f.proj[0], win[0], p0);
+    b2b_short_projection<T, kP>(f.proj[1], win[1], p1);
+    b2b_short_projection<T, kP>(f.proj[2], win[2], p2);
+    b2b_short_mixer<T, W>(f, p1, p2, z_carry, lane, z, h);
     decode16<T>(raw_g, gv);
     float dh[kVec], dp0[kVec];
 #pragma unroll
@@ -80,18 +93,16 @@ __global__ void __launch_bounds__(kB2BShortThreads)
       dh[i] = gv[i] * p0[i];
       dp0[i] = gv[i] * h[i];
     }
-    if (s >= 0 && s < steps) {  // the priming and draining steps' vectors belong to other spans
+    if (kInterior || (s >= 0 && s < steps)) {  // the priming and draining steps' vectors belong to other spans
 #pragma unroll
-      for (int i = 0; i < kVec; ++i) {
+      for (int i = 0; i < kVec; ++i)
 #pragma unroll
         for (int k = 0; k < kM; ++k) dwm[k] = fmaf(dh[i], z[S::kZ - S::kZHalo + i + k], dwm[k]);
-        dskip = fmaf(dh[i], z[S::kZ + i], dskip);
-      }
     }
 
     // Stage B over the previous step's vectors: r[i] = the value at t + i, i >= kVec from the
     // lanes after (this step's for the last lanes).
-    if (s >= 1) {
+    if (kInterior || s >= 1) {
       float dhw[kVec + kDhAhead], p1w[kD], p2w[kD], dp0w[kD];
 #pragma unroll
       for (int i = 0; i < kVec + kDhAhead; ++i)
@@ -105,7 +116,7 @@ __global__ void __launch_bounds__(kB2BShortThreads)
       float dz[kD];
 #pragma unroll
       for (int u = 0; u < kD; ++u) {
-        float sum = f.skip * dhw[u];
+        float sum = 0.0f;  // skip * dh[u] is in the last tap
 #pragma unroll
         for (int k = 0; k < kM; ++k) sum = fmaf(f.mixer[k], dhw[u + kM - 1 - k], sum);
         dz[u] = sum;
@@ -127,7 +138,10 @@ __global__ void __launch_bounds__(kB2BShortThreads)
           }
           dxv[i] = o;
         }
-        store_span_vector(dx0 + j * p.dx_stride[1], t, n, dxv);
+        if constexpr (kInterior)
+          store_vec16(dx0 + j * p.dx_stride[1] + t, dxv);
+        else
+          store_span_vector(dx0 + j * p.dx_stride[1], t, n, dxv);
       }
     }
 
@@ -140,7 +154,16 @@ __global__ void __launch_bounds__(kB2BShortThreads)
     }
 #pragma unroll
     for (int j = 0; j < 3; ++j) prev_x[j] = raw[j];
-  }
+  };
+  const bool whole_span = w.start + int64_t(steps) * S::kStep <= n;
+  const int interior_end = whole_span ? steps - kB2BShortStages + 1 : 1;  // the interior steps: [1, interior_end)
+  int s = -1;
+#pragma unroll 1
+  for (; s < 1; ++s) walk_step(s, std::false_type{});
+#pragma unroll 1
+  for (; s < interior_end; ++s) walk_step(s, std::true_type{});
+#pragma unroll 1
+  for (; s <= steps; ++s) walk_step(s, std::false_type{});
 
   // The span's tap sums: a fixed shuffle tree per slot, lane 0 writes the partial, in the
   // slots of the general kernel's layout (real taps only): dwp rows, dwm, dskip.
@@ -158,9 +181,8 @@ __global__ void __launch_bounds__(kB2BShortThreads)
   for (int k = 0; k < kM; ++k) {
     const float sum = warp_sum(dwm[k]);
     if (lane == 0 && k >= kM - km) part[3 * kp + k - (kM - km)] = sum;
+    if (lane == 0 && k == kM - 1) part[3 * kp + km] = sum;  // dskip
   }
-  const float sum = warp_sum(dskip);
-  if (lane == 0) part[3 * kp + km] = sum;
 }
 
 }  // namespace causalconv::detail

@@ -59,7 +59,10 @@ bool try_launch_short(const B2BForwardParams& p, cudaStream_t stream) {
   constexpr int kWarps = kB2BShortThreads / 32;
   const int64_t blocks = (spans + kWarps - 1) / kWarps;
   if (blocks > int64_t(0x7fffffff)) return false;
-  b2b_forward_short_kernel<T><<<unsigned(blocks), kB2BShortThreads, 0, stream>>>(p, spans_per_row, spans);
+  with_b2b_short_widths(p.proj_width, p.mixer_width, [&](auto widths) {
+    b2b_forward_short_kernel<T, decltype(widths)><<<unsigned(blocks), kB2BShortThreads, 0, stream>>>(p, spans_per_row,
+                                                                                                    spans);
+  });
   return true;
 }
 

@@ -1,8 +1,8 @@
 // Fused b2b_causal_conv1d forward for short filters (Kp <= 4, Km <= 8) on rows of
-// 16-byte vectors: byte-bound, no shared memory, no barriers. The warp's walk, halos and
-// windows: b2b_short_span.cuh. Per step, each lane computes p and z over its own vector
-// once, takes the x tails and the 7 z values before it from the lanes before, and stores
-// out = gate * (mixer(z) + skip * z); the next step's loads are in flight meanwhile. (The
+// 16-byte vectors: byte-bound, no barriers. The warp's walk, ring, halos and windows:
+// b2b_short_span.cuh. Per step, each lane computes p and z over its own vector once, takes
+// the x tails and the Km - 1 z values before it from the lanes before, and stores
+// out = gate * (mixer(z) + skip * z); the copies of the next steps are in flight meanwhile. (The
 // session-6 kernel recomputed z over the 7 steps before every vector, ~2x its projection
 // FMAs, and was issue-bound at 84 instructions per output.) Times before 0 load zero, so p
 // and z are zero there as the causal padding asks; steps past the row end load zero and
@@ -13,10 +13,12 @@
 
 namespace causalconv::detail {
 
-template <typename T>
-__global__ void __launch_bounds__(kB2BShortThreads)
+// At most 96 registers, i.e. 5 or more blocks of 4 warps per SM: unbounded, ptxas gives the
+// (4, 8) instantiation up to 114 (4 blocks), and the (3, 7) one 96 where it takes 80 here.
+template <typename T, typename W>
+__global__ void __launch_bounds__(kB2BShortThreads, 5)
     b2b_forward_short_kernel(B2BForwardParams p, int64_t spans_per_row, int64_t spans) {
-  using S = B2BShortShape<T>;
+  using S = B2BShortShape<T, W>;
   const int lane = threadIdx.x % 32;
   const int64_t span = int64_t(blockIdx.x) * (kB2BShortThreads / 32) + threadIdx.x / 32;
   if (span >= spans) return;  // whole warps: the shuffles below see full warps
@@ -28,41 +30,65 @@ __global__ void __launch_bounds__(kB2BShortThreads)
   T* out = static_cast<T*>(p.out) + w.b * p.out_stride[0] + w.c * p.out_stride[1];
   const int steps = w.steps;
 
-  // Step s's vectors of the three rows (s = -1: the priming step, where only the lanes
-  // whose tails reach step 0 load; time before 0 is zero).
-  uint4 next[3];
-  auto load_step = [&](int s) {
-    const int64_t t = w.start + s * S::kStep + int64_t(lane) * S::kVec;  // a multiple of kVec
-    const bool wanted = t >= 0 && (s >= 0 || lane >= 32 - S::kPrimingLanes);
-    next[0] = wanted ? load_span_vector(x0, t, n) : make_uint4(0, 0, 0, 0);
-    next[1] = wanted ? load_span_vector(x1, t, n) : make_uint4(0, 0, 0, 0);
-    next[2] = wanted ? load_span_vector(x2, t, n) : make_uint4(0, 0, 0, 0);
+  // Step s's vectors of the three rows into the warp's ring, as one group of copies (s = -1:
+  // the priming step, where only the lanes whose tails reach step 0 copy; time before 0 is
+  // zero). Past the last step the group is empty (the wait below counts groups).
+  __shared__ B2BShortRing<3> rings[kB2BShortThreads / 32];
+  B2BShortRing<3>& ring = rings[threadIdx.x / 32];
+  auto issue_step = [&](int s, auto interior) {
+    constexpr bool kInterior = decltype(interior)::value;
+    if (kInterior || s < steps) {
+      const int64_t t = w.start + s * S::kStep + int64_t(lane) * S::kVec;  // a multiple of kVec
+      const bool wanted = s >= 0 || lane >= 32 - S::kPrimingLanes;
+      uint4(&stage)[3][32] = ring.v[(s + 1) % kB2BShortStages];
+      b2b_short_copy<T, kInterior>(&stage[0][lane], x0, t, n, wanted);
+      b2b_short_copy<T, kInterior>(&stage[1][lane], x1, t, n, wanted);
+      b2b_short_copy<T, kInterior>(&stage[2][lane], x2, t, n, wanted);
+    }
+    copy_async_commit();
   };
-  load_step(-1);
-  const B2BShortFilters f = b2b_short_filters<T>(p, w.c);
+#pragma unroll
+  for (int s = -1; s < kB2BShortStages - 2; ++s) issue_step(s, std::false_type{});
+  const B2BShortFilters<W> f = b2b_short_filters<T, W>(p, w.c);
 
   uint32_t x_carry[3][4] = {};                // lane 0: words of lane 31's vectors at the previous step
   float z_carry[S::kZVectors][S::kVec] = {};  // lanes below s: z of lane 32 - s + lane at the previous step
 
-#pragma unroll 1
-  for (int s = -1; s < steps; ++s) {
-    const uint4 raw[3] = {next[0], next[1], next[2]};
-    if (s + 1 < steps) load_step(s + 1);
+  // Step s of the walk. `interior` (compile time) holds for the steps 0 <= s < steps - kStages + 1
+  // of a span that lies wholly inside its row: every lane copies a later step's whole vectors
+  // and stores a whole vector, so that copy of the body has no guards.
+  auto walk_step = [&](int s, auto interior) {
+    constexpr bool kInterior = decltype(interior)::value;
+    issue_step(s + kB2BShortStages - 1, interior);  // into the stage step s - 1 left
+    copy_async_wait_pending<kB2BShortStages - 1>();   // step s has landed
+    const uint4(&stage)[3][32] = ring.v[(s + 1) % kB2BShortStages];
+    const uint4 raw[3] = {stage[0][lane], stage[1][lane], stage[2][lane]};
 
     float win[3][S::kXHalo + S::kVec], p1[S::kVec], p2[S::kVec], z[S::kZ + S::kVec], h[S::kVec];
-    b2b_short_x_windows<T>(raw, x_carry, lane, win);
-    b2b_short_projection<T>(f.proj[1], win[1], p1);
-    b2b_short_projection<T>(f.proj[2], win[2], p2);
-    b2b_short_mixer<T>(f, p1, p2, z_carry, lane, z, h);
-    if (s < 0) continue;  // priming: the carries are set
+    b2b_short_x_windows<T, W>(raw, x_carry, lane, win);
+    b2b_short_projection<T, W::kP>(f.proj[1], win[1], p1);
+    b2b_short_projection<T, W::kP>(f.proj[2], win[2], p2);
+    b2b_short_mixer<T, W>(f, p1, p2, z_carry, lane, z, h);
+    if (!kInterior && s < 0) return;  // priming: the carries are set
 
     float gate[S::kVec], y[S::kVec];
-    b2b_short_projection<T>(f.proj[0], win[0], gate);
+    b2b_short_projection<T, W::kP>(f.proj[0], win[0], gate);
 #pragma unroll
     for (int i = 0; i < S::kVec; ++i) y[i] = gate[i] * h[i];
     const int64_t t = w.start + s * S::kStep + int64_t(lane) * S::kVec;
-    store_span_vector(out, t, n, y);
-  }
+    if constexpr (kInterior)
+      store_vec16(out + t, y);
+    else
+      store_span_vector(out, t, n, y);
+  };
+  const bool whole_span = w.start + int64_t(steps) * S::kStep <= n;
+  const int interior_end = whole_span ? steps - kB2BShortStages + 1 : 0;  // the interior steps: [0, interior_end)
+  int s = -1;
+  walk_step(s++, std::false_type{});  // priming
+#pragma unroll 1
+  for (; s < interior_end; ++s) walk_step(s, std::true_type{});
+#pragma unroll 1
+  for (; s < steps; ++s) walk_step(s, std::false_type{});
 }
 
 }  // namespace causalconv::detail

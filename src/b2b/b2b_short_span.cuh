@@ -1,8 +1,10 @@
 // What the short-filter b2b kernels (Kp <= 4, Km <= 8, rows of 16-byte vectors) share: a
 // warp owns channel c of batch b and a span of kB2BShortSteps * 32 consecutive 16-byte
 // vectors of time, which it walks in steps of 32 vectors; at each step lane l takes vector
-// l of the step, so every load and store instruction of the warp covers 512 contiguous
-// bytes. Filters are padded with leading zero taps to Kp = 4 and Km = 8. The steps of time
+// l of the step, so every copy and store instruction of the warp covers 512 contiguous
+// bytes; the steps reach the warp through its ring in shared memory (B2BShortRing), a few
+// steps ahead. Filters are padded with leading zero taps to the widths the kernel is
+// compiled for (B2BShortWidths: (3, 7) or (4, 8)). The steps of time
 // just before a lane's vector (x tails for the projections, z for the mixer) come by a
 // shuffle from the lanes holding them, and lane 0's from what the last lanes held at the
 // previous step (kept in carries); the steps just after (the backward's anti-causal halos)
@@ -12,29 +14,80 @@
 #pragma once
 
 #include "b2b/b2b_kernels.h"
+#include "common/async_copy.cuh"
 #include "common/cuda_math.cuh"
 #include "common/vector_access.cuh"
 
 namespace causalconv::detail {
 
-constexpr int kB2BShortMaxProj = 4;   // padded projection width
-constexpr int kB2BShortMaxMixer = 8;  // padded mixer width
+constexpr int kB2BShortMaxProj = 4;   // widest projection the short kernels take
+constexpr int kB2BShortMaxMixer = 8;  // widest mixer
 constexpr int kB2BShortThreads = 128;
+
+// The padded filter widths a short kernel is compiled for. (3, 7), the Evo 2 / StripedHyena 2
+// shape, serves every narrower pair too, without the zero taps' FMAs (a quarter of the
+// projections', an eighth of the mixer's) and registers that padding it to (4, 8) costs.
+template <int kProj, int kMixer>
+struct B2BShortWidths {
+  static constexpr int kP = kProj, kM = kMixer;
+};
+using B2BShortNarrow = B2BShortWidths<3, 7>;
+using B2BShortWide = B2BShortWidths<kB2BShortMaxProj, kB2BShortMaxMixer>;
+
+// Calls f(B2BShortNarrow{}) or f(B2BShortWide{}): the narrowest instantiation that holds
+// proj_width x mixer_width (<= kB2BShortMaxProj x kB2BShortMaxMixer).
+template <typename F>
+inline void with_b2b_short_widths(int64_t proj_width, int64_t mixer_width, F&& f) {
+  if (proj_width <= B2BShortNarrow::kP && mixer_width <= B2BShortNarrow::kM)
+    f(B2BShortNarrow{});
+  else
+    f(B2BShortWide{});
+}
+
 // Steps of 32 vectors per warp: the priming step costs 1 / kB2BShortSteps of the arithmetic.
 // 16 beat 8 (bf16 B4 D4096 L8192 Km7 forward 0.314 -> 0.299 ms; B1 0.089 both) and 4 (0.360)
 // on the H200.
 constexpr int kB2BShortSteps = 16;
+
+// A warp's steps reach it through a ring of kB2BShortStages steps in shared memory, filled by
+// cp.async: the next kB2BShortStages - 1 steps are in flight, holding no registers, while one
+// is computed. (With one step in flight in registers the backward waited on memory half its
+// cycles: 8 warps per SM, each a step of ~680 instructions ahead of its loads. The ring took
+// it from 220 to 159 us at bf16 B1 D4096 L8192 Km7, the forward from 84 to 73; 3 and 6
+// stages measured the same as 4.)
+constexpr int kB2BShortStages = 4;
+
+// A warp's ring: step s (from -1, the priming step) in stage (s + 1) % kB2BShortStages, lane
+// l's vector of row j at [j][l]. Each lane reads only what it copied itself.
+template <int kRows>
+struct B2BShortRing {
+  uint4 v[kB2BShortStages][kRows][32];
+};
+
+// The lane's vector at time t (a multiple of the vector width) of a row into its ring slot:
+// elements [t, min(t + kVec, n)), zeros past the row end, before time 0 or when !wanted. In
+// an interior step (whole vectors for every lane) the copy needs no guards.
+template <typename T, bool kInterior>
+__device__ __forceinline__ void b2b_short_copy(uint4* dst, const T* row, int64_t t, int64_t n, bool wanted) {
+  if constexpr (kInterior) {
+    copy_async16(dst, row + t);
+  } else {
+    constexpr int kVec = Vec16<T>::kElems;
+    const int64_t valid = !wanted || t < 0 ? 0 : (n - t < kVec ? n - t : kVec);
+    copy_async16_zfill(dst, valid > 0 ? row + t : row, valid > 0 ? int(valid * int64_t(sizeof(T))) : 0);
+  }
+}
 
 template <typename T>
 constexpr int64_t b2b_short_span() {
   return int64_t(32) * kB2BShortSteps * Vec16<T>::kElems;
 }
 
-// The sizes of a lane's windows for storage type T.
-template <typename T>
+// The sizes of a lane's windows for storage type T and padded widths W.
+template <typename T, typename W>
 struct B2BShortShape {
   static constexpr int kVec = Vec16<T>::kElems;
-  static constexpr int kP = kB2BShortMaxProj, kM = kB2BShortMaxMixer;
+  static constexpr int kP = W::kP, kM = W::kM;
   static constexpr int kXHalo = kP - 1;                                 // x steps before a vector
   static constexpr int kXFirstWord = (kVec - kXHalo) * int(sizeof(T)) / 4;  // words of the vector before holding them
   static constexpr int kZHalo = kM - 1;                                 // z steps before a vector
@@ -57,7 +110,8 @@ __device__ __forceinline__ B2BShortSpan b2b_short_span_of(int64_t span, int64_t 
   const int64_t row = div_nonneg(span, spans_per_row);
   const int64_t b = div_nonneg(row, dim);
   const int64_t start = (span - row * spans_per_row) * b2b_short_span<T>();
-  const int64_t steps_to_end = (length - start + B2BShortShape<T>::kStep - 1) / B2BShortShape<T>::kStep;
+  constexpr int64_t kStep = 32 * Vec16<T>::kElems;
+  const int64_t steps_to_end = (length - start + kStep - 1) / kStep;
   return {b, row - b * dim, start, steps_to_end < kB2BShortSteps ? int(steps_to_end) : kB2BShortSteps};
 }
 
@@ -95,29 +149,32 @@ __device__ __forceinline__ void b2b_short_taps(const T* w, int64_t tap_stride, i
   }
 }
 
-// Channel c's padded filters: the projections of rows 3c, 3c+1, 3c+2, the mixer and skip.
+// Channel c's filters padded to W: the projections of rows 3c, 3c+1, 3c+2, and the mixer
+// with skip added to its last tap (z[t]'s): h = mixer(z) + skip * z in one sum, and the
+// backward's dz likewise.
+template <typename W>
 struct B2BShortFilters {
-  float proj[3][kB2BShortMaxProj], mixer[kB2BShortMaxMixer], skip;
+  float proj[3][W::kP], mixer[W::kM];
 };
-template <typename T, typename Params>
-__device__ __forceinline__ B2BShortFilters b2b_short_filters(const Params& p, int64_t c) {
-  B2BShortFilters f;
+template <typename T, typename W, typename Params>
+__device__ __forceinline__ B2BShortFilters<W> b2b_short_filters(const Params& p, int64_t c) {
+  B2BShortFilters<W> f;
   const T* wp = static_cast<const T*>(p.weight_proj);
 #pragma unroll
   for (int j = 0; j < 3; ++j)
-    b2b_short_taps<T, kB2BShortMaxProj>(wp + (3 * c + j) * p.wp_stride[0], p.wp_stride[1], int(p.proj_width), f.proj[j]);
-  b2b_short_taps<T, kB2BShortMaxMixer>(static_cast<const T*>(p.weight_mixer) + c * p.wm_stride[0], p.wm_stride[1],
-                                       int(p.mixer_width), f.mixer);
-  f.skip = to_float(static_cast<const T*>(p.skip_bias)[c * p.skip_stride]);
+    b2b_short_taps<T, W::kP>(wp + (3 * c + j) * p.wp_stride[0], p.wp_stride[1], int(p.proj_width), f.proj[j]);
+  b2b_short_taps<T, W::kM>(static_cast<const T*>(p.weight_mixer) + c * p.wm_stride[0], p.wm_stride[1],
+                           int(p.mixer_width), f.mixer);
+  f.mixer[W::kM - 1] += to_float(static_cast<const T*>(p.skip_bias)[c * p.skip_stride]);
   return f;
 }
 
 // The three x rows of a lane's vector as windows win[j][i] = row 3c+j at time t - kXHalo + i,
 // the tails before t from the lane before (x_carry: lane 0's, from lane 31 of the previous step).
-template <typename T>
+template <typename T, typename W>
 __device__ __forceinline__ void b2b_short_x_windows(const uint4 (&raw)[3], uint32_t (&x_carry)[3][4], int lane,
-                                                    float (&win)[3][B2BShortShape<T>::kXHalo + B2BShortShape<T>::kVec]) {
-  using S = B2BShortShape<T>;
+                                                    float (&win)[3][B2BShortShape<T, W>::kXHalo + Vec16<T>::kElems]) {
+  using S = B2BShortShape<T, W>;
 #pragma unroll
   for (int j = 0; j < 3; ++j) {
     uint4 own = raw[j], before = make_uint4(0, 0, 0, 0);
@@ -133,27 +190,25 @@ __device__ __forceinline__ void b2b_short_x_windows(const uint4 (&raw)[3], uint3
 }
 
 // Projection j over the lane's vector: p[i] = row 3c+j's projection at t + i.
-template <typename T>
-__device__ __forceinline__ void b2b_short_projection(const float (&w)[kB2BShortMaxProj], const float* win,
-                                                     float (&p)[B2BShortShape<T>::kVec]) {
+template <typename T, int kP>
+__device__ __forceinline__ void b2b_short_projection(const float (&w)[kP], const float* win,
+                                                     float (&p)[Vec16<T>::kElems]) {
 #pragma unroll
-  for (int i = 0; i < B2BShortShape<T>::kVec; ++i) {
+  for (int i = 0; i < Vec16<T>::kElems; ++i) {
     float s = 0.0f;
 #pragma unroll
-    for (int k = 0; k < kB2BShortMaxProj; ++k) s = fmaf(w[k], win[i + k], s);
+    for (int k = 0; k < kP; ++k) s = fmaf(w[k], win[i + k], s);
     p[i] = s;
   }
 }
 
 // z = x1 * v over the lane's vector into z[kZ + i], the kZHalo steps before it into
-// z[kZ - kZHalo ..kZ) from the lanes before (z_carry); then h = mixer(z) + skip * z.
-template <typename T>
-__device__ __forceinline__ void b2b_short_mixer(const B2BShortFilters& f, const float (&p1)[B2BShortShape<T>::kVec],
-                                                const float (&p2)[B2BShortShape<T>::kVec],
-                                                float (&z_carry)[B2BShortShape<T>::kZVectors][B2BShortShape<T>::kVec],
-                                                int lane, float (&z)[B2BShortShape<T>::kZ + B2BShortShape<T>::kVec],
-                                                float (&h)[B2BShortShape<T>::kVec]) {
-  using S = B2BShortShape<T>;
+// z[kZ - kZHalo ..kZ) from the lanes before (z_carry); then h = mixer(z) + skip * z (skip
+// folded into the mixer's last tap).
+template <typename T, typename W, typename S = B2BShortShape<T, W>>
+__device__ __forceinline__ void b2b_short_mixer(const B2BShortFilters<W>& f, const float (&p1)[S::kVec],
+                                                const float (&p2)[S::kVec], float (&z_carry)[S::kZVectors][S::kVec],
+                                                int lane, float (&z)[S::kZ + S::kVec], float (&h)[S::kVec]) {
 #pragma unroll
   for (int i = 0; i < S::kVec; ++i) z[S::kZ + i] = p1[i] * p2[i];
 #pragma unroll
@@ -164,7 +219,7 @@ __device__ __forceinline__ void b2b_short_mixer(const B2BShortFilters& f, const 
         z[(S::kZVectors - sv) * S::kVec + i] = b2b_short_value_before(z[S::kZ + i], z_carry[sv - 1][i], sv, lane);
 #pragma unroll
   for (int i = 0; i < S::kVec; ++i) {
-    float s = f.skip * z[S::kZ + i];
+    float s = 0.0f;
 #pragma unroll
     for (int k = 0; k < S::kM; ++k) s = fmaf(f.mixer[k], z[S::kZ - S::kZHalo + i + k], s);  // z at t + i - (kM-1-k)
     h[i] = s;

@@ -107,7 +107,9 @@ void run_case(const Case& cs, double bound, double reduction_bound) {
   if (plan.path == Path::short_span) {  // a warp per (row, span); tile_blocks: spans per row
     const int64_t spans = B * D * bt.tile_blocks, warps = detail::kB2BShortThreads / 32;
     emu::launch({unsigned((spans + warps - 1) / warps), 1, 1}, detail::kB2BShortThreads, 0, [&] {
-      detail::b2b_backward_short_kernel_emulated<T>(g, bt.tile_blocks, spans, partials.data());
+      detail::with_b2b_short_widths(cs.kp, cs.km, [&](auto widths) {
+        detail::b2b_backward_short_kernel_emulated<T, decltype(widths)>(g, bt.tile_blocks, spans, partials.data());
+      });
     });
   } else {
     const emu::Dim3 grid{unsigned(B * D), unsigned(bt.tile_blocks), 1};
@@ -263,7 +265,11 @@ void run_short_forward(int64_t B, int64_t D, int64_t L, int64_t kp, int64_t km, 
   const int64_t spans = B * D * spans_per_row;
   constexpr int64_t kWarps = detail::kB2BShortThreads / 32;
   emu::launch({unsigned((spans + kWarps - 1) / kWarps), 1, 1}, detail::kB2BShortThreads, 0,
-              [&] { detail::b2b_forward_short_kernel_emulated<T>(f, spans_per_row, spans); });
+              [&] {
+                detail::with_b2b_short_widths(kp, km, [&](auto widths) {
+                  detail::b2b_forward_short_kernel_emulated<T, decltype(widths)>(f, spans_per_row, spans);
+                });
+              });
 
   const HostTensor out_ref = test::b2b_forward_reference(x, wp, wm, skip);
   const HostTensor magnitude = test::b2b_forward_reference(test::absolute(x), test::absolute(wp),
