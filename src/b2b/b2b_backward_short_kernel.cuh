@@ -56,7 +56,7 @@ __global__ void __launch_bounds__(kB2BShortThreads)
       for (int j = 0; j < 3; ++j) b2b_short_copy<T, kInterior>(&stage[j][lane], x0 + j * p.x_stride[1], t, n, wanted);
       b2b_short_copy<T, kInterior>(&stage[3][lane], g, t, n, wanted && s >= 0);
     }
-    copy_async_commit();
+    cp_async_commit();
   };
 #pragma unroll
   for (int s = -1; s < kB2BShortStages - 2; ++s) issue_step(s, std::false_type{});
@@ -75,7 +75,7 @@ __global__ void __launch_bounds__(kB2BShortThreads)
   auto walk_step = [&](int s, auto interior) {
     constexpr bool kInterior = decltype(interior)::value;
     issue_step(s + kB2BShortStages - 1, interior);  // into the stage step s - 1 left
-    copy_async_wait_pending<kB2BShortStages - 1>();   // step s has landed
+    cp_async_wait<kB2BShortStages - 1>();   // step s has landed
     const uint4(&stage)[4][32] = ring.v[(s + 1) % kB2BShortStages];
     const uint4 raw[3] = {stage[0][lane], stage[1][lane], stage[2][lane]}, raw_g = stage[3][lane];
 

@@ -45,7 +45,7 @@ __global__ void __launch_bounds__(kB2BShortThreads, 5)
       b2b_short_copy<T, kInterior>(&stage[1][lane], x1, t, n, wanted);
       b2b_short_copy<T, kInterior>(&stage[2][lane], x2, t, n, wanted);
     }
-    copy_async_commit();
+    cp_async_commit();
   };
 #pragma unroll
   for (int s = -1; s < kB2BShortStages - 2; ++s) issue_step(s, std::false_type{});
@@ -60,7 +60,7 @@ __global__ void __launch_bounds__(kB2BShortThreads, 5)
   auto walk_step = [&](int s, auto interior) {
     constexpr bool kInterior = decltype(interior)::value;
     issue_step(s + kB2BShortStages - 1, interior);  // into the stage step s - 1 left
-    copy_async_wait_pending<kB2BShortStages - 1>();   // step s has landed
+    cp_async_wait<kB2BShortStages - 1>();   // step s has landed
     const uint4(&stage)[3][32] = ring.v[(s + 1) % kB2BShortStages];
     const uint4 raw[3] = {stage[0][lane], stage[1][lane], stage[2][lane]};
 

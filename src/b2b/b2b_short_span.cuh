@@ -70,11 +70,11 @@ struct B2BShortRing {
 template <typename T, bool kInterior>
 __device__ __forceinline__ void b2b_short_copy(uint4* dst, const T* row, int64_t t, int64_t n, bool wanted) {
   if constexpr (kInterior) {
-    copy_async16(dst, row + t);
+    cp_async16(dst, row + t, 16);
   } else {
     constexpr int kVec = Vec16<T>::kElems;
     const int64_t valid = !wanted || t < 0 ? 0 : (n - t < kVec ? n - t : kVec);
-    copy_async16_zfill(dst, valid > 0 ? row + t : row, valid > 0 ? int(valid * int64_t(sizeof(T))) : 0);
+    cp_async16(dst, valid > 0 ? row + t : row, valid > 0 ? int(valid * int64_t(sizeof(T))) : 0);
   }
 }
 

@@ -36,6 +36,7 @@
 #include <cstring>
 
 #if defined(__CUDACC__) || defined(CAUSALCONV_CUDA_EMULATION)
+#include "common/async_copy.cuh"
 #include "common/cuda_math.cuh"
 #include "common/warp_mma.cuh"
 
@@ -149,20 +150,6 @@ __device__ __forceinline__ void toeplitz_store_outputs(T* row, const T* out_s, i
   }
 }
 
-#ifndef CAUSALCONV_CUDA_EMULATION
-// cp.async of 16 bytes into shared memory, reading `bytes` (0..16) from src and
-// zero-filling the rest; cp_async_commit closes a group, cp_async_wait<n> waits until
-// at most n groups of this thread are pending.
-__device__ __forceinline__ void cp_async16(void* dst_shared, const void* src, int bytes) {
-  const uint32_t dst = uint32_t(__cvta_generic_to_shared(dst_shared));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(bytes) : "memory");
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-template <int kPending>
-__device__ __forceinline__ void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending) : "memory");
-}
-#endif  // otherwise tests/cpp/mma_emulation.h provides these (deferred copies)
 
 // Asynchronous staging (cp.async, 16 bytes per unit, L1 bypassed) by the block's
 // ToeplitzTile::kThreads threads: unit u of the tile, at byte unit_offset(u) of in_s, holds steps

@@ -36,6 +36,7 @@
 #include <memory>
 #include <mutex>
 #include <stdexcept>
+#include <utility>
 #include <vector>
 
 #include <pthread.h>
@@ -189,17 +190,37 @@ namespace causalconv::detail {
 inline float* b2b_shared_floats() { return causalconv::emulation::block_state->shared.data(); }
 }  // namespace causalconv::detail
 
-// Asynchronous copies (common/async_copy.cuh) complete at once on the CPU.
+// Asynchronous copies (common/async_copy.cuh): copy_async16's complete at once on the CPU.
 namespace causalconv::detail {
 inline void copy_async16(void* dst, const void* src) { std::memcpy(dst, src, 16); }
-inline void copy_async16_zfill(void* dst, const void* src, int src_bytes) {
-  std::memset(dst, 0, 16);
-  std::memcpy(dst, src, size_t(src_bytes));
-}
 inline void copy_async_wait_all() {}
-inline void copy_async_commit() {}
+
+// cp_async16's copies happen only at the wait that retires their group, so a read of shared
+// memory before that wait sees the old contents (NaN at first), as it may on the GPU.
+struct AsyncCopy {
+  void* dst;
+  const void* src;
+  int bytes;
+};
+inline thread_local std::vector<AsyncCopy> async_open_group;  // this thread's open group
+inline thread_local std::vector<std::vector<AsyncCopy>> async_pending_groups;  // committed, unretired
+inline void cp_async16(void* dst_shared, const void* src, int bytes) {
+  async_open_group.push_back({dst_shared, src, bytes});
+}
+inline void cp_async_commit() {
+  async_pending_groups.push_back(std::move(async_open_group));
+  async_open_group.clear();
+}
 template <int kPending>
-inline void copy_async_wait_pending() {}
+inline void cp_async_wait() {
+  while (async_pending_groups.size() > size_t(kPending)) {
+    for (const AsyncCopy& c : async_pending_groups.front()) {
+      std::memset(c.dst, 0, 16);
+      std::memcpy(c.dst, c.src, size_t(c.bytes));
+    }
+    async_pending_groups.erase(async_pending_groups.begin());
+  }
+}
 }  // namespace causalconv::detail
 
 namespace causalconv::detail {

@@ -1,15 +1,12 @@
 // Warp-level matrix instructions for the CPU emulation (tests/cpp/cuda_emulation.h):
 // ldmatrix.x4 and mma.sync.m16n8k16 (fp32 accumulators), exchanging the lanes'
 // registers through a warp barrier and applying the PTX ISA's fragment layouts,
-// written here independently of the kernels' own comments; and cp.async, whose copies
-// happen only at the wait that retires their group (so a read of shared memory before
-// that wait sees the old contents, NaN at first, as it may on the GPU). Include after
+// written here independently of the kernels' own comments. Include after
 // cuda_emulation.h and before the kernel headers.
 #pragma once
 
 #include <cstdint>
 #include <cstring>
-#include <utility>
 #include <vector>
 
 #include "cuda_emulation.h"
@@ -32,38 +29,9 @@ inline float from_bits16(uint32_t bits, bool half) {
   return v;
 }
 
-// cp.async state of one thread: the open group and the committed, unretired ones.
-struct AsyncCopy {
-  void* dst;
-  const void* src;
-  int bytes;
-};
-inline thread_local std::vector<AsyncCopy> open_group;
-inline thread_local std::vector<std::vector<AsyncCopy>> pending_groups;
-
 }  // namespace causalconv::emulation
 
 namespace causalconv::detail {
-
-inline void cp_async16(void* dst_shared, const void* src, int bytes) {
-  causalconv::emulation::open_group.push_back({dst_shared, src, bytes});
-}
-inline void cp_async_commit() {
-  namespace emu = causalconv::emulation;
-  emu::pending_groups.push_back(std::move(emu::open_group));
-  emu::open_group.clear();
-}
-template <int kPending>
-inline void cp_async_wait() {
-  namespace emu = causalconv::emulation;
-  while (emu::pending_groups.size() > size_t(kPending)) {
-    for (const auto& c : emu::pending_groups.front()) {
-      std::memset(c.dst, 0, 16);
-      std::memcpy(c.dst, c.src, size_t(c.bytes));
-    }
-    emu::pending_groups.erase(emu::pending_groups.begin());
-  }
-}
 
 inline unsigned char* toeplitz_shared() {
   return reinterpret_cast<unsigned char*>(causalconv::emulation::block_state->shared.data());
