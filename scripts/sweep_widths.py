@@ -1,9 +1,11 @@
-"""Depthwise forward time across filter widths (bf16 B1 D4096, with a bias), for the choice
-between kernels that depends on K (e.g. the tensor-core forms' threshold). Prints one line per
-width: microseconds, the share of the device-to-device copy rate measured in the same run, and
-the relative L2 error against the fp64 reference (a variant that is fast and wrong shows here).
+"""Depthwise forward time across filter widths (bf16 B1 D4096, with a bias), or with --b2b the
+b2b_causal_conv1d forward's across mixer widths (bf16 B1 D4096, Kp 3), for the choices between
+kernels that depend on the width (e.g. the tensor-core forms' thresholds). Prints one line per
+width: microseconds, the share of the device-to-device copy rate measured in the same run (bytes:
+inputs read once, output written once), and the relative L2 error against the fp64 reference
+(a variant that is fast and wrong shows here).
 
-    python3 scripts/sweep_widths.py [--length L] [K ...]
+    python3 scripts/sweep_widths.py [--b2b] [--length L] [K ...]
 
 On the GPU machine, against a variant's build: `gpu-check --variant ... --then
 'PYTHONPATH=/tmp/gpu-check-variant-0/site:$PYTHONPATH python3 scripts/sweep_widths.py'`.
@@ -22,8 +24,12 @@ def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--length", type=int, default=8192, help="8192: aligned rows; 8191: unaligned")
     parser.add_argument("widths", type=int, nargs="*", default=[9, 16, 33, 64, 65, 128, 129, 193, 256])
+    parser.add_argument("--b2b", action="store_true", help="b2b_causal_conv1d's mixer widths instead")
     args = parser.parse_args()
     torch.manual_seed(0)
+    if args.b2b:
+        sweep_b2b(args)
+        return
     x = torch.randn(1, 4096, args.length, device="cuda", dtype=torch.bfloat16)
     copy_ms = triton.testing.do_bench(lambda: x.clone())
     for width in args.widths:
@@ -38,6 +44,25 @@ def main():
         print(f"bf16 B1 D4096 L{args.length} K{width:3d}: {ms * 1e3:7.1f} us  {100 * copy_ms / ms:5.1f} % of copy"
               f"  rel_l2 {rel_l2:.1e} {verdict}")
 
+
+
+def sweep_b2b(args):
+    dim, kp = 4096, 3
+    x = torch.randn(1, 3 * dim, args.length, device="cuda", dtype=torch.bfloat16)
+    copy_ms = triton.testing.do_bench(lambda: x.clone())
+    wp = torch.randn(3 * dim, kp, device="cuda", dtype=torch.bfloat16) / kp
+    skip = torch.randn(dim, device="cuda", dtype=torch.bfloat16)
+    for width in args.widths:
+        wm = torch.randn(dim, width, device="cuda", dtype=torch.bfloat16) / width
+        out = causalconv.b2b_causal_conv1d(x, wp, wm, skip).double()
+        ref = reference.b2b_causal_conv1d(x.double(), wp.double(), wm.double(), skip.double())
+        rel_l2 = ((out - ref).norm() / ref.norm()).item()
+        del out, ref
+        ms = triton.testing.do_bench(lambda: causalconv.b2b_causal_conv1d(x, wp, wm, skip))
+        floor_ms = copy_ms * 4 / 6  # x read and out written: 4 rows against the clone's 3 + 3
+        verdict = "ok" if rel_l2 < 1e-2 else "WRONG"
+        print(f"b2b bf16 B1 D{dim} L{args.length} Kp{kp} Km{width:3d}: {ms * 1e3:7.1f} us"
+              f"  {100 * floor_ms / ms:5.1f} % of copy  rel_l2 {rel_l2:.1e} {verdict}")
 
 if __name__ == "__main__":
     main()

@@ -1,11 +1,14 @@
 // Launcher of the fused b2b_causal_conv1d forward (the kernels: b2b_forward_short_kernel.cuh
-// for short filters on 16-byte rows, b2b_forward_tc_kernel.cuh on the tensor cores,
-// b2b_forward_kernel.cuh on the CUDA cores for everything else).
+// for short filters on 16-byte rows, b2b_forward_wgmma_kernel.cuh on Hopper's warpgroup MMA for
+// wider mixers on 16-byte rows, b2b_forward_tc_kernel.cuh on the tensor cores (mma.sync) for
+// the other rows, b2b_forward_kernel.cuh on the CUDA cores for everything else).
+#include <algorithm>
 #include <type_traits>
 
 #include "b2b/b2b_forward_kernel.cuh"
 #include "b2b/b2b_forward_short_kernel.cuh"
 #include "b2b/b2b_forward_tc_kernel.cuh"
+#include "b2b/b2b_forward_wgmma_kernel.cuh"
 #include "b2b/b2b_kernels.h"
 #include "b2b/b2b_tiling.cuh"
 #include "common/cuda_runtime.h"
@@ -48,6 +51,55 @@ bool try_launch_tc(const B2BForwardParams& p, const B2BTiling& tiling, cudaStrea
   }
 }
 
+// Consecutive 4096-step tiles walked by one block of the wgmma form (a segment of its row): the
+// z halo is carried from tile to tile and computed on the CUDA cores only at a segment's first
+// tile. Up to 32 (B1 D4096 L131072: 1.540 ms at 8, 1.489 at 32, H200), fewer where the grid would
+// otherwise have under kB2BWgmmaMinBlocks blocks.
+constexpr int64_t kB2BWgmmaMaxTilesPerSegment = 32;
+constexpr int64_t kB2BWgmmaMinBlocks = 1024;
+
+template <typename T, int kMixerBlocks>
+void launch_wgmma(const B2BForwardParams& p, cudaStream_t stream) {
+  constexpr int smem = B2BWgmmaLayout<kMixerBlocks>::kBytes;
+  check_cuda(cudaFuncSetAttribute(b2b_forward_wgmma_kernel<T, kMixerBlocks>,
+                                  cudaFuncAttributeMaxDynamicSharedMemorySize, smem),
+             "b2b_causal_conv1d forward (shared-memory opt-in)");
+  const int64_t tiles = (p.length + WgmmaToeplitzTile::kOutputs - 1) / WgmmaToeplitzTile::kOutputs;
+  const int64_t rows = p.batch * p.dim;
+  int64_t per_segment = std::min((tiles * rows + kB2BWgmmaMinBlocks - 1) / kB2BWgmmaMinBlocks, kB2BWgmmaMaxTilesPerSegment);
+  per_segment = std::max(per_segment, (tiles + kB2BMaxGridY - 1) / kB2BMaxGridY);
+  const dim3 grid(unsigned(rows), unsigned((tiles + per_segment - 1) / per_segment));
+  b2b_forward_wgmma_kernel<T, kMixerBlocks><<<grid, WgmmaToeplitzTile::kThreads, smem, stream>>>(p, tiles, per_segment);
+}
+
+// fp16/bf16 with kB2BTcMinMixerWidth <= Km <= 256 and Kp <= 32 on rows of 16-byte vectors, on a
+// compute capability 9.0 device with an sm_90a image: the warpgroup-MMA form.
+template <typename T>
+bool try_launch_wgmma(const B2BForwardParams& p, cudaStream_t stream) {
+  if constexpr (std::is_same<T, float>::value) {
+    return false;
+  } else {
+#ifdef CAUSALCONV_HAS_SM90A
+    if (p.mixer_width < kB2BTcMinMixerWidth || p.mixer_width > 256 || p.proj_width > 32) return false;
+    if (!vector_aligned<T>(p.x, p.x_stride, 2) || !vector_aligned<T>(p.out, p.out_stride, 2)) return false;
+    int device = 0;
+    check_cuda(cudaGetDevice(&device), "b2b_causal_conv1d forward");
+    if (!device_is_sm90(device)) return false;
+    switch (toeplitz64_blocks(int(p.mixer_width))) {
+      case 2: launch_wgmma<T, 2>(p, stream); break;   // Km <= 65
+      case 3: launch_wgmma<T, 3>(p, stream); break;   // Km <= 129
+      case 4: launch_wgmma<T, 4>(p, stream); break;   // Km <= 193
+      default: launch_wgmma<T, 5>(p, stream); break;  // Km <= 256
+    }
+    return true;
+#else
+    (void)p;
+    (void)stream;
+    return false;
+#endif
+  }
+}
+
 // Kp <= 4 and Km <= 8 with every x and out row made of whole 16-byte vectors
 // (aligned bases, batch and channel strides multiples of the vector width).
 template <typename T>
@@ -70,7 +122,7 @@ template <typename T>
 void launch_typed(const B2BForwardParams& p, cudaStream_t stream) {
   const B2BTiling tiling = make_b2b_tiling(p.length, Tile::kOutputs, kB2BForwardTilesPerBlock);
   const size_t smem = sizeof(float) * size_t(b2b_forward_smem_floats(p.proj_width, p.mixer_width));
-  if (try_launch_short<T>(p, stream) || try_launch_tc<T>(p, tiling, stream)) return;
+  if (try_launch_short<T>(p, stream) || try_launch_wgmma<T>(p, stream) || try_launch_tc<T>(p, tiling, stream)) return;
   if (smem > 48 * 1024)
     check_cuda(cudaFuncSetAttribute(b2b_forward_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)),
                "b2b_causal_conv1d forward (shared-memory opt-in)");

@@ -26,23 +26,9 @@
 #include "causal_conv1d/depthwise_kernels.h"
 #include "common/sm90_primitives.cuh"
 #include "common/toeplitz_mma.cuh"
+#include "common/toeplitz_wgmma.cuh"
 
 namespace causalconv::detail {
-
-struct WgmmaToeplitzTile {
-  static constexpr int kChunk = 64;    // steps per chunk: the MMA's M and K per Toeplitz block
-  static constexpr int kThreads = 128;  // one warpgroup
-  static constexpr int kChunks = 64;   // output chunks per tile: the MMA's N
-  static constexpr int kOutputs = kChunks * kChunk;
-  static constexpr int kRowBytes = 2 * kChunk;  // one staged chunk: 128 bytes
-};
-
-// Number of Toeplitz blocks T_0..T_{nb-1} of a width-K filter at 64-step chunks.
-__host__ __device__ constexpr int toeplitz64_blocks(int width) { return (width + 62) / 64 + 1; }
-
-// Byte offset of the 16-byte unit k (values 8k .. 8k + 7) of row r in a 1024-byte aligned tile
-// under the 128-byte swizzle.
-__device__ __forceinline__ int swizzled_unit_offset(int r, int k) { return r * 128 + ((k ^ (r & 7)) << 4); }
 
 // Entries of the pair table (toeplitz64_pairs): lags -64 .. 64 kBlocks - 1.
 template <int kBlocks>
@@ -162,12 +148,6 @@ __device__ __forceinline__ void wgmma_toeplitz_store_tile(T* row, const unsigned
       for (int k = 0; k < 8 && t + k < n; ++k) row[t + k] = reinterpret_cast<const T*>(src)[k];
     }
   }
-}
-
-// The block's dynamic shared memory from its 1024-byte aligned start.
-__device__ __forceinline__ unsigned char* wgmma_toeplitz_shared() {
-  uint8_t* const raw = sm90::dynamic_shared();
-  return reinterpret_cast<unsigned char*>((reinterpret_cast<uintptr_t>(raw) + 1023) & ~uintptr_t(1023));
 }
 
 // Blocks/SM asked of ptxas: 5 from 4 Toeplitz blocks on (H200: K193 74 -> 67 us, K256 79 -> 75;

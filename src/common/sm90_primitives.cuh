@@ -105,6 +105,17 @@ __device__ __forceinline__ uint64_t smem_descriptor(uint32_t smem_address, uint3
          uint64_t((stride >> 4) & 0x3FFF) << 32 | uint64_t(1) << 62;
 }
 
+// Shared-memory matrix descriptor without swizzle, K-major: the operand is made of 8 x 8 core
+// matrices (8 M or N indices x 8 reduction values, each core 128 contiguous bytes, one 16-byte
+// row per M or N index); `leading` is the byte distance between cores adjacent along the
+// reduction, `stride` between cores adjacent along M or N. The addresses need not be distinct:
+// a Toeplitz or Hankel operand may point several cores at the same bytes.
+__device__ __forceinline__ uint64_t smem_descriptor_unswizzled(uint32_t smem_address, uint32_t leading,
+                                                               uint32_t stride) {
+  return uint64_t((smem_address & 0x3FFFF) >> 4) | uint64_t((leading >> 4) & 0x3FFF) << 16 |
+         uint64_t((stride >> 4) & 0x3FFF) << 32;
+}
+
 // 8x8 16-bit matrix moves between shared memory and registers (common/warp_mma.cuh).
 using causalconv::detail::ldmatrix_x4_trans;
 using causalconv::detail::stmatrix_x4;
@@ -154,11 +165,11 @@ __device__ __forceinline__ void fence_registers(float (&d)[N]) {
       "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127]) \
       : "l"(desc_a), "l"(desc_b), "r"(accumulate))
 
-#define CAUSALCONV_WGMMA_M64N64K16_BT(TYPE)                                                                          \
+#define CAUSALCONV_WGMMA_M64N64K16_SS(TYPE, TRANSPOSE_B)                                                             \
   asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"                                             \
                "wgmma.mma_async.sync.aligned.m64n64k16.f32." TYPE "." TYPE " "                                \
                "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "                                                                             \
-               "%32, %33, p, 1, 1, 0, 1;\n}\n"                                                           \
+               "%32, %33, p, 1, 1, 0, " TRANSPOSE_B ";\n}\n"                                             \
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), \
       "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), \
       "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), \
@@ -178,6 +189,18 @@ __device__ __forceinline__ void wgmma_m64n256k16(float (&d)[128], uint64_t desc_
 #endif
 }
 
+// D[64 x 64] (+)= A[64 x 16] * B[16 x 64], both operands K-major in shared memory.
+template <typename T>
+__device__ __forceinline__ void wgmma_m64n64k16(float (&d)[32], uint64_t desc_a, uint64_t desc_b,
+                                                 uint32_t accumulate) {
+#ifdef CAUSALCONV_SM90A
+  if constexpr (std::is_same_v<T, __half>)
+    CAUSALCONV_WGMMA_M64N64K16_SS("f16", "0");
+  else
+    CAUSALCONV_WGMMA_M64N64K16_SS("bf16", "0");
+#endif
+}
+
 // D[64 x 64] (+)= A[64 x 16] * B[16 x 64]: A K-major; B N-major (rows of 64 N values, one per
 // reduction index, 8-row groups 1024 bytes apart: descriptor stride 1024, step 2048 bytes per 16
 // reduction values; with N = 64 there is one 128-byte group along N, so `leading` is unused).
@@ -186,9 +209,9 @@ __device__ __forceinline__ void wgmma_m64n64k16_bt(float (&d)[32], uint64_t desc
                                                     uint32_t accumulate) {
 #ifdef CAUSALCONV_SM90A
   if constexpr (std::is_same_v<T, __half>)
-    CAUSALCONV_WGMMA_M64N64K16_BT("f16");
+    CAUSALCONV_WGMMA_M64N64K16_SS("f16", "1");
   else
-    CAUSALCONV_WGMMA_M64N64K16_BT("bf16");
+    CAUSALCONV_WGMMA_M64N64K16_SS("bf16", "1");
 #endif
 }
 
@@ -217,7 +240,7 @@ __device__ __forceinline__ void wgmma_m64n64k16_rs(float (&d)[32], const uint32_
 }
 
 #undef CAUSALCONV_WGMMA_M64N256K16
-#undef CAUSALCONV_WGMMA_M64N64K16_BT
+#undef CAUSALCONV_WGMMA_M64N64K16_SS
 #undef CAUSALCONV_WGMMA_M64N64K16_RS
 
 }  // namespace causalconv::detail::sm90
@@ -425,16 +448,23 @@ inline uint64_t smem_descriptor(uint32_t smem_address, uint32_t leading, uint32_
          uint64_t((stride >> 4) & 0x3FFF) << 32 | uint64_t(1) << 62;
 }
 
+inline uint64_t smem_descriptor_unswizzled(uint32_t smem_address, uint32_t leading, uint32_t stride) {
+  return uint64_t((smem_address & 0x3FFFF) >> 4) | uint64_t((leading >> 4) & 0x3FFF) << 16 |
+         uint64_t((stride >> 4) & 0x3FFF) << 32;
+}
+
 struct Descriptor {
   uint32_t start, leading, stride;
+  bool swizzled;  // the 128-byte swizzle; otherwise 8 x 8 core matrices, no swizzle
 };
 
 // Operands are read at their absolute swizzled addresses, whatever row they start at, with a
 // zero base offset (as the H200 does: tests/cpp/test_sm90_primitives_cuda.cu).
 inline Descriptor decode_descriptor(uint64_t d) {
-  if ((d >> 62) != 1) emulation_fault("only the 128-byte swizzle mode is emulated");
+  if ((d >> 62) > 1) emulation_fault("only the 128-byte swizzle and the unswizzled modes are emulated");
   if ((d >> 49) & 7) emulation_fault("a nonzero descriptor base offset (the H200 reads the wrong rows with one)");
-  return {uint32_t(d & 0x3FFF) << 4, uint32_t((d >> 16) & 0x3FFF) << 4, uint32_t((d >> 32) & 0x3FFF) << 4};
+  return {uint32_t(d & 0x3FFF) << 4, uint32_t((d >> 16) & 0x3FFF) << 4, uint32_t((d >> 32) & 0x3FFF) << 4,
+          (d >> 62) == 1};
 }
 
 template <typename T>
@@ -452,15 +482,19 @@ inline float operand_value(uint16_t bits) {
 }
 
 template <typename T>
-inline float operand_at(uint32_t address) {
+inline float operand_at(uint32_t address, bool swizzle = true) {
   uint16_t bits;
-  std::memcpy(&bits, swizzled(address), 2);
+  std::memcpy(&bits, swizzle ? swizzled(address) : shared_origin() + address, 2);
   return operand_value<T>(bits);
 }
 
-// K-major operand (128-byte swizzle): row r (an M or N index), reduction index k of this k16
-// slice. Rows of 128 bytes, 8-row groups `stride` bytes apart.
+// K-major operand: row r (an M or N index), reduction index k of this k16 slice. 128-byte
+// swizzle: rows of 128 bytes, 8-row groups `stride` bytes apart. Unswizzled: core matrices of
+// 8 rows x 16 bytes, `leading` bytes apart along k and `stride` bytes apart along r.
 inline uint32_t k_major_address(const Descriptor& d, int r, int k) {
+  if (!d.swizzled)
+    return d.start + uint32_t(r / 8) * d.stride + uint32_t(k / 8) * d.leading + uint32_t(r % 8) * 16 +
+           uint32_t(k % 8) * 2;
   return d.start + uint32_t(r / 8) * d.stride + uint32_t(r % 8) * 128 + uint32_t(k) * 2;
 }
 
@@ -478,12 +512,13 @@ template <typename T, int N, bool kBNMajor>
 inline void wgmma_emulated_rows(float* d, const float (&a)[2][16], uint64_t desc_b, uint32_t accumulate) {
   const int l = int(threadIdx.x % 32);
   const Descriptor db = decode_descriptor(desc_b);
+  if (kBNMajor && !db.swizzled) emulation_fault("an unswizzled N-major operand is not emulated");
   for (int j = 0; j < N / 8; ++j)
     for (int e = 0; e < 2; ++e) {
       const int n = 8 * j + 2 * (l % 4) + e;
       float b[16];
       for (int k = 0; k < 16; ++k)
-        b[k] = operand_at<T>(kBNMajor ? n_major_address(db, k, n) : k_major_address(db, n, k));
+        b[k] = operand_at<T>(kBNMajor ? n_major_address(db, k, n) : k_major_address(db, n, k), db.swizzled);
       for (int h = 0; h < 2; ++h) {
         float sum = accumulate ? d[4 * j + 2 * h + e] : 0.0f;
         for (int k = 0; k < 16; ++k) sum += a[h][k] * b[k];
@@ -498,7 +533,7 @@ inline void wgmma_emulated(float* d, uint64_t desc_a, uint64_t desc_b, uint32_t 
   const Descriptor da = decode_descriptor(desc_a);
   float a[2][16];
   for (int h = 0; h < 2; ++h)
-    for (int k = 0; k < 16; ++k) a[h][k] = operand_at<T>(k_major_address(da, 16 * w + l / 4 + 8 * h, k));
+    for (int k = 0; k < 16; ++k) a[h][k] = operand_at<T>(k_major_address(da, 16 * w + l / 4 + 8 * h, k), da.swizzled);
   wgmma_emulated_rows<T, N, kBNMajor>(d, a, desc_b, accumulate);
 }
 
@@ -561,6 +596,11 @@ inline void fence_registers(float (&)[N]) {}
 template <typename T>
 inline void wgmma_m64n256k16(float (&d)[128], uint64_t desc_a, uint64_t desc_b, uint32_t accumulate) {
   wgmma_emulated<T, 256, false>(d, desc_a, desc_b, accumulate);
+}
+
+template <typename T>
+inline void wgmma_m64n64k16(float (&d)[32], uint64_t desc_a, uint64_t desc_b, uint32_t accumulate) {
+  wgmma_emulated<T, 64, false>(d, desc_a, desc_b, accumulate);
 }
 
 template <typename T>

@@ -1,8 +1,11 @@
-// The b2b forward with the mixer on the tensor cores runs on the CPU under
-// tests/cpp/cuda_emulation.h + mma_emulation.h, against an fp64 brute force of the
-// operator, element by element: z staging into the swizzled tile, the mixer halo in
-// chunks, skip and gate in the epilogue, tile walks and partial tiles, the two x stages in
-// turn, cp.async on 16-byte aligned rows and the element path on the others. (The GPU run:
+// The b2b forwards with the mixer on the tensor cores run on the CPU under
+// tests/cpp/cuda_emulation.h + mma_emulation.h (and the sm_90a emulation of
+// common/sm90_primitives.cuh), against an fp64 brute force of the operator, element by element.
+// The mma.sync form: z staging into the swizzled tile, the mixer halo in chunks, skip and gate
+// in the epilogue, tile walks and partial tiles, the two x stages in turn, cp.async on 16-byte
+// aligned rows and the element path on the others. The wgmma form: the Hankel tables, the
+// skipped k-slices at both projection widths, every mixer block count, the z halo carried from
+// tile to tile and computed at each segment's first tile, partial tiles and units. (The GPU run:
 // tests/python/test_b2b.py, test_tensor_core_mixer.)
 #include "cuda_emulation.h"  // first: it sets up the emulated CUDA built-ins
 #include "mma_emulation.h"
@@ -10,6 +13,9 @@
 #define b2b_forward_tc_kernel b2b_forward_tc_kernel_emulated
 #include "b2b/b2b_forward_tc_kernel.cuh"
 #undef b2b_forward_tc_kernel
+#define b2b_forward_wgmma_kernel b2b_forward_wgmma_kernel_emulated
+#include "b2b/b2b_forward_wgmma_kernel.cuh"
+#undef b2b_forward_wgmma_kernel
 
 #include <gtest/gtest.h>
 
@@ -34,7 +40,11 @@ namespace emu = causalconv::emulation;
 
 struct Case {
   int64_t batch, dim, length, kp, km;
+  int64_t tiles_per_segment = 32;  // the wgmma form's walk (its launcher's largest: 32)
 };
+
+// The mma.sync form (b2b_forward_tc_kernel) or, on rows of 16-byte vectors, the wgmma form.
+enum class Form { mma_sync, wgmma };
 
 template <typename T, int kMaxBlocks>
 void launch_emulated(const detail::B2BForwardParams& f) {
@@ -45,18 +55,29 @@ void launch_emulated(const detail::B2BForwardParams& f) {
               [&] { detail::b2b_forward_tc_kernel_emulated<T, kMaxBlocks>(f, tiling); });
 }
 
+template <typename T, int kMixerBlocks>
+void launch_wgmma_emulated(const detail::B2BForwardParams& f, int64_t tiles_per_segment) {
+  using Tile = detail::WgmmaToeplitzTile;
+  const int64_t tiles = (f.length + Tile::kOutputs - 1) / Tile::kOutputs;
+  const emu::Dim3 grid{unsigned(f.batch * f.dim), unsigned((tiles + tiles_per_segment - 1) / tiles_per_segment), 1};
+  emu::launch(grid, Tile::kThreads, size_t(detail::B2BWgmmaLayout<kMixerBlocks>::kBytes), [&] {
+    detail::b2b_forward_wgmma_kernel_emulated<T, kMixerBlocks>(f, tiles, tiles_per_segment);
+  });
+}
+
 template <typename T>
-void run_case(const Case& cs) {
-  SCOPED_TRACE(::testing::Message() << "B" << cs.batch << " D" << cs.dim << " L" << cs.length << " Kp" << cs.kp
-                                    << " Km" << cs.km);
+void run_case(const Case& cs, Form form = Form::mma_sync) {
+  SCOPED_TRACE(::testing::Message() << (form == Form::wgmma ? "wgmma" : "mma.sync") << " B" << cs.batch << " D"
+                                    << cs.dim << " L" << cs.length << " Kp" << cs.kp << " Km" << cs.km);
   const int64_t B = cs.batch, D = cs.dim, L = cs.length, Kp = cs.kp, Km = cs.km;
+  const int64_t pad = form == Form::wgmma ? 8 - L % 8 : 3;  // wgmma: every row 16-byte aligned
   HostTensor x({B, 3 * D, L}), wp({3 * D, Kp}), wm({D, Km}), skip({D});
   std::random_device seed;
   x.fill_uniform(seed());
   wp.fill_uniform(seed());
   wm.fill_uniform(seed());
   skip.fill_uniform(seed());
-  Activation<T> x_e(B, 3 * D, L), out_e(B, D, L);
+  Activation<T> x_e(B, 3 * D, L, pad), out_e(B, D, L, pad);
   Weight<T> wp_e(3 * D, Kp), wm_e(D, Km), skip_e(D, 1);
   x_e.load(x);  // the host tensors now hold the rounded values
   wp_e.load(wp);
@@ -65,7 +86,14 @@ void run_case(const Case& cs) {
 
   const detail::B2BForwardParams f = test::b2b_forward_params(x_e, wp_e, wm_e, skip_e, out_e);
   const int blocks = detail::toeplitz_blocks(int(Km));
-  if (blocks <= 3)
+  if (form == Form::wgmma) {
+    switch (detail::toeplitz64_blocks(int(Km))) {
+      case 2: launch_wgmma_emulated<T, 2>(f, cs.tiles_per_segment); break;
+      case 3: launch_wgmma_emulated<T, 3>(f, cs.tiles_per_segment); break;
+      case 4: launch_wgmma_emulated<T, 4>(f, cs.tiles_per_segment); break;
+      default: launch_wgmma_emulated<T, 5>(f, cs.tiles_per_segment); break;
+    }
+  } else if (blocks <= 3)
     launch_emulated<T, 3>(f);
   else if (blocks <= 5)
     launch_emulated<T, 5>(f);
@@ -133,6 +161,30 @@ const Case kFloat16Cases[] = {
     {1, 1, 9000, 3, 64},    // 5 tiles: blocks along the row walking several tiles
     {1, 1, 12285, 3, 33},   // aligned rows, 6 tiles
 };
+
+// Every row 16-byte aligned. Tiles of 4096 steps; segments of tiles_per_segment tiles.
+const Case kWgmmaBFloat16Cases[] = {
+    {1, 1, 1, 2, 16},               // L = 1
+    {2, 2, 100, 3, 9},              // L < one unit of chunks past the halo; Km 9: 2 mixer blocks
+    {1, 1, 9000, 3, 128, 8},        // 3 tiles, the halo carried twice; partial last tile and unit
+    {1, 1, 9000, 32, 256, 2},       // Kp 32 (6 slices); 5 mixer blocks; a segment starting at tile 2
+    {1, 2, 12300, 17, 150, 1},      // Kp 17 (5 slices); 4 mixer blocks; every tile a segment's first
+    {2, 1, 5000, 18, 66, 8},        // Kp 18; 3 mixer blocks, the last nonzero in one k-slice only
+};
+
+const Case kWgmmaFloat16Cases[] = {
+    {1, 2, 300, 3, 255},
+    {1, 1, 8193, 4, 65, 1},         // 2 mixer blocks at their widest; 3 tiles, the last holding one step
+    {1, 1, 4096, 5, 129},           // one whole tile; 3 mixer blocks at their widest
+};
+
+TEST(B2BTensorCoreEmulated, WgmmaBFloat16) {
+  for (const Case& c : kWgmmaBFloat16Cases) run_case<__nv_bfloat16>(c, Form::wgmma);
+}
+
+TEST(B2BTensorCoreEmulated, WgmmaFloat16) {
+  for (const Case& c : kWgmmaFloat16Cases) run_case<__half>(c, Form::wgmma);
+}
 
 TEST(B2BTensorCoreEmulated, BFloat16) {
   for (const Case& c : kBFloat16Cases) run_case<__nv_bfloat16>(c);

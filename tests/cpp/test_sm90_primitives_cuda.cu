@@ -6,7 +6,9 @@
 //    the H200: setting the base offset to the period's phase, r % 8, reads the wrong rows;
 //  * the same for an N-major B operand (rows = reduction index), as the weight-gradient kernel
 //    reads x rows from its window (not yet run on a GPU when written);
-//  * ldmatrix.trans + stmatrix turning a channel-row tile into a step-row tile, both swizzled.
+//  * ldmatrix.trans + stmatrix turning a channel-row tile into a step-row tile, both swizzled;
+//  * an unswizzled K-major B operand of 8 x 8 core matrices: the descriptor's leading byte offset
+//    steps along the reduction, its stride along N (b2b_forward_wgmma_kernel's Hankel tables).
 // Skipped without a GPU, on other architectures, and in builds without sm_90a code.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -93,6 +95,37 @@ __global__ void wgmma_n_major_from_row_kernel(int r0, float* out, int* ran) {
 #endif
 }
 
+// D[64 x 64] = A[64 x 16] B[16 x 64] with B K-major and unswizzled: 8 x 8 core matrices of 8 N
+// rows x 16 bytes, `leading` bytes apart along the reduction and `stride` bytes apart along N (the
+// Hankel tables of b2b_forward_wgmma_kernel point both strides at 128 bytes).
+__global__ void wgmma_unswizzled_kernel(int leading, int stride, float* out, int* ran) {
+#ifdef CAUSALCONV_SM90A
+  uint8_t* const a = aligned_shared();
+  uint8_t* const b = a + kARows * 128;
+  fill_operands(a, b);
+  uint8_t* const cores = b + kBRows * 128;
+  for (int i = threadIdx.x; i < 64 * 16; i += blockDim.x) {
+    const int n = i / 16, k = i % 16;
+    *reinterpret_cast<__nv_bfloat16*>(cores + (n / 8) * stride + (k / 8) * leading + (n % 8) * 16 + (k % 8) * 2) =
+        __float2bfloat16(b_value(n, k));
+  }
+  sm90::fence_proxy_async_shared();
+  __syncthreads();
+  float acc[32];
+  for (int i = 0; i < 32; ++i) acc[i] = 0.0f;
+  sm90::fence_registers(acc);
+  const uint64_t da = sm90::smem_descriptor(sm90::smem_u32(a), 16, 1024);
+  const uint64_t db = sm90::smem_descriptor_unswizzled(sm90::smem_u32(cores), uint32_t(leading), uint32_t(stride));
+  sm90::wgmma_fence();
+  sm90::wgmma_m64n64k16<__nv_bfloat16>(acc, da, db, 0);
+  sm90::wgmma_commit();
+  sm90::wgmma_wait<0>();
+  sm90::fence_registers(acc);
+  for (int i = 0; i < 32; ++i) out[threadIdx.x * 32 + i] = acc[i];
+  if (threadIdx.x == 0) *ran = 1;
+#endif
+}
+
 // One warp: a 64 x 64 tile (rows = channels, 64 steps each) -> its transpose (rows = steps), both
 // swizzled, as dense_wgmma_conv_rows's transposers do: 32 channels x 8 steps per instruction pair.
 __global__ void transpose_kernel(const uint16_t* in, uint16_t* out, int* ran) {
@@ -137,15 +170,22 @@ struct DeviceBuffers {
 
 // Mismatches of the wgmma result against the exact product, for operand start row r0.
 // n_major: the m64n64 product with B N-major (reduction rows from r0); else m64n256, B K-major
-// (output columns from row r0).
-int64_t wgmma_mismatches(int r0, bool& ran, bool n_major = false) {
-  const int n = n_major ? 64 : 256, per_thread = n / 2;
+// (output columns from row r0). unswizzled_cores (leading, stride): the m64n64 product of
+// wgmma_unswizzled_kernel (r0 = 0).
+struct UnswizzledCores {
+  int leading = 0, stride = 0;
+};
+int64_t wgmma_mismatches(int r0, bool& ran, bool n_major = false, UnswizzledCores unswizzled_cores = {}) {
+  const bool unswizzled = unswizzled_cores.leading > 0;
+  const int n = n_major || unswizzled ? 64 : 256, per_thread = n / 2;
   DeviceBuffers d;
   EXPECT_EQ(cudaMalloc(&d.out, 128 * per_thread * sizeof(float)), cudaSuccess);
   EXPECT_EQ(cudaMalloc(&d.ran, sizeof(int)), cudaSuccess);
   EXPECT_EQ(cudaMemset(d.ran, 0, sizeof(int)), cudaSuccess);
-  const size_t smem = 1024 + (kARows + kBRows) * 128;
-  if (n_major)
+  const size_t smem = 1024 + (kARows + kBRows) * 128 + 4096;
+  if (unswizzled)
+    wgmma_unswizzled_kernel<<<1, 128, smem>>>(unswizzled_cores.leading, unswizzled_cores.stride, d.out, d.ran);
+  else if (n_major)
     wgmma_n_major_from_row_kernel<<<1, 128, smem>>>(r0, d.out, d.ran);
   else
     wgmma_from_row_kernel<<<1, 128, smem>>>(r0, d.out, d.ran);
@@ -184,6 +224,16 @@ TEST(Sm90PrimitivesCuda, WgmmaReadsAnNMajorOperandStartingInsideASwizzlePeriod) 
     const int64_t bad = wgmma_mismatches(r0, ran, true);
     if (!ran) GTEST_SKIP() << "this build has no sm_90a code (CMAKE_CUDA_ARCHITECTURES without 90a)";
     EXPECT_EQ(bad, 0) << "N-major operand from reduction row " << r0;
+  }
+}
+
+TEST(Sm90PrimitivesCuda, WgmmaReadsAnUnswizzledOperandWithLeadingAlongKAndStrideAlongN) {
+  REQUIRE_SM90();
+  for (UnswizzledCores cores : {UnswizzledCores{128, 256}, UnswizzledCores{1024, 128}}) {
+    bool ran = false;
+    const int64_t bad = wgmma_mismatches(0, ran, false, cores);
+    if (!ran) GTEST_SKIP() << "this build has no sm_90a code (CMAKE_CUDA_ARCHITECTURES without 90a)";
+    EXPECT_EQ(bad, 0) << "cores " << cores.leading << " bytes apart along K, " << cores.stride << " along N";
   }
 }
 

@@ -360,7 +360,8 @@ def test_tensor_core_mixer(dtype, km, seeded):
     # fp16/bf16 with Km >= 9 run projections and mixer on the tensor cores (Km = 8 is the CUDA-core side of the
     # dispatch); each Toeplitz-block count's template is hit. Outputs start as NaN so unwritten
     # elements fail; lengths: L = 1, inside one 16-step chunk, one past it, 16-byte aligned rows
-    # (1000, 4096 + 8) and unaligned ones (2500, 4097), several tiles.
+    # (1000, 4096 + 8: the wgmma form on an H100/H200) and unaligned ones (2500, 4097: the mma.sync
+    # form), several tiles.
     for kp in (2, 3, 17, 18, 32):  # 2 or 3 projection blocks
         for length in (1, 15, 17, 1000, 2500, 4097, 4104):
             x, wp, wm, skip = make_inputs(2, 3, length, kp, km, dtype)
@@ -377,6 +378,11 @@ def test_tensor_core_mixer_long_rows_and_strided_weights(dtype, seeded):
     # gradients of the whole op (its backward is unchanged) through the front end.
     check(*make_inputs(2, 5, 2048 * 4 + 300, 4, 128, dtype))
     check(*make_inputs(1, 3, 3000, 3, 200, dtype, layout="strided"))
+    # Aligned rows for the wgmma form: 10 4096-step tiles on 2 rows (each tile a segment of its own,
+    # its z halo computed on the CUDA cores), then 16 tiles on 128 rows (segments of 2 tiles: the
+    # halo carried from the first to the second).
+    check(*make_inputs(1, 2, 4096 * 9 + 8, 3, 128, dtype))
+    check(*make_inputs(1, 128, 4096 * 16, 3, 128, dtype))
 
 
 # ---- the chunked backward (Kp <= 4; Km <= 8, <= 16 or wide): register-blocked, with

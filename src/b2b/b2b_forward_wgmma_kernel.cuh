@@ -1,0 +1,300 @@
+// Fused b2b_causal_conv1d forward on Hopper's warpgroup MMA (sm_90a; fp16/bf16, Kp <= 32,
+// 9 <= Km <= 256, every x and out row 16-byte aligned): all four filters, the three
+// projections and the mixer, as wgmma products with both operands in shared memory.
+//
+// Form. Time is cut into 64-step chunks; a tile is 64 chunks (4096 steps) of one (b, c) row.
+// For a filter with lag-ordered taps wr[s] = w[K-1-s] and nb = toeplitz64_blocks(K) blocks,
+//     y[64 (J + m) + r] = sum_{i < nb} sum_c X[J + m - i][c] · wr[64 i + r - c],
+// a product with M = the tile's 64 chunks m, K = the 64 steps c of an input chunk, and
+// N = the 64 steps r of an output chunk. A is the staged rows themselves (K-major, one
+// 128-byte row per chunk, 128-byte swizzle; block i starts i rows earlier), so no operand is
+// rebuilt per tile. B_i[c][n] = wr[64 i + 63 - n - c] with the output steps reversed
+// (n = 63 - r): each 8 x 8 core matrix of B_i (K-major, unswizzled) depends only on
+// Q = 8 (nb - 1 - i) + n / 8 + c / 8, so a table of 8 nb + 7 cores (the filter's "Hankel
+// table", 3-6 KB) serves every block and k-slice through descriptors whose core strides along
+// both N and K are 128 bytes: core Q holds wr[63 + 8 (8 (nb - 1) - Q) - a - b] at row a,
+// column b. (Unreversed N would need a negative stride.) The projections skip the all-zero
+// k-slices of their last block: 5 of 8 slices run at Kp <= 17, 6 at Kp <= 32.
+//
+// Per tile of a block (b, c), walking the consecutive tiles of its segment of the row:
+//   1. x rows 3c, 3c+1, 3c+2 over chunks [J - 1, J + 64) are in this stage (cp.async, zero
+//      outside [0, L)); the next tile's go into the other stage meanwhile;
+//   2. u = P1 x1, v = P2 x2 and gate = P0 x0 (15 MMAs, one commit group);
+//   3. z = u v, rounded to the storage type, into the z tile's rows Hm .. Hm + 63 (rows
+//      0 .. Hm - 1 hold the Hm chunks before J: carried from the previous tile, or computed
+//      on the CUDA cores at the segment's first tile), Hm = mixer blocks - 1;
+//   4. h = M z (the mixer); out = gate (h + skip z) into an output tile (the stage's consumed
+//      x1 rows), written back in 16-byte stores.
+// z is rounded once to the 16-bit type, as in the mma.sync form (b2b_forward_tc_kernel.cuh).
+#pragma once
+
+#include <type_traits>
+
+#include "b2b/b2b_kernels.h"
+#include "common/sm90_primitives.cuh"
+#include "common/toeplitz_mma.cuh"
+#include "common/toeplitz_wgmma.cuh"
+#include "common/vector_access.cuh"
+
+namespace causalconv::detail {
+
+// Cores of a Hankel table for nb blocks: Q in [0, 8 (nb - 1) + 14].
+__host__ __device__ constexpr int hankel_cores(int blocks) { return 8 * blocks + 7; }
+
+// First k-slice of the last block that can hold a nonzero tap: that block's lags
+// 64 (nb - 1) + 63 - n - c reach below K only where c >= 64 nb - K - 63.
+__host__ __device__ constexpr int hankel_last_block_first_slice(int blocks, int width) {
+  return (64 * blocks - width - 78 + 15) / 16 > 0 ? (64 * blocks - width - 78 + 15) / 16 : 0;
+}
+
+// Shared memory, in 128-byte rows from the 1024-byte aligned start: two stages of the three
+// x rows (65 chunk rows each), the z tile (Hm + 64 rows), then the three projection tables and
+// the mixer table (bytes), plus 1024 bytes to align the start.
+template <int kMixerBlocks>
+struct B2BWgmmaLayout {
+  using Tile = WgmmaToeplitzTile;
+  static constexpr int kProjBlocks = 2;  // Kp <= 65
+  static constexpr int kXRows = Tile::kChunks + 1;
+  static constexpr int kStageRows = 3 * kXRows;
+  static constexpr int kHalo = kMixerBlocks - 1;
+  static constexpr int kZRow = 2 * kStageRows;
+  static constexpr int kProjTable = Tile::kRowBytes * (kZRow + kHalo + Tile::kChunks);  // bytes
+  static constexpr int kProjTableBytes = 128 * hankel_cores(kProjBlocks);
+  static constexpr int kMixerTable = kProjTable + 3 * kProjTableBytes;
+  static constexpr int kBytes = 1024 + kMixerTable + 128 * hankel_cores(kMixerBlocks);
+};
+
+// lag[64 + s] = wr[s] = w[(K-1-s) stride] for lags s in [-64, 64 kBlocks), zero outside [0, K):
+// every tap a Hankel table of kBlocks blocks reads, each loaded once (unrolled: one latency).
+template <int kBlocks>
+__host__ __device__ constexpr int hankel_lag_entries() { return 64 * (kBlocks + 1); }
+
+template <int kBlocks, typename T>
+__device__ __forceinline__ void stage_lag_filter(T* lag, const T* w, int64_t stride, int width) {
+  constexpr int kThreads = WgmmaToeplitzTile::kThreads;
+#pragma unroll
+  for (int k = 0; k < (hankel_lag_entries<kBlocks>() + kThreads - 1) / kThreads; ++k) {
+    const int i = int(threadIdx.x) + k * kThreads, s = i - 64;
+    if (i < hankel_lag_entries<kBlocks>())
+      lag[i] = (s >= 0 && s < width) ? w[int64_t(width - 1 - s) * stride] : from_float<T>(0.0f);
+  }
+}
+
+// A filter's Hankel table (see the top) from its staged lags: the 16-byte row a of core Q at
+// table + 128 Q + 16 a.
+template <int kBlocks, typename T>
+__device__ __forceinline__ void hankel_table(unsigned char* table, const T* lag) {
+  for (int unit = int(threadIdx.x); unit < 8 * hankel_cores(kBlocks); unit += WgmmaToeplitzTile::kThreads) {
+    const T* wr = lag + 64 + 63 + 8 * (8 * (kBlocks - 1) - (unit >> 3)) - (unit & 7);  // wr[-b]: column b
+    *reinterpret_cast<uint4*>(table + 16 * unit) = make_uint4(pack_pair(wr[0], wr[-1]), pack_pair(wr[-2], wr[-3]),
+                                                              pack_pair(wr[-4], wr[-5]), pack_pair(wr[-6], wr[-7]));
+  }
+}
+
+#ifdef CAUSALCONV_SM90A
+// D = the filter of `table` (kBlocks blocks) over the 64 chunks whose input rows start
+// kBlocks - 1 rows after a_rows (a shared address): block i reads rows from
+// a_rows + (kBlocks - 1 - i). D[m][n] is output step 63 - n of chunk m. The last block's
+// k-slices below kFirstSlice are skipped (all zero: hankel_last_block_first_slice); a compile-time
+// count, since a runtime skip between the MMAs makes ptxas serialise them (warpgroup.arrive).
+template <typename T, int kBlocks, int kFirstSlice>
+__device__ __forceinline__ void wgmma_hankel_conv(float (&d)[32], uint32_t a_rows, uint32_t table) {
+#pragma unroll
+  for (int i = 0; i < kBlocks; ++i)
+#pragma unroll
+    for (int ks = (i == kBlocks - 1 ? kFirstSlice : 0); ks < 4; ++ks) {
+      const uint64_t da = sm90::smem_descriptor(a_rows + (kBlocks - 1 - i) * 128 + 32 * ks, 16, 1024);
+      const uint64_t db = sm90::smem_descriptor_unswizzled(table + (8 * (kBlocks - 1 - i) + 2 * ks) * 128, 128, 128);
+      sm90::wgmma_m64n64k16<T>(d, da, db, (i | ks) != 0);
+    }
+}
+#endif
+
+// Byte offset of the pair of steps 62 - 8j - 2q, 63 - 8j - 2q (accumulator elements 4j + 2h + 1
+// and 4j + 2h of lane q = lane % 4) in swizzled row r: unit 7 - j, bytes 12 - 4q.
+__device__ __forceinline__ int hankel_pair_offset(int r, int j, int q) {
+  return swizzled_unit_offset(r, 7 - j) + 12 - 4 * q;
+}
+
+// z over the Hm chunks before tile chunk J0, on the CUDA cores (a segment's first tile; zero
+// before time 0), into z rows kZRow .. kZRow + Hm - 1.
+template <typename T, int kHalo>
+__device__ __forceinline__ void b2b_wgmma_z_halo(unsigned char* smem, int z_row, const T* x1, const T* x2,
+                                                 const T* wp1, const T* wp2, int64_t wp_tap_stride, int kp,
+                                                 int64_t j0) {
+  for (int i = int(threadIdx.x); i < 64 * kHalo; i += WgmmaToeplitzTile::kThreads) {
+    const int64_t t = j0 - 64 * kHalo + i;
+    float u = 0.0f, v = 0.0f;
+    for (int k = 0; k < kp; ++k) {
+      const int64_t src = t - (kp - 1) + k;
+      if (src < 0) continue;
+      u = fmaf(to_float(wp1[k * wp_tap_stride]), to_float(x1[src]), u);
+      v = fmaf(to_float(wp2[k * wp_tap_stride]), to_float(x2[src]), v);
+    }
+    const int r = z_row + (i >> 6), s = i & 63;
+    *reinterpret_cast<T*>(smem + swizzled_unit_offset(r, s >> 3) + 2 * (s & 7)) = from_float<T>(u * v);
+  }
+}
+
+// Block (b*D + c, segment) walks tiles [segment * tiles_per_segment, + tiles_per_segment) of its
+// row (fewer at the row's end).
+template <typename T, int kMixerBlocks>
+__global__ void __launch_bounds__(WgmmaToeplitzTile::kThreads, 3)
+    b2b_forward_wgmma_kernel(B2BForwardParams p, int64_t tiles, int64_t tiles_per_segment) {
+#ifdef CAUSALCONV_SM90A
+  using Tile = WgmmaToeplitzTile;
+  using Layout = B2BWgmmaLayout<kMixerBlocks>;
+  constexpr int kHalo = Layout::kHalo;
+  unsigned char* const smem = wgmma_toeplitz_shared();
+  const uint32_t smem_base = sm90::smem_u32(smem);
+  const int kp = int(p.proj_width), km = int(p.mixer_width);
+  const int lane = int(threadIdx.x) & 31, warp = int(threadIdx.x) >> 5, g = lane >> 2, q = lane & 3;
+
+  const int64_t b = div_nonneg(int64_t(blockIdx.x), p.dim);
+  const int64_t c = int64_t(blockIdx.x) - b * p.dim;
+  const int64_t n = p.length;
+  const T* const x0 = static_cast<const T*>(p.x) + b * p.x_stride[0] + 3 * c * p.x_stride[1];
+  T* const out = static_cast<T*>(p.out) + b * p.out_stride[0] + c * p.out_stride[1];
+  const T* const wp0 = static_cast<const T*>(p.weight_proj) + 3 * c * p.wp_stride[0];
+  const int64_t first = int64_t(blockIdx.y) * tiles_per_segment;
+  const int64_t last = first + tiles_per_segment < tiles ? first + tiles_per_segment : tiles;
+
+  // x row j of stage `slot`: chunk J - 1 + m at row slot * kStageRows + j * kXRows + m.
+  auto x_row = [&](int slot, int j) { return slot * Layout::kStageRows + j * Layout::kXRows; };
+  // cp.async of a tile's three x rows: unit u (steps 64 (J - 1) + 8u .. + 7, zero outside [0, n))
+  // to unit u % 8 of row x_row + u / 8. A thread's units are the same in every row and tile.
+  const int64_t x_stride = p.x_stride[1];
+  auto stage = [&](int slot, int64_t tile) {
+    constexpr int kUnits = 8 * Layout::kXRows, kThreads = Tile::kThreads;
+    const int64_t first_step = (tile * Tile::kChunks - 1) * Tile::kChunk;
+    auto copy_units = [&](auto interior) {
+#pragma unroll
+      for (int k = 0; k < (kUnits + kThreads - 1) / kThreads; ++k) {
+        const int u = int(threadIdx.x) + k * kThreads;
+        if (u >= kUnits) break;
+        const int64_t t = first_step + 8 * u, valid = t < 0 ? 0 : n - t;
+        const int bytes = interior ? 16 : valid >= 8 ? 16 : valid > 0 ? int(2 * valid) : 0;
+        const T* src = x0 + (interior || bytes > 0 ? t : 0);
+#pragma unroll
+        for (int j = 0; j < 3; ++j)
+          cp_async16(smem + swizzled_unit_offset(x_row(slot, j) + (u >> 3), u & 7), src + j * x_stride, bytes);
+      }
+    };
+    // Tiles wholly inside the row skip the per-unit bounds (most of them).
+    if (first_step >= 0 && first_step + 8 * kUnits <= n)
+      copy_units(std::true_type{});
+    else
+      copy_units(std::false_type{});
+  };
+
+  if (first < last) stage(0, first);
+  cp_async_commit();
+  {  // The four Hankel tables, through lag-ordered copies of the filters in the (free) z tile.
+    constexpr int kProjLags = hankel_lag_entries<Layout::kProjBlocks>();
+    T* const lags = reinterpret_cast<T*>(smem + 128 * Layout::kZRow);  // 3 projections, then the mixer
+#pragma unroll
+    for (int j = 0; j < 3; ++j)
+      stage_lag_filter<Layout::kProjBlocks>(lags + j * kProjLags, wp0 + j * p.wp_stride[0], p.wp_stride[1], kp);
+    stage_lag_filter<kMixerBlocks>(lags + 3 * kProjLags,
+                                   static_cast<const T*>(p.weight_mixer) + c * p.wm_stride[0], p.wm_stride[1], km);
+    __syncthreads();
+    for (int j = 0; j < 3; ++j)
+      hankel_table<Layout::kProjBlocks>(smem + Layout::kProjTable + j * Layout::kProjTableBytes,
+                                        lags + j * kProjLags);
+    hankel_table<kMixerBlocks>(smem + Layout::kMixerTable, lags + 3 * kProjLags);
+    static_assert(2 * (3 * kProjLags + hankel_lag_entries<kMixerBlocks>()) <= 128 * Tile::kChunks, "lags fit");
+  }  // (the loop's first barrier orders these reads before the z tile's first writes)
+  const float skip = to_float(static_cast<const T*>(p.skip_bias)[c * p.skip_stride]);
+  const uint32_t proj_table = smem_base + Layout::kProjTable, mixer_table = smem_base + Layout::kMixerTable;
+
+  int slot = 0;
+#pragma unroll 1
+  for (int64_t tile = first; tile < last; ++tile, slot ^= 1) {
+    const int64_t j0 = tile * Tile::kOutputs;  // < n
+    cp_async_wait<0>();                // this thread's copies of the tile are done
+    sm90::fence_proxy_async_shared();  // ... and visible to wgmma, as are the tables and the z halo
+    __syncthreads();                   // every thread's; the other stage is free
+    if (tile + 1 < last) stage(slot ^ 1, tile + 1);
+    cp_async_commit();
+
+    // 2. The three projections.
+    float u[32], v[32], gate[32];
+    auto projections = [&](auto first_slice) {
+      constexpr int kFirst = decltype(first_slice)::value;
+      sm90::wgmma_fence();
+      wgmma_hankel_conv<T, 2, kFirst>(u, smem_base + 128 * x_row(slot, 1), proj_table + Layout::kProjTableBytes);
+      wgmma_hankel_conv<T, 2, kFirst>(v, smem_base + 128 * x_row(slot, 2), proj_table + 2 * Layout::kProjTableBytes);
+      wgmma_hankel_conv<T, 2, kFirst>(gate, smem_base + 128 * x_row(slot, 0), proj_table);
+      sm90::wgmma_commit();
+    };
+    static_assert(hankel_last_block_first_slice(2, 17) == 3 && hankel_last_block_first_slice(2, 32) == 2, "");
+    if (kp <= 17)
+      projections(std::integral_constant<int, 3>{});
+    else
+      projections(std::integral_constant<int, 2>{});
+    if (tile == first) {  // the z halo of the segment's first tile
+      const T* x1 = x0 + p.x_stride[1];
+      b2b_wgmma_z_halo<T, kHalo>(smem, Layout::kZRow, x1, x1 + p.x_stride[1], wp0 + p.wp_stride[0],
+                                 wp0 + 2 * p.wp_stride[0], p.wp_stride[1], kp, j0);
+    }
+    sm90::wgmma_wait<0>();
+    sm90::fence_registers(u);
+    sm90::fence_registers(v);
+    sm90::fence_registers(gate);
+
+    // 3. z into the z tile (row Hm + m for chunk J + m); this thread keeps its values for the skip.
+    float z[32];
+#pragma unroll
+    for (int j = 0; j < 8; ++j)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int e = 4 * j + 2 * h, m = 16 * warp + g + 8 * h;
+        const T lo = from_float<T>(u[e + 1] * v[e + 1]), hi = from_float<T>(u[e] * v[e]);
+        *reinterpret_cast<uint32_t*>(smem + hankel_pair_offset(Layout::kZRow + kHalo + m, j, q)) = pack_pair(lo, hi);
+        z[e + 1] = to_float(lo);
+        z[e] = to_float(hi);
+      }
+    sm90::fence_proxy_async_shared();
+    __syncthreads();  // the whole z tile is written
+
+    // 4. The mixer, then out = gate (h + skip z) into the output tile (this stage's x1 rows).
+    float h_acc[32];
+    sm90::wgmma_fence();
+    wgmma_hankel_conv<T, kMixerBlocks, 0>(h_acc, smem_base + 128 * Layout::kZRow, mixer_table);
+    sm90::wgmma_commit();
+    sm90::wgmma_wait<0>();
+    sm90::fence_registers(h_acc);
+    __syncthreads();  // every warp's mixer reads are done: the z halo rows may be overwritten
+    const int out_row = x_row(slot, 1);
+#pragma unroll
+    for (int j = 0; j < 8; ++j)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int e = 4 * j + 2 * h, m = 16 * warp + g + 8 * h;
+        const float lo = gate[e + 1] * fmaf(skip, z[e + 1], h_acc[e + 1]), hi = gate[e] * fmaf(skip, z[e], h_acc[e]);
+        *reinterpret_cast<uint32_t*>(smem + hankel_pair_offset(out_row + m, j, q)) =
+            pack_pair(from_float<T>(lo), from_float<T>(hi));
+      }
+    // The next tile's z halo: this tile's last Hm chunks (same swizzle phase: 64 rows apart).
+    for (int i = int(threadIdx.x); i < 8 * kHalo; i += Tile::kThreads) {
+      const int r = Layout::kZRow + (i >> 3);
+      *reinterpret_cast<uint4*>(smem + 128 * r + 16 * (i & 7)) =
+          *reinterpret_cast<const uint4*>(smem + 128 * (r + Tile::kChunks) + 16 * (i & 7));
+    }
+    __syncthreads();  // the output tile is complete
+#pragma unroll
+    for (int k = 0; k < Tile::kOutputs / 8 / Tile::kThreads; ++k) {
+      const int unit = int(threadIdx.x) + k * Tile::kThreads;
+      const int64_t t = j0 + 8 * int64_t(unit);
+      const unsigned char* src = smem + swizzled_unit_offset(out_row + (unit >> 3), unit & 7);
+      if (t + 8 <= n) {
+        store_raw16(out + t, *reinterpret_cast<const uint4*>(src));
+      } else {
+        for (int i = 0; i < 8 && t + i < n; ++i) out[t + i] = reinterpret_cast<const T*>(src)[i];
+      }
+    }
+  }
+#endif
+}
+
+}  // namespace causalconv::detail

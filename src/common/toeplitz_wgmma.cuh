@@ -1,0 +1,33 @@
+// Shared pieces of the warpgroup-MMA (sm_90a) Toeplitz kernels: 64-step chunks, staged rows
+// of 128 bytes under the 128-byte swizzle (common/sm90_primitives.cuh), 1024-byte aligned
+// shared memory.
+#pragma once
+
+#include <cstdint>
+
+#include "common/sm90_primitives.cuh"
+
+namespace causalconv::detail {
+
+struct WgmmaToeplitzTile {
+  static constexpr int kChunk = 64;    // steps per chunk: the MMA's M and K per Toeplitz block
+  static constexpr int kThreads = 128;  // one warpgroup
+  static constexpr int kChunks = 64;   // output chunks per tile: the MMA's N
+  static constexpr int kOutputs = kChunks * kChunk;
+  static constexpr int kRowBytes = 2 * kChunk;  // one staged chunk: 128 bytes
+};
+
+// Number of Toeplitz blocks T_0..T_{nb-1} of a width-K filter at 64-step chunks.
+__host__ __device__ constexpr int toeplitz64_blocks(int width) { return (width + 62) / 64 + 1; }
+
+// Byte offset of the 16-byte unit k (values 8k .. 8k + 7) of row r in a 1024-byte aligned tile
+// under the 128-byte swizzle.
+__device__ __forceinline__ int swizzled_unit_offset(int r, int k) { return r * 128 + ((k ^ (r & 7)) << 4); }
+
+// The block's dynamic shared memory from its 1024-byte aligned start.
+__device__ __forceinline__ unsigned char* wgmma_toeplitz_shared() {
+  uint8_t* const raw = sm90::dynamic_shared();
+  return reinterpret_cast<unsigned char*>((reinterpret_cast<uintptr_t>(raw) + 1023) & ~uintptr_t(1023));
+}
+
+}  // namespace causalconv::detail
