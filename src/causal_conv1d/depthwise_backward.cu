@@ -285,7 +285,8 @@ void launch_channel_last(const DepthwiseBackwardParams& p, float* partials, cuda
 
 template <typename T>
 int64_t window_spans_per_row(const DepthwiseBackwardParams& p) {
-  return (p.length + backward_window_span<T>() - 1) / backward_window_span<T>();
+  const int64_t span = backward_window_span<T>(int(p.width));
+  return (p.length + span - 1) / span;
 }
 
 template <typename T>

@@ -96,11 +96,19 @@ __global__ void __launch_bounds__(kVectorThreads)
 // theirs). Each thread sums its weight-gradient terms, a fixed shuffle tree sums the warp,
 // and lane 0 writes the span's partials; an ordered reduction (depthwise_backward.cu)
 // finishes them.
-constexpr int kBackwardWindowVectors = 4;
-
+// Vectors per lane: 8 at 16-bit with K <= 4, 4 otherwise. Side by side on the H200 (bf16 fwd+bwd,
+// CUDA graph, docs/performance.md session 11): 8 took B4 C4096 L8192 K4 0.339 -> 0.332 ms (Dao
+// 0.334) and left B8 C2048 L2048 K4 and K3 as they were, but cost K7 0.108 -> 0.119; fp32 was not
+// measured with 8.
 template <typename T>
-constexpr int64_t backward_window_span() {
-  return int64_t(32) * kBackwardWindowVectors * Vec16<T>::kElems;
+constexpr int backward_window_vectors(int width) {
+  return sizeof(T) == 2 && width <= 4 ? 8 : 4;
+}
+
+// Steps per span of a width-`width` filter (the host's grid and the partials' layout use it too).
+template <typename T>
+constexpr int64_t backward_window_span(int width) {
+  return int64_t(32) * backward_window_vectors<T>(width) * Vec16<T>::kElems;
 }
 
 template <typename T, int kWidth>
@@ -109,20 +117,21 @@ __global__ void __launch_bounds__(kVectorThreads)
   constexpr int kVec = Vec16<T>::kElems;
   constexpr int kHaloVectors = (kWidth - 1 + kVec - 1) / kVec;  // on each side
   constexpr int kHalo = kHaloVectors * kVec;
+  constexpr int kVectors = backward_window_vectors<T>(kWidth);
   const int lane = threadIdx.x % 32;
   const int64_t span = int64_t(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32;
   if (span >= spans) return;  // whole warps: the shuffles below see full warps
   const int64_t row = div_nonneg(span, spans_per_row);
   const int64_t span_in_row = span - row * spans_per_row;
-  const int64_t span_start = span_in_row * backward_window_span<T>();
+  const int64_t span_start = span_in_row * backward_window_span<T>(kWidth);
   const int64_t b = div_nonneg(row, p.channels), c = row - b * p.channels;
   const int64_t n = p.length;
   const T* x = static_cast<const T*>(p.x) + b * p.x_stride[0] + c * p.x_stride[1];
   const T* dy = static_cast<const T*>(p.dy) + b * p.dy_stride[0] + c * p.dy_stride[1];
 
-  uint4 x_raw[kBackwardWindowVectors], dy_raw[kBackwardWindowVectors];
+  uint4 x_raw[kVectors], dy_raw[kVectors];
 #pragma unroll
-  for (int e = 0; e < kBackwardWindowVectors; ++e) {
+  for (int e = 0; e < kVectors; ++e) {
     const int64_t t = span_start + int64_t(e * 32 + lane) * kVec;
     x_raw[e] = load_span_vector(x, t, n);
     dy_raw[e] = load_span_vector(dy, t, n);
@@ -134,7 +143,7 @@ __global__ void __launch_bounds__(kVectorThreads)
   for (int s = 1; s <= kHaloVectors; ++s) {
     const int64_t t_before = span_start + int64_t(lane - s) * kVec;
     x_before[s - 1] = lane < s && t_before >= 0 ? load_raw16(x + t_before) : zero;
-    const int64_t t_after = span_start + int64_t(kBackwardWindowVectors * 32 + lane + s - 32) * kVec;
+    const int64_t t_after = span_start + int64_t(kVectors * 32 + lane + s - 32) * kVec;
     const bool edge = lane + s >= 32;
     x_after[s - 1] = edge && p.silu ? load_span_vector(x, t_after, n) : zero;
     dy_after[s - 1] = edge ? load_span_vector(dy, t_after, n) : zero;
@@ -148,7 +157,7 @@ __global__ void __launch_bounds__(kVectorThreads)
 
   float dw[kWidth + 1] = {};  // slot kWidth: the bias gradient
 #pragma unroll
-  for (int e = 0; e < kBackwardWindowVectors; ++e) {
+  for (int e = 0; e < kVectors; ++e) {
     const int64_t t = span_start + int64_t(e * 32 + lane) * kVec;
     float xw[kHalo + kVec + kHalo];  // x[t - kHalo + i]; the part after t + kVec feeds the silu input of g's halo
     float g[kVec + kHalo];           // g[t + i]: dy through the activation, zero past the row's end

@@ -164,7 +164,7 @@ void run_backward(const Case& cs) {
   dy_e.set_strides(p.dy_stride);
   dx_e.set_strides(p.dx_stride);
   // As launch_window in depthwise_backward.cu; partials [c][b][span][K + 1].
-  const int64_t span = detail::backward_window_span<T>(), spans_per_row = (L + span - 1) / span;
+  const int64_t span = detail::backward_window_span<T>(int(K)), spans_per_row = (L + span - 1) / span;
   const int64_t spans = B * C * spans_per_row, parts = B * spans_per_row;
   std::vector<float> partials(size_t(C * parts * (K + 1)), std::numeric_limits<float>::quiet_NaN());
   float* const partials_arg = cs.weight_grads ? partials.data() : nullptr;
@@ -221,16 +221,20 @@ void forward_cases() {
   run_forward<T>({3, 2, 33 * vec + 1, 3, true, true});  // one lane's vector past the first 32
 }
 
+// The span depends on K (backward_window_vectors): each case's length is built from its own.
 template <typename T>
 void backward_cases() {
-  const int64_t span = detail::backward_window_span<T>(), vec = detail::Vec16<T>::kElems;
-  for (int64_t k = 2; k <= 8; ++k) run_backward<T>({2, 3, span + 5 * vec + 3, k, k % 2 == 0, k % 3 != 0});
+  const int64_t vec = detail::Vec16<T>::kElems;
+  auto span = [](int64_t k) { return detail::backward_window_span<T>(int(k)); };
+  for (int64_t k = 2; k <= 8; ++k) run_backward<T>({2, 3, span(k) + 5 * vec + 3, k, k % 2 == 0, k % 3 != 0});
   run_backward<T>({1, 2, 1, 4, true, true});              // L = 1
   run_backward<T>({1, 2, 5, 8, true, true});              // L < K
-  run_backward<T>({1, 1, 2 * span, 4, false, true});      // whole spans: the look-ahead halo of the last is zero
+  run_backward<T>({1, 1, 2 * span(4), 4, false, true});   // whole spans: the look-ahead halo of the last is zero
+  run_backward<T>({1, 1, 2 * span(6), 6, false, true});   // (the other vector count)
   run_backward<T>({3, 2, 33 * vec + 1, 3, true, true});   // one lane's vector past the first 32
-  run_backward<T>({1, 2, span + 7, 5, true, true, false, true});  // weight gradients only
-  run_backward<T>({1, 2, span + 7, 5, false, true, true, false}); // dx only
+  run_backward<T>({1, 2, span(5) + 7, 5, true, true, false, true});  // weight gradients only
+  run_backward<T>({1, 2, span(5) + 7, 5, false, true, true, false}); // dx only
+  run_backward<T>({1, 2, span(3) + 7, 3, true, false, true, true});  // 8 vectors a lane at 16-bit, silu off
 }
 
 TEST(DepthwiseWindowEmulated, ForwardFloat32) { forward_cases<float>(); }
