@@ -34,7 +34,6 @@
 #include "common/sm90_primitives.cuh"
 #include "common/toeplitz_mma.cuh"
 #include "common/toeplitz_wgmma.cuh"
-#include "common/vector_access.cuh"
 
 namespace causalconv::detail {
 
@@ -282,17 +281,7 @@ __global__ void __launch_bounds__(WgmmaToeplitzTile::kThreads, 3)
           *reinterpret_cast<const uint4*>(smem + 128 * (r + Tile::kChunks) + 16 * (i & 7));
     }
     __syncthreads();  // the output tile is complete
-#pragma unroll
-    for (int k = 0; k < Tile::kOutputs / 8 / Tile::kThreads; ++k) {
-      const int unit = int(threadIdx.x) + k * Tile::kThreads;
-      const int64_t t = j0 + 8 * int64_t(unit);
-      const unsigned char* src = smem + swizzled_unit_offset(out_row + (unit >> 3), unit & 7);
-      if (t + 8 <= n) {
-        store_raw16(out + t, *reinterpret_cast<const uint4*>(src));
-      } else {
-        for (int i = 0; i < 8 && t + i < n; ++i) out[t + i] = reinterpret_cast<const T*>(src)[i];
-      }
-    }
+    wgmma_toeplitz_store_tile(out, smem, out_row, j0, n);
   }
 #endif
 }

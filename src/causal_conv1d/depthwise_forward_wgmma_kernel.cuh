@@ -132,24 +132,6 @@ __device__ __forceinline__ void wgmma_toeplitz_outputs_to_shared(unsigned char* 
       }
 }
 
-// row[j0 + i] = the output tile's step i, for i < min(kOutputs, n - j0): unit u (steps 8u .. + 7)
-// is row u / 8, unit u % 8 of out_s; 16-byte stores (the row is 16-byte aligned).
-template <typename T>
-__device__ __forceinline__ void wgmma_toeplitz_store_tile(T* row, const unsigned char* out_s, int64_t j0, int64_t n) {
-  using Tile = WgmmaToeplitzTile;
-#pragma unroll
-  for (int m = 0; m < Tile::kOutputs / 8 / Tile::kThreads; ++m) {
-    const int u = int(threadIdx.x) + m * Tile::kThreads;
-    const int64_t t = j0 + 8 * int64_t(u);
-    const unsigned char* src = out_s + swizzled_unit_offset(u >> 3, u & 7);
-    if (t + 8 <= n) {
-      *reinterpret_cast<uint4*>(row + t) = *reinterpret_cast<const uint4*>(src);
-    } else {
-      for (int k = 0; k < 8 && t + k < n; ++k) row[t + k] = reinterpret_cast<const T*>(src)[k];
-    }
-  }
-}
-
 // Blocks/SM asked of ptxas: 5 from 4 Toeplitz blocks on (H200: K193 74 -> 67 us, K256 79 -> 75;
 // 94 registers, 60-92 bytes spilled, against 138 registers at 3 blocks/SM). At 3 it lost (K128
 // 58 -> 60), and below 4 any minimum, 4 included, changes the allocation (K65 91 -> 123 registers,
@@ -200,7 +182,7 @@ __global__ void __launch_bounds__(WgmmaToeplitzTile::kThreads, wgmma_min_blocks_
     sm90::fence_registers(acc);
     wgmma_toeplitz_outputs_to_shared<T>(out_s, acc, bias, p.silu);
     __syncthreads();
-    wgmma_toeplitz_store_tile(y, out_s, j0, n);
+    wgmma_toeplitz_store_tile(y, out_s, 0, j0, n);
   }
 #endif
 }

@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "common/sm90_primitives.cuh"
+#include "common/vector_access.cuh"
 
 namespace causalconv::detail {
 
@@ -23,6 +24,26 @@ __host__ __device__ constexpr int toeplitz64_blocks(int width) { return (width +
 // Byte offset of the 16-byte unit k (values 8k .. 8k + 7) of row r in a 1024-byte aligned tile
 // under the 128-byte swizzle.
 __device__ __forceinline__ int swizzled_unit_offset(int r, int k) { return r * 128 + ((k ^ (r & 7)) << 4); }
+
+// row[j0 + i] = the output tile's step i, for i < min(kOutputs, n - j0): unit u (steps 8u .. + 7)
+// is unit u % 8 of swizzled row first_row + u / 8 of `tile` (1024-byte aligned); 16-byte stores
+// (the row is 16-byte aligned).
+template <typename T>
+__device__ __forceinline__ void wgmma_toeplitz_store_tile(T* row, const unsigned char* tile, int first_row,
+                                                          int64_t j0, int64_t n) {
+  using Tile = WgmmaToeplitzTile;
+#pragma unroll
+  for (int m = 0; m < Tile::kOutputs / 8 / Tile::kThreads; ++m) {
+    const int u = int(threadIdx.x) + m * Tile::kThreads;
+    const int64_t t = j0 + 8 * int64_t(u);
+    const unsigned char* src = tile + swizzled_unit_offset(first_row + (u >> 3), u & 7);
+    if (t + 8 <= n) {
+      store_raw16(row + t, *reinterpret_cast<const uint4*>(src));
+    } else {
+      for (int k = 0; k < 8 && t + k < n; ++k) row[t + k] = reinterpret_cast<const T*>(src)[k];
+    }
+  }
+}
 
 // The block's dynamic shared memory from its 1024-byte aligned start.
 __device__ __forceinline__ unsigned char* wgmma_toeplitz_shared() {
