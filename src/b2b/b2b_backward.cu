@@ -2,10 +2,12 @@
 #include "b2b/b2b_backward_kernel.cuh"
 #include "b2b/b2b_backward_short_kernel.cuh"
 #include "b2b/b2b_backward_tc_kernel.cuh"
+#include "b2b/b2b_backward_wgmma_kernel.cuh"
 #include "b2b/b2b_kernels.h"
 #include "b2b/b2b_tiling.cuh"
 #include "common/cuda_runtime.h"
 
+#include <algorithm>
 #include <type_traits>
 
 namespace causalconv::detail {
@@ -34,6 +36,42 @@ size_t b2b_tc_backward_smem_bytes(int max_blocks) {
 }
 
 size_t elem_bytes(DType t) { return t == DType::f32 ? 4 : 2; }
+
+// The wgmma form's segments: consecutive 4096-step tiles of a row walked by one block (from the
+// last). A segment that ends before the row spends a priming tile on the carries, so rows stay
+// whole up to 32 tiles unless the grid would have under kB2BWgmmaBackwardMinBlocks blocks
+// (two blocks fit an SM).
+constexpr int64_t kB2BWgmmaBackwardMaxTilesPerSegment = 32;
+constexpr int64_t kB2BWgmmaBackwardMinBlocks = 512;
+
+size_t b2b_wgmma_backward_smem_bytes(int mixer_blocks) {
+  switch (mixer_blocks) {
+    case 2: return B2BWgmmaBackwardLayout<2>::kBytes;
+    case 3: return B2BWgmmaBackwardLayout<3>::kBytes;
+    case 4: return B2BWgmmaBackwardLayout<4>::kBytes;
+    default: return B2BWgmmaBackwardLayout<5>::kBytes;
+  }
+}
+
+// fp16/bf16, kB2BTcMinMixerWidth <= Km <= 256, Kp <= 32, every x, dout and dx row of 16-byte
+// vectors, on a compute capability 9.0 device with an sm_90a image.
+bool wgmma_backward_applies(const B2BBackwardParams& p) {
+#ifdef CAUSALCONV_HAS_SM90A
+  if (p.dtype == DType::f32 || p.mixer_width < kB2BTcMinMixerWidth || p.mixer_width > 256 || p.proj_width > 32)
+    return false;
+  const int64_t vec = 16 / int64_t(elem_bytes(p.dtype));
+  auto aligned = [&](const void* base, const int64_t (&strides)[2]) {
+    return reinterpret_cast<uintptr_t>(base) % 16 == 0 && strides[0] % vec == 0 && strides[1] % vec == 0;
+  };
+  if (!aligned(p.x, p.x_stride) || !aligned(p.dout, p.dout_stride) || !aligned(p.dx, p.dx_stride)) return false;
+  int device = 0;
+  check_cuda(cudaGetDevice(&device), "b2b_causal_conv1d backward");
+  return device_is_sm90(device);
+#else
+  (void)p;
+  return false;
+#endif
+}
 
 // True when every `group`-element group starting at a multiple of `group` of every row of x,
 // dout and dx is aligned to its size (rows at base + i * stride[0] + j * stride[1]): 4 for the
@@ -74,6 +112,23 @@ void launch_typed(const B2BBackwardParams& p, const B2BBackwardPlan& plan, float
       case B2BBackwardPath::chunked_mixer16: launch(b2b_backward_chunked_kernel<T, 16>, plan.vectorised); break;
       case B2BBackwardPath::chunked_wide: launch(b2b_backward_chunked_kernel<T, 0>, plan.vectorised); break;
       case B2BBackwardPath::general: launch(b2b_backward_kernel<T>); break;
+      case B2BBackwardPath::wgmma:
+        if constexpr (!std::is_same<T, float>::value) {
+          const int64_t per_segment = (plan.tiling.tiles + plan.tiling.tile_blocks - 1) / plan.tiling.tile_blocks;
+          auto run = [&](auto kernel) {
+            check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(plan.smem_bytes)),
+                       "b2b_causal_conv1d backward (shared-memory opt-in)");
+            kernel<<<grid, WgmmaToeplitzTile::kThreads, plan.smem_bytes, stream>>>(p, plan.tiling.tiles, per_segment,
+                                                                                  partials);
+          };
+          switch (plan.tc_max_blocks) {
+            case 2: run(b2b_backward_wgmma_kernel<T, 2>); break;  // Km <= 65
+            case 3: run(b2b_backward_wgmma_kernel<T, 3>); break;  // Km <= 129
+            case 4: run(b2b_backward_wgmma_kernel<T, 4>); break;  // Km <= 193
+            default: run(b2b_backward_wgmma_kernel<T, 5>); break;  // Km <= 256
+          }
+        }
+        break;
       case B2BBackwardPath::tensor_core:
         if constexpr (!std::is_same<T, float>::value) {
           switch (plan.tc_max_blocks) {
@@ -99,6 +154,18 @@ void launch_typed(const B2BBackwardParams& p, const B2BBackwardPlan& plan, float
 B2BBackwardPlan plan_b2b_backward(const B2BBackwardParams& p) {
   static_assert(B2BBackwardChunkTile::kThreads == Tile::kThreads, "one block size for every path");
   B2BBackwardPlan plan{};
+  if (wgmma_backward_applies(p)) {
+    plan.path = B2BBackwardPath::wgmma;
+    const int64_t tiles = (p.length + WgmmaToeplitzTile::kOutputs - 1) / WgmmaToeplitzTile::kOutputs;
+    const int64_t rows = p.batch * p.dim;
+    int64_t per_segment = std::min((tiles * rows + kB2BWgmmaBackwardMinBlocks - 1) / kB2BWgmmaBackwardMinBlocks,
+                                   kB2BWgmmaBackwardMaxTilesPerSegment);
+    per_segment = std::max({per_segment, (tiles + kB2BMaxGridY - 1) / kB2BMaxGridY, int64_t(1)});
+    plan.tiling = {tiles, (tiles + per_segment - 1) / per_segment};
+    plan.tc_max_blocks = toeplitz64_blocks(int(p.mixer_width));
+    plan.smem_bytes = b2b_wgmma_backward_smem_bytes(plan.tc_max_blocks);
+    return plan;
+  }
   if (kB2BTensorCoreBackward && p.dtype != DType::f32 && p.mixer_width >= kB2BTcMinMixerWidth) {
     plan.path = B2BBackwardPath::tensor_core;
     plan.tiling = make_b2b_tiling(p.length, ToeplitzTile::kOutputs, kB2BTcBackwardTilesPerBlock);

@@ -31,20 +31,12 @@
 #include <type_traits>
 
 #include "b2b/b2b_kernels.h"
+#include "b2b/b2b_hankel_wgmma.cuh"
 #include "common/sm90_primitives.cuh"
 #include "common/toeplitz_mma.cuh"
 #include "common/toeplitz_wgmma.cuh"
 
 namespace causalconv::detail {
-
-// Cores of a Hankel table for nb blocks: Q in [0, 8 (nb - 1) + 14].
-__host__ __device__ constexpr int hankel_cores(int blocks) { return 8 * blocks + 7; }
-
-// First k-slice of the last block that can hold a nonzero tap: that block's lags
-// 64 (nb - 1) + 63 - n - c reach below K only where c >= 64 nb - K - 63.
-__host__ __device__ constexpr int hankel_last_block_first_slice(int blocks, int width) {
-  return (64 * blocks - width - 78 + 15) / 16 > 0 ? (64 * blocks - width - 78 + 15) / 16 : 0;
-}
 
 // Shared memory, in 128-byte rows from the 1024-byte aligned start: two stages of the three
 // x rows (65 chunk rows each), the z tile (Hm + 64 rows), then the three projection tables and
@@ -62,78 +54,6 @@ struct B2BWgmmaLayout {
   static constexpr int kMixerTable = kProjTable + 3 * kProjTableBytes;
   static constexpr int kBytes = 1024 + kMixerTable + 128 * hankel_cores(kMixerBlocks);
 };
-
-// lag[64 + s] = wr[s] = w[(K-1-s) stride] for lags s in [-64, 64 kBlocks), zero outside [0, K):
-// every tap a Hankel table of kBlocks blocks reads, each loaded once (unrolled: one latency).
-template <int kBlocks>
-__host__ __device__ constexpr int hankel_lag_entries() { return 64 * (kBlocks + 1); }
-
-template <int kBlocks, typename T>
-__device__ __forceinline__ void stage_lag_filter(T* lag, const T* w, int64_t stride, int width) {
-  constexpr int kThreads = WgmmaToeplitzTile::kThreads;
-#pragma unroll
-  for (int k = 0; k < (hankel_lag_entries<kBlocks>() + kThreads - 1) / kThreads; ++k) {
-    const int i = int(threadIdx.x) + k * kThreads, s = i - 64;
-    if (i < hankel_lag_entries<kBlocks>())
-      lag[i] = (s >= 0 && s < width) ? w[int64_t(width - 1 - s) * stride] : from_float<T>(0.0f);
-  }
-}
-
-// A filter's Hankel table (see the top) from its staged lags: the 16-byte row a of core Q at
-// table + 128 Q + 16 a.
-template <int kBlocks, typename T>
-__device__ __forceinline__ void hankel_table(unsigned char* table, const T* lag) {
-  for (int unit = int(threadIdx.x); unit < 8 * hankel_cores(kBlocks); unit += WgmmaToeplitzTile::kThreads) {
-    const T* wr = lag + 64 + 63 + 8 * (8 * (kBlocks - 1) - (unit >> 3)) - (unit & 7);  // wr[-b]: column b
-    *reinterpret_cast<uint4*>(table + 16 * unit) = make_uint4(pack_pair(wr[0], wr[-1]), pack_pair(wr[-2], wr[-3]),
-                                                              pack_pair(wr[-4], wr[-5]), pack_pair(wr[-6], wr[-7]));
-  }
-}
-
-#ifdef CAUSALCONV_SM90A
-// D = the filter of `table` (kBlocks blocks) over the 64 chunks whose input rows start
-// kBlocks - 1 rows after a_rows (a shared address): block i reads rows from
-// a_rows + (kBlocks - 1 - i). D[m][n] is output step 63 - n of chunk m. The last block's
-// k-slices below kFirstSlice are skipped (all zero: hankel_last_block_first_slice); a compile-time
-// count, since a runtime skip between the MMAs makes ptxas serialise them (warpgroup.arrive).
-template <typename T, int kBlocks, int kFirstSlice>
-__device__ __forceinline__ void wgmma_hankel_conv(float (&d)[32], uint32_t a_rows, uint32_t table) {
-#pragma unroll
-  for (int i = 0; i < kBlocks; ++i)
-#pragma unroll
-    for (int ks = (i == kBlocks - 1 ? kFirstSlice : 0); ks < 4; ++ks) {
-      const uint64_t da = sm90::smem_descriptor(a_rows + (kBlocks - 1 - i) * 128 + 32 * ks, 16, 1024);
-      const uint64_t db = sm90::smem_descriptor_unswizzled(table + (8 * (kBlocks - 1 - i) + 2 * ks) * 128, 128, 128);
-      sm90::wgmma_m64n64k16<T>(d, da, db, (i | ks) != 0);
-    }
-}
-#endif
-
-// Byte offset of the pair of steps 62 - 8j - 2q, 63 - 8j - 2q (accumulator elements 4j + 2h + 1
-// and 4j + 2h of lane q = lane % 4) in swizzled row r: unit 7 - j, bytes 12 - 4q.
-__device__ __forceinline__ int hankel_pair_offset(int r, int j, int q) {
-  return swizzled_unit_offset(r, 7 - j) + 12 - 4 * q;
-}
-
-// z over the Hm chunks before tile chunk J0, on the CUDA cores (a segment's first tile; zero
-// before time 0), into z rows kZRow .. kZRow + Hm - 1.
-template <typename T, int kHalo>
-__device__ __forceinline__ void b2b_wgmma_z_halo(unsigned char* smem, int z_row, const T* x1, const T* x2,
-                                                 const T* wp1, const T* wp2, int64_t wp_tap_stride, int kp,
-                                                 int64_t j0) {
-  for (int i = int(threadIdx.x); i < 64 * kHalo; i += WgmmaToeplitzTile::kThreads) {
-    const int64_t t = j0 - 64 * kHalo + i;
-    float u = 0.0f, v = 0.0f;
-    for (int k = 0; k < kp; ++k) {
-      const int64_t src = t - (kp - 1) + k;
-      if (src < 0) continue;
-      u = fmaf(to_float(wp1[k * wp_tap_stride]), to_float(x1[src]), u);
-      v = fmaf(to_float(wp2[k * wp_tap_stride]), to_float(x2[src]), v);
-    }
-    const int r = z_row + (i >> 6), s = i & 63;
-    *reinterpret_cast<T*>(smem + swizzled_unit_offset(r, s >> 3) + 2 * (s & 7)) = from_float<T>(u * v);
-  }
-}
 
 // Block (b*D + c, segment) walks tiles [segment * tiles_per_segment, + tiles_per_segment) of its
 // row (fewer at the row's end).

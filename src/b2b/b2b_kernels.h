@@ -51,14 +51,16 @@ struct B2BBackwardParams {
 // chunked_*: Kp <= 4, the register-blocked b2b_backward_chunked_kernel, for Km <= 8,
 // Km <= 16 (unrolled taps) or any Km (taps in blocks of 4); general: Kp > 4
 // (b2b_backward_kernel); tensor_core: fp16/bf16 with Km >= 9 (b2b_backward_tc_kernel,
-// dispatched only when kB2BTensorCoreBackward is on).
-enum class B2BBackwardPath { general, short_span, chunked_mixer8, chunked_mixer16, chunked_wide, tensor_core };
+// dispatched only when kB2BTensorCoreBackward is on); wgmma: the same widths with Km <= 256 and
+// Kp <= 32 on 16-byte rows of a compute capability 9.0 GPU (b2b_backward_wgmma_kernel; grid.y
+// holds the segments of a row, each walking ceil(tiles / segments) consecutive tiles).
+enum class B2BBackwardPath { general, short_span, chunked_mixer8, chunked_mixer16, chunked_wide, tensor_core, wgmma };
 struct B2BBackwardPlan {
   B2BBackwardPath path;
   B2BTiling tiling;
   size_t smem_bytes;
   bool vectorised;    // chunked paths: x, dout and dx rows take 4-element vector accesses
-  int tc_max_blocks;  // tensor_core: the kernel's mixer-block capacity (3, 5, 9 or 17)
+  int tc_max_blocks;  // tensor_core: the kernel's mixer-block capacity (3, 5, 9 or 17); wgmma: its mixer blocks
 };
 B2BBackwardPlan plan_b2b_backward(const B2BBackwardParams& p);
 

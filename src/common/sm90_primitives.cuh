@@ -165,11 +165,11 @@ __device__ __forceinline__ void fence_registers(float (&d)[N]) {
       "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127]) \
       : "l"(desc_a), "l"(desc_b), "r"(accumulate))
 
-#define CAUSALCONV_WGMMA_M64N64K16_SS(TYPE, TRANSPOSE_B)                                                             \
+#define CAUSALCONV_WGMMA_M64N64K16_SS(TYPE, TRANSPOSE_A, TRANSPOSE_B)                                                \
   asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"                                             \
                "wgmma.mma_async.sync.aligned.m64n64k16.f32." TYPE "." TYPE " "                                \
                "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "                                                                             \
-               "%32, %33, p, 1, 1, 0, " TRANSPOSE_B ";\n}\n"                                             \
+               "%32, %33, p, 1, 1, " TRANSPOSE_A ", " TRANSPOSE_B ";\n}\n"                               \
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), \
       "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), \
       "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), \
@@ -195,9 +195,9 @@ __device__ __forceinline__ void wgmma_m64n64k16(float (&d)[32], uint64_t desc_a,
                                                  uint32_t accumulate) {
 #ifdef CAUSALCONV_SM90A
   if constexpr (std::is_same_v<T, __half>)
-    CAUSALCONV_WGMMA_M64N64K16_SS("f16", "0");
+    CAUSALCONV_WGMMA_M64N64K16_SS("f16", "0", "0");
   else
-    CAUSALCONV_WGMMA_M64N64K16_SS("bf16", "0");
+    CAUSALCONV_WGMMA_M64N64K16_SS("bf16", "0", "0");
 #endif
 }
 
@@ -209,9 +209,23 @@ __device__ __forceinline__ void wgmma_m64n64k16_bt(float (&d)[32], uint64_t desc
                                                     uint32_t accumulate) {
 #ifdef CAUSALCONV_SM90A
   if constexpr (std::is_same_v<T, __half>)
-    CAUSALCONV_WGMMA_M64N64K16_SS("f16", "1");
+    CAUSALCONV_WGMMA_M64N64K16_SS("f16", "0", "1");
   else
-    CAUSALCONV_WGMMA_M64N64K16_SS("bf16", "1");
+    CAUSALCONV_WGMMA_M64N64K16_SS("bf16", "0", "1");
+#endif
+}
+
+// D[64 x 64] (+)= A[64 x 16] * B[16 x 64], both operands MN-major: A as rows of 64 M values, one
+// per reduction index (the layout of wgmma_m64n64k16_bt's B), B as there. For correlations of two
+// staged rows over time (the b2b wgmma backward's weight gradients).
+template <typename T>
+__device__ __forceinline__ void wgmma_m64n64k16_tt(float (&d)[32], uint64_t desc_a, uint64_t desc_b,
+                                                    uint32_t accumulate) {
+#ifdef CAUSALCONV_SM90A
+  if constexpr (std::is_same_v<T, __half>)
+    CAUSALCONV_WGMMA_M64N64K16_SS("f16", "1", "1");
+  else
+    CAUSALCONV_WGMMA_M64N64K16_SS("bf16", "1", "1");
 #endif
 }
 
@@ -527,13 +541,17 @@ inline void wgmma_emulated_rows(float* d, const float (&a)[2][16], uint64_t desc
     }
 }
 
-template <typename T, int N, bool kBNMajor>
+template <typename T, int N, bool kBNMajor, bool kAMMajor = false>
 inline void wgmma_emulated(float* d, uint64_t desc_a, uint64_t desc_b, uint32_t accumulate) {
   const int t = int(threadIdx.x % 128), w = t / 32, l = t % 32;
   const Descriptor da = decode_descriptor(desc_a);
+  if (kAMMajor && !da.swizzled) emulation_fault("an unswizzled M-major operand is not emulated");
   float a[2][16];
   for (int h = 0; h < 2; ++h)
-    for (int k = 0; k < 16; ++k) a[h][k] = operand_at<T>(k_major_address(da, 16 * w + l / 4 + 8 * h, k), da.swizzled);
+    for (int k = 0; k < 16; ++k) {
+      const int m = 16 * w + l / 4 + 8 * h;  // M-major A: laid out as an N-major B
+      a[h][k] = operand_at<T>(kAMMajor ? n_major_address(da, k, m) : k_major_address(da, m, k), da.swizzled);
+    }
   wgmma_emulated_rows<T, N, kBNMajor>(d, a, desc_b, accumulate);
 }
 
@@ -606,6 +624,11 @@ inline void wgmma_m64n64k16(float (&d)[32], uint64_t desc_a, uint64_t desc_b, ui
 template <typename T>
 inline void wgmma_m64n64k16_bt(float (&d)[32], uint64_t desc_a, uint64_t desc_b, uint32_t accumulate) {
   wgmma_emulated<T, 64, true>(d, desc_a, desc_b, accumulate);
+}
+
+template <typename T>
+inline void wgmma_m64n64k16_tt(float (&d)[32], uint64_t desc_a, uint64_t desc_b, uint32_t accumulate) {
+  wgmma_emulated<T, 64, true, true>(d, desc_a, desc_b, accumulate);
 }
 
 template <typename T>

@@ -1,6 +1,9 @@
-// The tensor-core b2b backward (src/b2b/b2b_backward_tc_kernel.cuh) runs on the CPU under
-// tests/cpp/cuda_emulation.h + mma_emulation.h, called directly (the launcher's dispatch
-// to it is off until it has run on a GPU: kB2BTensorCoreBackward in b2b_backward.cu).
+// The tensor-core b2b backwards run on the CPU under tests/cpp/cuda_emulation.h +
+// mma_emulation.h (and the sm_90a emulation of common/sm90_primitives.cuh), called directly:
+// the mma.sync form (src/b2b/b2b_backward_tc_kernel.cuh) and the wgmma form
+// (b2b_backward_wgmma_kernel.cuh: the tile walk from a segment's end, the carried dh and dp
+// chunks, the priming tile of a segment that ends before its row, both projection widths'
+// skipped k-slices, every mixer block count, partial tiles and units).
 // Checked element by element against an fp64 brute force of the operator's backward:
 // dx of all three rows, and dwp, dwm, dskip from the kernel's per-block partials summed
 // in the reduction kernel's order; the partials of two runs are bitwise equal.
@@ -10,6 +13,9 @@
 #define b2b_backward_tc_kernel b2b_backward_tc_kernel_emulated
 #include "b2b/b2b_backward_tc_kernel.cuh"
 #undef b2b_backward_tc_kernel
+#define b2b_backward_wgmma_kernel b2b_backward_wgmma_kernel_emulated
+#include "b2b/b2b_backward_wgmma_kernel.cuh"
+#undef b2b_backward_wgmma_kernel
 
 #include <gtest/gtest.h>
 
@@ -40,8 +46,11 @@ namespace emu = causalconv::emulation;
 struct Case {
   int64_t batch, dim, length, kp, km;
   bool aligned = false;  // rows 16-byte aligned (cp.async staging); else odd strides (element path)
-  int64_t tiles_per_block = 4;
+  int64_t tiles_per_block = 4;  // mma.sync: tiles per block, strided; wgmma: tiles per segment
 };
+
+// The mma.sync form (b2b_backward_tc_kernel) or, on rows of 16-byte vectors, the wgmma form.
+enum class Form { mma_sync, wgmma };
 
 using test::ErrorTally;
 
@@ -52,12 +61,25 @@ void launch_emulated(const detail::B2BBackwardParams& p, const detail::B2BTiling
               [&] { detail::b2b_backward_tc_kernel_emulated<T, kMaxBlocks>(p, tiling, partials); });
 }
 
+template <typename T, int kMixerBlocks>
+void launch_wgmma_emulated(const detail::B2BBackwardParams& p, const detail::B2BTiling& tiling,
+                           int64_t tiles_per_segment, float* partials) {
+  using Tile = detail::WgmmaToeplitzTile;
+  emu::launch({unsigned(p.batch * p.dim), unsigned(tiling.tile_blocks), 1}, Tile::kThreads,
+              size_t(detail::B2BWgmmaBackwardLayout<kMixerBlocks>::kBytes), [&] {
+                detail::b2b_backward_wgmma_kernel_emulated<T, kMixerBlocks>(p, tiling.tiles, tiles_per_segment,
+                                                                            partials);
+              });
+}
+
 template <typename T>
-void run_case(const Case& cs) {
-  SCOPED_TRACE(::testing::Message() << "B" << cs.batch << " D" << cs.dim << " L" << cs.length << " Kp" << cs.kp
-                                    << " Km" << cs.km << " aligned " << cs.aligned);
+void run_case(const Case& cs, Form form = Form::mma_sync) {
+  SCOPED_TRACE(::testing::Message() << (form == Form::wgmma ? "wgmma" : "mma.sync") << " B" << cs.batch << " D"
+                                    << cs.dim << " L" << cs.length << " Kp" << cs.kp << " Km" << cs.km << " aligned "
+                                    << cs.aligned);
   const int64_t B = cs.batch, D = cs.dim, L = cs.length, Kp = cs.kp, Km = cs.km;
-  const int64_t pad = cs.aligned ? 8 - L % 8 : 3;  // >= 1 NaN slot after each row
+  const bool aligned = cs.aligned || form == Form::wgmma;  // wgmma: every row 16-byte aligned
+  const int64_t pad = aligned ? 8 - L % 8 : 3;  // >= 1 NaN slot after each row
   HostTensor xh({B, 3 * D, L}), gh({B, D, L}), wph({3 * D, Kp}), wmh({D, Km}), skiph({D});
   std::random_device seed;
   xh.fill_uniform(seed());
@@ -75,12 +97,24 @@ void run_case(const Case& cs) {
 
   const detail::B2BBackwardParams p = test::b2b_backward_params(x, wp, wm, skip, dout, dx);
 
-  const detail::B2BTiling tiling =
-      detail::make_b2b_tiling(L, detail::ToeplitzTile::kOutputs, cs.tiles_per_block);
+  detail::B2BTiling tiling = detail::make_b2b_tiling(L, detail::ToeplitzTile::kOutputs, cs.tiles_per_block);
+  if (form == Form::wgmma) {  // segments of tiles_per_block consecutive 4096-step tiles
+    const int64_t tiles = (L + detail::WgmmaToeplitzTile::kOutputs - 1) / detail::WgmmaToeplitzTile::kOutputs;
+    tiling = {tiles, (tiles + cs.tiles_per_block - 1) / cs.tiles_per_block};
+  }
   const int64_t slots = 3 * Kp + Km + 1, parts = B * tiling.tile_blocks;
   std::vector<float> partials(size_t(D * parts * slots), std::numeric_limits<float>::quiet_NaN());
   std::vector<float> again = partials;
   auto run = [&](float* out) {
+    if (form == Form::wgmma) {
+      switch (detail::toeplitz64_blocks(int(Km))) {
+        case 2: launch_wgmma_emulated<T, 2>(p, tiling, cs.tiles_per_block, out); break;
+        case 3: launch_wgmma_emulated<T, 3>(p, tiling, cs.tiles_per_block, out); break;
+        case 4: launch_wgmma_emulated<T, 4>(p, tiling, cs.tiles_per_block, out); break;
+        default: launch_wgmma_emulated<T, 5>(p, tiling, cs.tiles_per_block, out); break;
+      }
+      return;
+    }
     const int blocks = detail::toeplitz_blocks(int(Km));
     if (blocks <= 3)
       launch_emulated<T, 3>(p, tiling, out);
@@ -225,6 +259,21 @@ TEST(B2BTensorCoreBackwardEmulated, BFloat16) {
   run_case<__nv_bfloat16>({1, 1, 300, 32, 256});            // L < Km, widest filters (3 projection blocks)
   run_case<__nv_bfloat16>({1, 1, 4093, 4, 255, true});      // aligned rows: cp.async staging, 2 tiles
   run_case<__nv_bfloat16>({1, 1, 5000, 3, 128, true, 1});   // one tile per block: 3 blocks along the row
+}
+
+// The wgmma form: tiles are 4096 steps; tiles_per_block is the segment length.
+TEST(B2BTensorCoreBackwardEmulated, WgmmaBFloat16) {
+  run_case<__nv_bfloat16>({1, 1, 1, 2, 16}, Form::wgmma);             // L = 1
+  run_case<__nv_bfloat16>({1, 3, 70, 3, 9}, Form::wgmma);             // odd D, narrowest mixer, 2 blocks
+  run_case<__nv_bfloat16>({2, 1, 4100, 3, 128}, Form::wgmma);         // B 2, 2 tiles (4 steps in the second)
+  run_case<__nv_bfloat16>({1, 1, 300, 32, 256}, Form::wgmma);         // L < Km, widest filters, 5 blocks
+  run_case<__nv_bfloat16>({1, 1, 12290, 4, 193, false, 1}, Form::wgmma);  // 4 segments of 1: priming tiles
+  run_case<__nv_bfloat16>({1, 1, 16384, 17, 65, false, 3}, Form::wgmma);  // segments 3 + 1, Kp 17
+}
+
+TEST(B2BTensorCoreBackwardEmulated, WgmmaFloat16) {
+  run_case<__half>({1, 2, 700, 18, 64}, Form::wgmma);                  // Kp 18: one more k-slice
+  run_case<__half>({3, 1, 8200, 3, 129, false, 2}, Form::wgmma);       // B 3, segments 2 + 1, 3 blocks
 }
 
 TEST(B2BTensorCoreBackwardEmulated, Float16) {

@@ -7,6 +7,8 @@
 //  * the same for an N-major B operand (rows = reduction index), as the weight-gradient kernel
 //    reads x rows from its window (not yet run on a GPU when written);
 //  * ldmatrix.trans + stmatrix turning a channel-row tile into a step-row tile, both swizzled;
+//  * both operands MN-major (M-major A, N-major B), as the b2b wgmma backward's weight
+//    gradients read two staged rows along time;
 //  * an unswizzled K-major B operand of 8 x 8 core matrices: the descriptor's leading byte offset
 //    steps along the reduction, its stride along N (b2b_forward_wgmma_kernel's Hankel tables).
 // Skipped without a GPU, on other architectures, and in builds without sm_90a code.
@@ -15,6 +17,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include "common/sm90_primitives.cuh"
@@ -87,6 +90,29 @@ __global__ void wgmma_n_major_from_row_kernel(int r0, float* out, int* ran) {
   const uint64_t db = sm90::smem_descriptor(sm90::smem_u32(b) + uint32_t(r0) * 128, 8192, 1024);
   sm90::wgmma_fence();
   sm90::wgmma_m64n64k16_bt<__nv_bfloat16>(acc, da, db, 0);
+  sm90::wgmma_commit();
+  sm90::wgmma_wait<0>();
+  sm90::fence_registers(acc);
+  for (int i = 0; i < 32; ++i) out[threadIdx.x * 32 + i] = acc[i];
+  if (threadIdx.x == 0) *ran = 1;
+#endif
+}
+
+// D[64 x 64] = A[64 x 16] B[16 x 64] with both operands MN-major: A[m][k] = row ra0 + k, column m
+// of the A tile, B[k][n] = row rb0 + k, column n of the B tile (the b2b wgmma backward's weight
+// gradients: both operands rows of a staged tile, read along time).
+__global__ void wgmma_mn_major_kernel(int ra0, int rb0, float* out, int* ran) {
+#ifdef CAUSALCONV_SM90A
+  uint8_t* const a = aligned_shared();
+  uint8_t* const b = a + kARows * 128;
+  fill_operands(a, b);
+  float acc[32];
+  for (int i = 0; i < 32; ++i) acc[i] = 0.0f;
+  sm90::fence_registers(acc);
+  const uint64_t da = sm90::smem_descriptor(sm90::smem_u32(a) + uint32_t(ra0) * 128, 8192, 1024);
+  const uint64_t db = sm90::smem_descriptor(sm90::smem_u32(b) + uint32_t(rb0) * 128, 8192, 1024);
+  sm90::wgmma_fence();
+  sm90::wgmma_m64n64k16_tt<__nv_bfloat16>(acc, da, db, 0);
   sm90::wgmma_commit();
   sm90::wgmma_wait<0>();
   sm90::fence_registers(acc);
@@ -224,6 +250,41 @@ TEST(Sm90PrimitivesCuda, WgmmaReadsAnNMajorOperandStartingInsideASwizzlePeriod) 
     const int64_t bad = wgmma_mismatches(r0, ran, true);
     if (!ran) GTEST_SKIP() << "this build has no sm_90a code (CMAKE_CUDA_ARCHITECTURES without 90a)";
     EXPECT_EQ(bad, 0) << "N-major operand from reduction row " << r0;
+  }
+}
+
+// Mismatches of wgmma_mn_major_kernel's product against the exact one.
+int64_t wgmma_mn_major_mismatches(int ra0, int rb0, bool& ran) {
+  DeviceBuffers d;
+  EXPECT_EQ(cudaMalloc(&d.out, 128 * 32 * sizeof(float)), cudaSuccess);
+  EXPECT_EQ(cudaMalloc(&d.ran, sizeof(int)), cudaSuccess);
+  EXPECT_EQ(cudaMemset(d.ran, 0, sizeof(int)), cudaSuccess);
+  wgmma_mn_major_kernel<<<1, 128, 1024 + (kARows + kBRows) * 128>>>(ra0, rb0, d.out, d.ran);
+  EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  std::vector<float> got(128 * 32);
+  int flag = 0;
+  EXPECT_EQ(cudaMemcpy(got.data(), d.out, got.size() * sizeof(float), cudaMemcpyDeviceToHost), cudaSuccess);
+  EXPECT_EQ(cudaMemcpy(&flag, d.ran, sizeof(int), cudaMemcpyDeviceToHost), cudaSuccess);
+  ran = flag == 1;
+  int64_t bad = 0;
+  for (int t = 0; t < 128; ++t)
+    for (int i = 0; i < 32; ++i) {
+      const int w = t / 32, l = t % 32, jn = i / 4, h = (i / 2) % 2, e = i % 2;
+      const int m = 16 * w + l / 4 + 8 * h, col = 8 * jn + 2 * (l % 4) + e;
+      float want = 0.0f;
+      for (int k = 0; k < 16; ++k) want += a_value(ra0 + k, m) * b_value(rb0 + k, col);
+      bad += got[size_t(t) * 32 + i] != want;
+    }
+  return bad;
+}
+
+TEST(Sm90PrimitivesCuda, WgmmaReadsMMajorAAndNMajorBOperandsStartingInsideASwizzlePeriod) {
+  REQUIRE_SM90();
+  for (auto [ra0, rb0] : {std::pair{0, 0}, {16, 3}, {5, 13}, {45, 64}}) {
+    bool ran = false;
+    const int64_t bad = wgmma_mn_major_mismatches(ra0, rb0, ran);
+    if (!ran) GTEST_SKIP() << "this build has no sm_90a code (CMAKE_CUDA_ARCHITECTURES without 90a)";
+    EXPECT_EQ(bad, 0) << "A from row " << ra0 << ", B from row " << rb0;
   }
 }
 

@@ -385,6 +385,33 @@ def test_tensor_core_mixer_long_rows_and_strided_weights(dtype, seeded):
     check(*make_inputs(1, 128, 4096 * 16, 3, 128, dtype))
 
 
+@requires_cuda
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("km", [9, 64, 65, 128, 129, 193, 256])
+def test_wgmma_backward(dtype, km, seeded):
+    # fp16/bf16 with 9 <= Km <= 256, Kp <= 32 on 16-byte aligned rows: the wgmma backward on an
+    # H100/H200 (every mixer block count, both projection slice counts), into NaN-poisoned outputs.
+    # Lengths: L = 1, inside one chunk, a partial 4096-step tile, two tiles with a few steps in the
+    # second (the dh and dp chunks carried from the walk's first tile).
+    for kp in (2, 17, 18, 32):
+        for length in (1, 40, 1000, 4096 + 8):
+            x, wp, wm, skip = make_inputs(1, 3, length, kp, km, dtype)
+            dout = torch.randn(1, 3, length, device="cuda", dtype=dtype)
+            _backward_into_poisoned(x, wp, wm, skip, dout, torch.empty_like(x))
+
+
+@requires_cuda
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_wgmma_backward_segments(dtype, seeded):
+    # Rows cut into segments (blocks of consecutive tiles walked from the last, each but the row's
+    # last primed by the tile after it): the launcher aims at 512 blocks, so 2 rows of 12 tiles take
+    # a segment per tile, 128 rows segments of 3; 512 rows stay whole.
+    for b, d, length in ((1, 2, 4096 * 11 + 24), (1, 128, 4096 * 12), (1, 512, 4096 * 2 - 8)):
+        x, wp, wm, skip = make_inputs(b, d, length, 3, 128, dtype)
+        dout = torch.randn(b, d, length, device="cuda", dtype=dtype)
+        _backward_into_poisoned(x, wp, wm, skip, dout, torch.empty_like(x))
+
+
 # ---- the chunked backward (Kp <= 4; Km <= 8, <= 16 or wide): register-blocked, with
 # 4-element vector accesses when rows allow them; the general kernel for Kp > 4 ----
 

@@ -1,0 +1,412 @@
+// Fused b2b_causal_conv1d backward on Hopper's warpgroup MMA (sm_90a; fp16/bf16, Kp <= 32,
+// 9 <= Km <= 256, every x, dout and dx row 16-byte aligned): every convolution of the backward
+// and both weight gradients as wgmma products, in the Hankel-table form of the forward
+// (b2b_forward_wgmma_kernel.cuh; shared pieces in b2b_hankel_wgmma.cuh).
+//
+// A block owns one (b, c) row and walks the 4096-step tiles (64 chunks of 64 steps) of its
+// segment of the row from the last to the first, so that what the look-ahead filters need from
+// the chunks after a tile is carried from the tile walked before it: dh over the Hm chunks after
+// it (Hm = mixer blocks - 1) and each dp_j over the one chunk after it. A segment that ends before
+// the row does first walks the tile after it as a priming pass that only computes those carries
+// (its own dz past its first Hm chunks is wrong and unused). The look-back the causal filters
+// need is on hand: x from the staged rows (chunk J - 1 on), z over the Hm chunks before the tile
+// on the CUDA cores (b2b_wgmma_z_halo, every tile).
+//
+// Per tile J (chunks J .. J + 63):
+//   1. staged (cp.async, zero outside [0, L); the next tile of the walk goes into the other stage
+//      after step 4): x rows 3c + j over chunks [J - 1, J + 64), dout over [J, J + 64);
+//   2. u = P1 x1, v = P2 x2, gate = P0 x0 (forward products; column n of an output chunk is step
+//      63 - n, as in the forward);
+//   3. z = u v and dh = dout gate, rounded to T, into the z rows (after the Hm halo rows) and dh
+//      rows in step order; dskip += dh z in fp32; the dh carry swapped in after the tile's rows;
+//   4. dwm: lag block a (a < nb) D_a[r][c] = sum_m dh[J + m][r] z[J + m - a][c], both operands
+//      MN-major (wgmma_m64n64k16_tt: time is the reduction), reduced along its diagonals (lag
+//      64 a + r - c) into per-thread sums through a fp32 copy in the idle stage;
+//   5. h = M z (forward product) and dz = M^T dh (look-ahead product over the transposed table:
+//      step 63 - n as well); dp0 = dout (h + skip z), dp1 = (dz + skip dh) v, dp2 = (dz + skip dh) u,
+//      rounded to T and stored step-reversed (column n = step 63 - n: the fragment's own order) over
+//      dout, z and dh; each dp_j's carried chunk into its row 64;
+//   6. dx_j = P_j^T dp_j: the look-ahead product over the forward table, which with step-reversed
+//      rows yields steps in order, through an output tile (x_j's rows) in 16-byte stores; dwp_j:
+//      lag blocks 0 and 1 of (dp_j, x_j), whose lags below Kp lie in two bands reduced by the
+//      first Kp threads.
+// The block's sums go out as one partial per (c, b, segment) in the layout of the other backward
+// kernels; b2b_weight_grad_reduce sums them in a fixed order (bitwise reproducible).
+//
+// Accuracy as the mma.sync form (b2b_backward_tc_kernel.cuh): z, dh and the dp rows are rounded
+// once each to the 16-bit type; dskip sums fp32 values.
+#pragma once
+
+#include <type_traits>
+
+#include "b2b/b2b_hankel_wgmma.cuh"
+#include "b2b/b2b_kernels.h"
+#include "common/sm90_primitives.cuh"
+#include "common/toeplitz_mma.cuh"
+#include "common/toeplitz_wgmma.cuh"
+
+namespace causalconv::detail {
+
+// Shared memory, in 128-byte rows from the 1024-byte aligned start: two stages (three x rows of
+// 65 chunks, dout of 64 chunks and one carried dp0 chunk), the z rows (Hm halo + 64), the dh rows
+// (64 + Hm carried), the carries (dh's Hm chunks, one per dp_j), then bytes: dwp's lag-block-1
+// band, the three projection tables, the mixer's table and its transposed table.
+template <int kMixerBlocks>
+struct B2BWgmmaBackwardLayout {
+  using Tile = WgmmaToeplitzTile;
+  static constexpr int kProjBlocks = 2;  // Kp <= 65
+  static constexpr int kHalo = kMixerBlocks - 1;
+  static constexpr int kXRows = Tile::kChunks + 1;  // x row j: chunk J - 1 + k at row k
+  static constexpr int kGRows = Tile::kChunks + 1;  // dout: chunk J + k at row k (then dp0; row 64 carried)
+  static constexpr int kStageRows = 3 * kXRows + kGRows;
+  static constexpr int kZRow = 2 * kStageRows;                     // chunk J - Hm + k at row k (then dp1)
+  static constexpr int kDhRow = kZRow + kHalo + Tile::kChunks;     // chunk J + k at row k (then dp2)
+  static constexpr int kCarryRow = kDhRow + Tile::kChunks + kHalo;  // dh's Hm chunks, then dp_j's
+  static constexpr int kBand1 = 128 * (kCarryRow + kHalo + 3);     // float [32][32]
+  static constexpr int kProjTable = kBand1 + 32 * 32 * 4;
+  static constexpr int kProjTableBytes = 128 * hankel_cores(kProjBlocks);
+  static constexpr int kMixerTable = kProjTable + 3 * kProjTableBytes;
+  static constexpr int kMixerTableT = kMixerTable + 128 * hankel_cores(kMixerBlocks);
+  static constexpr int kBytes = 1024 + kMixerTableT + 128 * hankel_cores(kMixerBlocks);
+  // A dwm lag block in fp32 (rows 72 floats apart: conflict-free pair stores) goes over the idle
+  // stage; dwp's lag-block-0 band (float [64][32]) over the dp row it came from.
+  static constexpr int kLagStride = 72;
+  static_assert(64 * kLagStride * 4 <= 128 * kStageRows, "a lag block fits a stage");
+  static_assert(64 * 32 * 4 <= 128 * (Tile::kChunks + 1), "the band fits a dp row");
+  static_assert(kHalo >= 1, "the z and dh rows hold a 65-row dp tile");
+};
+
+template <typename T, int kMixerBlocks>
+__global__ void __launch_bounds__(WgmmaToeplitzTile::kThreads, 2)
+    b2b_backward_wgmma_kernel(B2BBackwardParams p, int64_t tiles, int64_t tiles_per_segment, float* partials) {
+#ifdef CAUSALCONV_SM90A
+  using Tile = WgmmaToeplitzTile;
+  using Layout = B2BWgmmaBackwardLayout<kMixerBlocks>;
+  constexpr int kHalo = Layout::kHalo, kZRow = Layout::kZRow, kDhRow = Layout::kDhRow;
+  constexpr int kCarryRow = Layout::kCarryRow, kLagStride = Layout::kLagStride;
+  unsigned char* const smem = wgmma_toeplitz_shared();
+  const uint32_t smem_base = sm90::smem_u32(smem);
+  const int kp = int(p.proj_width), km = int(p.mixer_width);
+  const int tid = int(threadIdx.x), lane = tid & 31, warp = tid >> 5, g = lane >> 2, q = lane & 3;
+
+  const int64_t b = div_nonneg(int64_t(blockIdx.x), p.dim);
+  const int64_t c = int64_t(blockIdx.x) - b * p.dim;
+  const int64_t n = p.length;
+  const T* const x0 = static_cast<const T*>(p.x) + b * p.x_stride[0] + 3 * c * p.x_stride[1];
+  const T* const dout = static_cast<const T*>(p.dout) + b * p.dout_stride[0] + c * p.dout_stride[1];
+  T* const dx0 = static_cast<T*>(p.dx) + b * p.dx_stride[0] + 3 * c * p.dx_stride[1];
+  const T* const wp0 = static_cast<const T*>(p.weight_proj) + 3 * c * p.wp_stride[0];
+  const int64_t first = int64_t(blockIdx.y) * tiles_per_segment;
+  const int64_t last = first + tiles_per_segment < tiles ? first + tiles_per_segment : tiles;
+  const int64_t top = last < tiles ? last : last - 1;  // the priming tile, if the row goes on
+
+  auto x_row = [&](int slot, int j) { return slot * Layout::kStageRows + j * Layout::kXRows; };
+  auto g_row = [&](int slot) { return slot * Layout::kStageRows + 3 * Layout::kXRows; };
+  auto dp_row = [&](int slot, int j) { return j == 0 ? g_row(slot) : j == 1 ? kZRow : kDhRow; };
+  // cp.async of a tile's rows: unit u of x row j (steps 64 (J - 1) + 8u .. + 7) to unit u % 8 of
+  // row x_row + u / 8, dout's unit u (steps 64 J + 8u ..) likewise; zero outside [0, n).
+  const int64_t x_stride = p.x_stride[1];
+  auto stage = [&](int slot, int64_t tile) {
+    constexpr int kUnits = 8 * Layout::kXRows, kThreads = Tile::kThreads;
+    const int64_t x_first = (tile * Tile::kChunks - 1) * Tile::kChunk, g_first = tile * Tile::kOutputs;
+    auto bytes_at = [&](auto interior, int64_t t) {
+      const int64_t valid = t < 0 ? 0 : n - t;
+      return interior ? 16 : valid >= 8 ? 16 : valid > 0 ? int(2 * valid) : 0;
+    };
+    auto copy_units = [&](auto interior) {
+#pragma unroll
+      for (int k = 0; k < (kUnits + kThreads - 1) / kThreads; ++k) {
+        const int u = tid + k * kThreads;
+        if (u >= kUnits) break;
+        const int64_t t = x_first + 8 * u;
+        const int bytes = bytes_at(interior, t);
+        const T* src = x0 + (bytes > 0 ? t : 0);
+#pragma unroll
+        for (int j = 0; j < 3; ++j)
+          cp_async16(smem + swizzled_unit_offset(x_row(slot, j) + (u >> 3), u & 7), src + j * x_stride, bytes);
+        if (u < 8 * Tile::kChunks) {
+          const int64_t tg = g_first + 8 * u;
+          const int gbytes = bytes_at(interior, tg);
+          cp_async16(smem + swizzled_unit_offset(g_row(slot) + (u >> 3), u & 7), dout + (gbytes > 0 ? tg : 0), gbytes);
+        }
+      }
+    };
+    // Tiles wholly inside the row skip the per-unit bounds (dout's steps lie inside x's).
+    if (x_first >= 0 && x_first + 8 * kUnits <= n)
+      copy_units(std::true_type{});
+    else
+      copy_units(std::false_type{});
+  };
+
+  stage(0, top);
+  cp_async_commit();
+  {  // The Hankel tables, through lag-ordered copies of the filters in the (free) z rows; zero carries.
+    constexpr int kProjLags = hankel_lag_entries<Layout::kProjBlocks>();
+    T* const lags = reinterpret_cast<T*>(smem + 128 * kZRow);  // 3 projections, then the mixer
+#pragma unroll
+    for (int j = 0; j < 3; ++j)
+      stage_lag_filter<Layout::kProjBlocks>(lags + j * kProjLags, wp0 + j * p.wp_stride[0], p.wp_stride[1], kp);
+    stage_lag_filter<kMixerBlocks>(lags + 3 * kProjLags,
+                                   static_cast<const T*>(p.weight_mixer) + c * p.wm_stride[0], p.wm_stride[1], km);
+    for (int i = tid; i < 8 * (kHalo + 3); i += Tile::kThreads)
+      *reinterpret_cast<uint4*>(smem + 128 * kCarryRow + 16 * i) = make_uint4(0, 0, 0, 0);
+    __syncthreads();
+    for (int j = 0; j < 3; ++j)
+      hankel_table<Layout::kProjBlocks>(smem + Layout::kProjTable + j * Layout::kProjTableBytes,
+                                        lags + j * kProjLags);
+    hankel_table<kMixerBlocks>(smem + Layout::kMixerTable, lags + 3 * kProjLags);
+    hankel_table_transposed<kMixerBlocks>(smem + Layout::kMixerTableT, lags + 3 * kProjLags);
+    static_assert(2 * (3 * kProjLags + hankel_lag_entries<kMixerBlocks>()) <= 128 * (kHalo + Tile::kChunks),
+                  "lags fit");
+  }  // (the loop's first barrier orders these reads before the z rows' first writes)
+  const float skip = to_float(static_cast<const T*>(p.skip_bias)[c * p.skip_stride]);
+  const uint32_t proj_table = smem_base + Layout::kProjTable, mixer_table = smem_base + Layout::kMixerTable;
+  const uint32_t mixer_table_t = smem_base + Layout::kMixerTableT;
+
+  float mix_sum[kMixerBlocks];  // thread tid < 127: diagonal tid - 63 of dwm's lag block a, over the walk
+#pragma unroll
+  for (int a = 0; a < kMixerBlocks; ++a) mix_sum[a] = 0.0f;
+  float proj_sum[3] = {0.0f, 0.0f, 0.0f};  // thread s < Kp: dwp row j's lag s
+  float dskip = 0.0f;
+
+  int slot = 0;
+#pragma unroll 1
+  for (int64_t tile = top; tile >= first; --tile, slot ^= 1) {
+    const bool own = tile < last;  // else the priming pass: carries only
+    const int64_t j0 = tile * Tile::kOutputs;
+    cp_async_wait<0>();                // this thread's copies of the tile are done
+    sm90::fence_proxy_async_shared();  // ... and visible to wgmma, as are the tables and carries
+    __syncthreads();                   // every thread's
+
+    // 2. The three projections (the z halo on the CUDA cores meanwhile).
+    float u[32], v[32], gate[32];
+    auto projections = [&](auto first_slice) {
+      constexpr int kFirst = decltype(first_slice)::value;
+      sm90::wgmma_fence();
+      wgmma_hankel_conv<T, 2, kFirst>(u, smem_base + 128 * x_row(slot, 1), proj_table + Layout::kProjTableBytes);
+      wgmma_hankel_conv<T, 2, kFirst>(v, smem_base + 128 * x_row(slot, 2), proj_table + 2 * Layout::kProjTableBytes);
+      wgmma_hankel_conv<T, 2, kFirst>(gate, smem_base + 128 * x_row(slot, 0), proj_table);
+      sm90::wgmma_commit();
+    };
+    if (kp <= 17)
+      projections(std::integral_constant<int, 3>{});
+    else
+      projections(std::integral_constant<int, 2>{});
+    {
+      const T* x1 = x0 + x_stride;
+      b2b_wgmma_z_halo<T, kHalo>(smem, kZRow, x1, x1 + x_stride, wp0 + p.wp_stride[0], wp0 + 2 * p.wp_stride[0],
+                                 p.wp_stride[1], kp, j0);
+    }
+    sm90::wgmma_wait<0>();
+    sm90::fence_registers(u);
+    sm90::fence_registers(v);
+    sm90::fence_registers(gate);
+
+    // 3. z and dh in step order; dout and dh kept as pairs (hankel_pair_offset's: elements e + 1, e).
+    uint32_t g_pairs[16], dh_pairs[16];
+#pragma unroll
+    for (int j = 0; j < 8; ++j)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int e = 4 * j + 2 * h, m = 16 * warp + g + 8 * h;
+        const uint32_t gp = *reinterpret_cast<const uint32_t*>(smem + hankel_pair_offset(g_row(slot) + m, j, q));
+        const float g_lo = pair_half_to_float<T>(gp, false), g_hi = pair_half_to_float<T>(gp, true);
+        const float z_lo = u[e + 1] * v[e + 1], z_hi = u[e] * v[e];
+        const float dh_lo = g_lo * gate[e + 1], dh_hi = g_hi * gate[e];
+        *reinterpret_cast<uint32_t*>(smem + hankel_pair_offset(kZRow + kHalo + m, j, q)) =
+            pack_pair(from_float<T>(z_lo), from_float<T>(z_hi));
+        const uint32_t dhp = pack_pair(from_float<T>(dh_lo), from_float<T>(dh_hi));
+        *reinterpret_cast<uint32_t*>(smem + hankel_pair_offset(kDhRow + m, j, q)) = dhp;
+        g_pairs[2 * j + h] = gp;
+        dh_pairs[2 * j + h] = dhp;
+        if (own) dskip = fmaf(dh_hi, z_hi, fmaf(dh_lo, z_lo, dskip));
+      }
+    sm90::fence_proxy_async_shared();
+    __syncthreads();  // z and dh complete
+    // The dh carry: rows 64 .. 64 + Hm - 1 take the chunks after the tile, the carry this tile's first Hm.
+    for (int i = tid; i < 8 * kHalo; i += Tile::kThreads) {
+      const int k = i >> 3, unit = i & 7;
+      unsigned char* const carry = smem + swizzled_unit_offset(kCarryRow + k, unit);
+      unsigned char* const own_row = smem + swizzled_unit_offset(kDhRow + k, unit);
+      const uint4 after = *reinterpret_cast<const uint4*>(carry);
+      *reinterpret_cast<uint4*>(carry) = *reinterpret_cast<const uint4*>(own_row);
+      *reinterpret_cast<uint4*>(smem + swizzled_unit_offset(kDhRow + Tile::kChunks + k, unit)) = after;
+    }
+    sm90::fence_proxy_async_shared();  // (step 5's MMAs read them after the barriers of step 4 or 5)
+
+    // 4. dwm's lag blocks, through the idle stage.
+    if (own) {
+      float* const lag_s = reinterpret_cast<float*>(smem + 128 * (slot ^ 1) * Layout::kStageRows);
+#pragma unroll
+      for (int a = 0; a < kMixerBlocks; ++a) {
+        float acc[32];
+        sm90::wgmma_fence();
+#pragma unroll
+        for (int ks = 0; ks < 4; ++ks) {
+          const uint64_t da = sm90::smem_descriptor(smem_base + 128 * (kDhRow + 16 * ks), 8192, 1024);
+          const uint64_t db = sm90::smem_descriptor(smem_base + 128 * (kZRow + kHalo - a + 16 * ks), 8192, 1024);
+          sm90::wgmma_m64n64k16_tt<T>(acc, da, db, ks != 0);
+        }
+        sm90::wgmma_commit();
+        sm90::wgmma_wait<0>();
+        sm90::fence_registers(acc);
+#pragma unroll
+        for (int j = 0; j < 8; ++j)
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            const int r = 16 * warp + g + 8 * h;
+            *reinterpret_cast<float2*>(lag_s + r * kLagStride + 8 * j + 2 * q) =
+                make_float2(acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]);
+          }
+        __syncthreads();
+        if (tid < 127) {  // diagonal d = r - c, in order of r
+          const int d = tid - 63, r_end = d < 0 ? 64 + d : 64;
+          float sum = 0.0f;
+          for (int r = d > 0 ? d : 0; r < r_end; ++r) sum += lag_s[r * kLagStride + r - d];
+          mix_sum[a] += sum;
+        }
+        __syncthreads();
+      }
+    }
+    if (tile > first) stage(slot ^ 1, tile - 1);
+    cp_async_commit();
+
+    // 5. h and dz, then the dp rows step-reversed over dout, z and dh.
+    float h_acc[32], dz_acc[32];
+    sm90::wgmma_fence();
+    wgmma_hankel_conv<T, kMixerBlocks, 0>(h_acc, smem_base + 128 * kZRow, mixer_table);
+    wgmma_hankel_conv<T, kMixerBlocks, 0, true, true>(dz_acc, smem_base + 128 * kDhRow, mixer_table_t);
+    sm90::wgmma_commit();
+    sm90::wgmma_wait<0>();
+    sm90::fence_registers(h_acc);
+    sm90::fence_registers(dz_acc);
+    __syncthreads();  // every warp's reads of z and dh are done
+#pragma unroll
+    for (int j = 0; j < 8; ++j)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int m = 16 * warp + g + 8 * h;
+        float dp[3][2];
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {  // element 4j + 2h + e; its pairs' half 1 - e
+          const int i = 4 * j + 2 * h + e;
+          const uint32_t gp = g_pairs[2 * j + h], dhp = dh_pairs[2 * j + h];
+          const float gv = pair_half_to_float<T>(gp, e == 0);
+          const float dhv = pair_half_to_float<T>(dhp, e == 0);
+          const float zr = to_float(from_float<T>(u[i] * v[i]));
+          const float dzv = fmaf(skip, dhv, dz_acc[i]);
+          dp[0][e] = gv * fmaf(skip, zr, h_acc[i]);
+          dp[1][e] = dzv * v[i];
+          dp[2][e] = dzv * u[i];
+        }
+#pragma unroll
+        for (int k = 0; k < 3; ++k)
+          *reinterpret_cast<uint32_t*>(smem + swizzled_unit_offset(dp_row(slot, k) + m, j) + 4 * q) =
+              pack_pair(from_float<T>(dp[k][0]), from_float<T>(dp[k][1]));
+      }
+    sm90::fence_proxy_async_shared();
+    __syncthreads();  // the dp rows complete
+    // Each dp_j's carry: row 64 takes the chunk after the tile, the carry this tile's first.
+    if (tid < 24) {
+      const int k = tid >> 3, unit = tid & 7;
+      unsigned char* const carry = smem + swizzled_unit_offset(kCarryRow + kHalo + k, unit);
+      const uint4 after = *reinterpret_cast<const uint4*>(carry);
+      *reinterpret_cast<uint4*>(carry) =
+          *reinterpret_cast<const uint4*>(smem + swizzled_unit_offset(dp_row(slot, k), unit));
+      *reinterpret_cast<uint4*>(smem + swizzled_unit_offset(dp_row(slot, k) + Tile::kChunks, unit)) = after;
+    }
+    sm90::fence_proxy_async_shared();
+    __syncthreads();
+    if (!own) continue;
+
+    // 6. dx_j and dwp_j.
+#pragma unroll 1
+    for (int j = 0; j < 3; ++j) {
+      float dx_acc[32], d0[32], d1[32];
+      const uint32_t dp_rows = smem_base + 128 * dp_row(slot, j);
+      const uint32_t x_rows = smem_base + 128 * x_row(slot, j);
+      auto products = [&](auto first_slice) {
+        constexpr int kFirst = decltype(first_slice)::value;
+        sm90::wgmma_fence();
+        wgmma_hankel_conv<T, 2, kFirst, true>(dx_acc, dp_rows, proj_table + j * Layout::kProjTableBytes);
+#pragma unroll
+        for (int ks = 0; ks < 4; ++ks) {  // lag block a: x_j chunk J + m - a at x row m + 1 - a
+          const uint64_t da = sm90::smem_descriptor(dp_rows + 2048 * ks, 8192, 1024);
+          sm90::wgmma_m64n64k16_tt<T>(d0, da, sm90::smem_descriptor(x_rows + 128 + 2048 * ks, 8192, 1024), ks != 0);
+          sm90::wgmma_m64n64k16_tt<T>(d1, da, sm90::smem_descriptor(x_rows + 2048 * ks, 8192, 1024), ks != 0);
+        }
+        sm90::wgmma_commit();
+      };
+      if (kp <= 17)
+        products(std::integral_constant<int, 3>{});
+      else
+        products(std::integral_constant<int, 2>{});
+      sm90::wgmma_wait<0>();
+      sm90::fence_registers(dx_acc);
+      sm90::fence_registers(d0);
+      sm90::fence_registers(d1);
+      __syncthreads();  // every warp's MMAs are done: x_j's and dp_j's rows are free
+      const int out_row = x_row(slot, j);
+      float* const band0 = reinterpret_cast<float*>(smem + 128 * dp_row(slot, j));  // [row r'][lag]
+      float* const band1 = reinterpret_cast<float*>(smem + Layout::kBand1);         // [row r' - 32][lag]
+#pragma unroll
+      for (int jj = 0; jj < 8; ++jj)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const int e = 4 * jj + 2 * h, r = 16 * warp + g + 8 * h;
+          *reinterpret_cast<uint32_t*>(smem + swizzled_unit_offset(out_row + r, jj) + 4 * q) =
+              pack_pair(from_float<T>(dx_acc[e]), from_float<T>(dx_acc[e + 1]));
+          // dp_j row r' = r holds step 63 - r: element (r, col) has lag 64 a + 63 - r - col.
+#pragma unroll
+          for (int k = 0; k < 2; ++k) {
+            const int col = 8 * jj + 2 * q + k, s0 = 63 - r - col, s1 = 127 - r - col;
+            if (s0 >= 0 && s0 < kp) band0[32 * r + s0] = d0[e + k];
+            if (s1 < kp) band1[32 * (r - 32) + s1] = d1[e + k];
+          }
+        }
+      __syncthreads();
+      wgmma_toeplitz_store_tile(dx0 + j * p.dx_stride[1], smem, out_row, j0, n);
+      if (tid < kp) {  // lag s = tid, rows in order
+        float sum = 0.0f;
+        for (int r = 0; r <= 63 - tid; ++r) sum += band0[32 * r + tid];
+        for (int r = 64 - tid; r < 64; ++r) sum += band1[32 * (r - 32) + tid];
+        if (j == 0)  // (registers: a runtime index would put the sums in local memory)
+          proj_sum[0] += sum;
+        else if (j == 1)
+          proj_sum[1] += sum;
+        else
+          proj_sum[2] += sum;
+      }
+    }
+  }
+
+  // The block's partial: dwp rows, dwm, dskip (b2b_backward_slots' order).
+  dskip = warp_sum(dskip);
+  __syncthreads();  // the tile buffers are free
+  float* const sums = reinterpret_cast<float*>(smem + 128 * kZRow);  // [kMixerBlocks][128], then [4] dskip
+  if (tid < 127)
+#pragma unroll
+    for (int a = 0; a < kMixerBlocks; ++a) sums[128 * a + tid] = mix_sum[a];
+  if (lane == 0) sums[128 * kMixerBlocks + warp] = dskip;
+  __syncthreads();
+  if (!partials) return;
+  const int slots = 3 * kp + km + 1;
+  float* const part = partials + ((c * p.batch + b) * int64_t(gridDim.y) + blockIdx.y) * slots;
+  if (tid < kp)
+#pragma unroll
+    for (int j = 0; j < 3; ++j) part[j * kp + kp - 1 - tid] = proj_sum[j];
+  for (int k = tid; k < km; k += Tile::kThreads) {
+    const int s = km - 1 - k, a = s >> 6, d = s & 63;  // lag 64 a + d, and 64 (a + 1) + (d - 64)
+    float sum = sums[128 * a + d + 63];
+    if (d > 0 && a + 1 < kMixerBlocks) sum += sums[128 * (a + 1) + d - 1];
+    part[3 * kp + k] = sum;
+  }
+  if (tid == 0) {
+    float sum = 0.0f;
+    for (int w = 0; w < Tile::kThreads / 32; ++w) sum += sums[128 * kMixerBlocks + w];
+    part[slots - 1] = sum;
+  }
+#endif
+}
+
+}  // namespace causalconv::detail
