@@ -68,13 +68,21 @@ struct B2BWgmmaBackwardLayout {
   static constexpr int kMixerTable = kProjTable + 3 * kProjTableBytes;
   static constexpr int kMixerTableT = kMixerTable + 128 * hankel_cores(kMixerBlocks);
   static constexpr int kBytes = 1024 + kMixerTableT + 128 * hankel_cores(kMixerBlocks);
-  // A dwm lag block in fp32 (rows 72 floats apart: conflict-free pair stores) goes over the idle
-  // stage; dwp's lag-block-0 band (float [64][32]) over the dp row it came from.
-  static constexpr int kLagStride = 72;
-  static_assert(64 * kLagStride * 4 <= 128 * kStageRows, "a lag block fits a stage");
+  // dwm's lag blocks in fp32 (lag_block_index) go over the idle stage, two at a time; dwp's
+  // lag-block-0 band (float [64][32], band_index) over the dp row it came from.
+  static_assert(2 * 64 * 64 * 4 <= 128 * kStageRows, "two lag blocks fit a stage");
   static_assert(64 * 32 * 4 <= 128 * (Tile::kChunks + 1), "the band fits a dp row");
   static_assert(kHalo >= 1, "the z and dh rows hold a 65-row dp tile");
 };
+
+// Element (r, c) of a 64 x 64 fp32 lag block: columns XOR-swizzled by r % 4 so that both the
+// accumulator pair stores (rows g, g + 8 of a warp) and the diagonal reads (one row, consecutive
+// columns across the threads) are free of bank conflicts.
+__device__ __forceinline__ int lag_block_index(int r, int c) { return 64 * r + (c ^ (8 * (r & 3))); }
+
+// Element (r, s) of a dwp band of 32-lag rows: lags XOR-swizzled by the row, so that the scattered
+// stores (one lag, many rows) and the reads (one row, consecutive lags) avoid bank conflicts.
+__device__ __forceinline__ int band_index(int r, int s) { return 32 * r + (s ^ (r & 31)); }
 
 template <typename T, int kMixerBlocks>
 __global__ void __launch_bounds__(WgmmaToeplitzTile::kThreads, 2)
@@ -83,7 +91,7 @@ __global__ void __launch_bounds__(WgmmaToeplitzTile::kThreads, 2)
   using Tile = WgmmaToeplitzTile;
   using Layout = B2BWgmmaBackwardLayout<kMixerBlocks>;
   constexpr int kHalo = Layout::kHalo, kZRow = Layout::kZRow, kDhRow = Layout::kDhRow;
-  constexpr int kCarryRow = Layout::kCarryRow, kLagStride = Layout::kLagStride;
+  constexpr int kCarryRow = Layout::kCarryRow;
   unsigned char* const smem = wgmma_toeplitz_shared();
   const uint32_t smem_base = sm90::smem_u32(smem);
   const int kp = int(p.proj_width), km = int(p.mixer_width);
@@ -163,10 +171,12 @@ __global__ void __launch_bounds__(WgmmaToeplitzTile::kThreads, 2)
   const uint32_t proj_table = smem_base + Layout::kProjTable, mixer_table = smem_base + Layout::kMixerTable;
   const uint32_t mixer_table_t = smem_base + Layout::kMixerTableT;
 
-  float mix_sum[kMixerBlocks];  // thread tid < 127: diagonal tid - 63 of dwm's lag block a, over the walk
+  // dwm's lag block a over the walk, thread (t, half) = (tid % 64, tid / 64): diagonals t - 64 and t
+  // over the rows of its half.
+  float mix_below[kMixerBlocks], mix_above[kMixerBlocks];
 #pragma unroll
-  for (int a = 0; a < kMixerBlocks; ++a) mix_sum[a] = 0.0f;
-  float proj_sum[3] = {0.0f, 0.0f, 0.0f};  // thread s < Kp: dwp row j's lag s
+  for (int a = 0; a < kMixerBlocks; ++a) mix_below[a] = mix_above[a] = 0.0f;
+  float proj_sum[3] = {0.0f, 0.0f, 0.0f};  // lane s < Kp of warp w: dwp row j's lag s over w's band rows
   float dskip = 0.0f;
 
   int slot = 0;
@@ -234,7 +244,7 @@ __global__ void __launch_bounds__(WgmmaToeplitzTile::kThreads, 2)
     }
     sm90::fence_proxy_async_shared();  // (step 5's MMAs read them after the barriers of step 4 or 5)
 
-    // 4. dwm's lag blocks, through the idle stage.
+    // 4. dwm's lag blocks, through the idle stage (two buffers: one barrier per block).
     if (own) {
       float* const lag_s = reinterpret_cast<float*>(smem + 128 * (slot ^ 1) * Layout::kStageRows);
 #pragma unroll
@@ -250,23 +260,34 @@ __global__ void __launch_bounds__(WgmmaToeplitzTile::kThreads, 2)
         sm90::wgmma_commit();
         sm90::wgmma_wait<0>();
         sm90::fence_registers(acc);
+        float* const block = lag_s + 4096 * (a & 1);
 #pragma unroll
         for (int j = 0; j < 8; ++j)
 #pragma unroll
           for (int h = 0; h < 2; ++h) {
             const int r = 16 * warp + g + 8 * h;
-            *reinterpret_cast<float2*>(lag_s + r * kLagStride + 8 * j + 2 * q) =
+            *reinterpret_cast<float2*>(block + lag_block_index(r, 8 * j + 2 * q)) =
                 make_float2(acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]);
           }
-        __syncthreads();
-        if (tid < 127) {  // diagonal d = r - c, in order of r
-          const int d = tid - 63, r_end = d < 0 ? 64 + d : 64;
-          float sum = 0.0f;
-          for (int r = d > 0 ? d : 0; r < r_end; ++r) sum += lag_s[r * kLagStride + r - d];
-          mix_sum[a] += sum;
+        __syncthreads();  // (also: every thread is done with the block stored two steps ago)
+        {  // Thread (t, half) = (tid % 64, tid / 64) sums element (r, (r - t) % 64) of each row r of its
+           // half: diagonal t - 64 where r < t, diagonal t where r >= t (every element read once).
+          const int t = tid & 63, r0 = 32 * (tid >> 6);
+          float below = 0.0f, above = 0.0f;
+#pragma unroll 8
+          for (int i = 0; i < 32; ++i) {
+            const int r = r0 + i;
+            const float v = block[lag_block_index(r, (r - t) & 63)];
+            if (r < t)
+              below += v;
+            else
+              above += v;
+          }
+          mix_below[a] += below;
+          mix_above[a] += above;
         }
-        __syncthreads();
       }
+      __syncthreads();  // the idle stage is read: the next tile's rows may go there
     }
     if (tile > first) stage(slot ^ 1, tile - 1);
     cp_async_commit();
@@ -320,20 +341,19 @@ __global__ void __launch_bounds__(WgmmaToeplitzTile::kThreads, 2)
     if (!own) continue;
 
     // 6. dx_j and dwp_j.
-#pragma unroll 1
-    for (int j = 0; j < 3; ++j) {
-      float dx_acc[32], d0[32], d1[32];
-      const uint32_t dp_rows = smem_base + 128 * dp_row(slot, j);
-      const uint32_t x_rows = smem_base + 128 * x_row(slot, j);
+    using Products = float[3][32];  // dx_j, then dwp_j's lag blocks 0 and 1
+    auto issue = [&](int j, Products& acc) {
+      const uint32_t dp_rows = smem_base + 128 * dp_row(slot, j), x_rows = smem_base + 128 * x_row(slot, j);
       auto products = [&](auto first_slice) {
         constexpr int kFirst = decltype(first_slice)::value;
         sm90::wgmma_fence();
-        wgmma_hankel_conv<T, 2, kFirst, true>(dx_acc, dp_rows, proj_table + j * Layout::kProjTableBytes);
+        wgmma_hankel_conv<T, 2, kFirst, true>(acc[0], dp_rows, proj_table + j * Layout::kProjTableBytes);
 #pragma unroll
         for (int ks = 0; ks < 4; ++ks) {  // lag block a: x_j chunk J + m - a at x row m + 1 - a
           const uint64_t da = sm90::smem_descriptor(dp_rows + 2048 * ks, 8192, 1024);
-          sm90::wgmma_m64n64k16_tt<T>(d0, da, sm90::smem_descriptor(x_rows + 128 + 2048 * ks, 8192, 1024), ks != 0);
-          sm90::wgmma_m64n64k16_tt<T>(d1, da, sm90::smem_descriptor(x_rows + 2048 * ks, 8192, 1024), ks != 0);
+          sm90::wgmma_m64n64k16_tt<T>(acc[1], da, sm90::smem_descriptor(x_rows + 128 + 2048 * ks, 8192, 1024),
+                                      ks != 0);
+          sm90::wgmma_m64n64k16_tt<T>(acc[2], da, sm90::smem_descriptor(x_rows + 2048 * ks, 8192, 1024), ks != 0);
         }
         sm90::wgmma_commit();
       };
@@ -341,11 +361,11 @@ __global__ void __launch_bounds__(WgmmaToeplitzTile::kThreads, 2)
         products(std::integral_constant<int, 3>{});
       else
         products(std::integral_constant<int, 2>{});
-      sm90::wgmma_wait<0>();
-      sm90::fence_registers(dx_acc);
-      sm90::fence_registers(d0);
-      sm90::fence_registers(d1);
-      __syncthreads();  // every warp's MMAs are done: x_j's and dp_j's rows are free
+    };
+    auto finish = [&](int j, Products& acc) {  // once row j's group is waited for
+#pragma unroll
+      for (int k = 0; k < 3; ++k) sm90::fence_registers(acc[k]);
+      __syncthreads();  // every warp's MMAs of row j are done: x_j's and dp_j's rows are free
       const int out_row = x_row(slot, j);
       float* const band0 = reinterpret_cast<float*>(smem + 128 * dp_row(slot, j));  // [row r'][lag]
       float* const band1 = reinterpret_cast<float*>(smem + Layout::kBand1);         // [row r' - 32][lag]
@@ -355,21 +375,31 @@ __global__ void __launch_bounds__(WgmmaToeplitzTile::kThreads, 2)
         for (int h = 0; h < 2; ++h) {
           const int e = 4 * jj + 2 * h, r = 16 * warp + g + 8 * h;
           *reinterpret_cast<uint32_t*>(smem + swizzled_unit_offset(out_row + r, jj) + 4 * q) =
-              pack_pair(from_float<T>(dx_acc[e]), from_float<T>(dx_acc[e + 1]));
+              pack_pair(from_float<T>(acc[0][e]), from_float<T>(acc[0][e + 1]));
           // dp_j row r' = r holds step 63 - r: element (r, col) has lag 64 a + 63 - r - col.
 #pragma unroll
           for (int k = 0; k < 2; ++k) {
             const int col = 8 * jj + 2 * q + k, s0 = 63 - r - col, s1 = 127 - r - col;
-            if (s0 >= 0 && s0 < kp) band0[32 * r + s0] = d0[e + k];
-            if (s1 < kp) band1[32 * (r - 32) + s1] = d1[e + k];
+            if (s0 >= 0 && s0 < kp) band0[band_index(r, s0)] = acc[1][e + k];
+            if (s1 < kp) band1[band_index(r - 32, s1)] = acc[2][e + k];
           }
         }
       __syncthreads();
       wgmma_toeplitz_store_tile(dx0 + j * p.dx_stride[1], smem, out_row, j0, n);
-      if (tid < kp) {  // lag s = tid, rows in order
+      if (lane < kp) {  // lag s = lane over the warp's rows: band 0 rows 16w .., band 1 rows 32 + 8w ..
         float sum = 0.0f;
-        for (int r = 0; r <= 63 - tid; ++r) sum += band0[32 * r + tid];
-        for (int r = 64 - tid; r < 64; ++r) sum += band1[32 * (r - 32) + tid];
+#pragma unroll
+        for (int i = 0; i < 16; ++i) {
+          const int r = 16 * warp + i;
+          const float v = band0[band_index(r, lane)];
+          sum += r <= 63 - lane ? v : 0.0f;
+        }
+#pragma unroll
+        for (int i = 0; i < 8; ++i) {
+          const int r = 32 + 8 * warp + i;
+          const float v = band1[band_index(r - 32, lane)];
+          sum += r >= 64 - lane ? v : 0.0f;
+        }
         if (j == 0)  // (registers: a runtime index would put the sums in local memory)
           proj_sum[0] += sum;
         else if (j == 1)
@@ -377,33 +407,54 @@ __global__ void __launch_bounds__(WgmmaToeplitzTile::kThreads, 2)
         else
           proj_sum[2] += sum;
       }
+    };
+    Products acc;
+#pragma unroll 1
+    for (int j = 0; j < 3; ++j) {
+      issue(j, acc);
+      sm90::wgmma_wait<0>();
+      finish(j, acc);
     }
   }
 
   // The block's partial: dwp rows, dwm, dskip (b2b_backward_slots' order).
   dskip = warp_sum(dskip);
   __syncthreads();  // the tile buffers are free
-  float* const sums = reinterpret_cast<float*>(smem + 128 * kZRow);  // [kMixerBlocks][128], then [4] dskip
-  if (tid < 127)
+  // [kMixerBlocks][2 halves][128] diagonal sums (diagonal d at d + 64), [4] dskip per warp, then
+  // [3][4][32] dwp lag sums per warp
+  float* const sums = reinterpret_cast<float*>(smem + 128 * kZRow);
+  float* const proj_sums = sums + 256 * kMixerBlocks + 4;
+  {
+    const int t = tid & 63, half = tid >> 6;
 #pragma unroll
-    for (int a = 0; a < kMixerBlocks; ++a) sums[128 * a + tid] = mix_sum[a];
-  if (lane == 0) sums[128 * kMixerBlocks + warp] = dskip;
+    for (int a = 0; a < kMixerBlocks; ++a) {
+      sums[256 * a + 128 * half + t] = mix_below[a];  // diagonal t - 64 (nothing at t = 0)
+      sums[256 * a + 128 * half + t + 64] = mix_above[a];
+    }
+  }
+  if (lane == 0) sums[256 * kMixerBlocks + warp] = dskip;
+#pragma unroll
+  for (int j = 0; j < 3; ++j) proj_sums[128 * j + tid] = proj_sum[j];
   __syncthreads();
   if (!partials) return;
   const int slots = 3 * kp + km + 1;
   float* const part = partials + ((c * p.batch + b) * int64_t(gridDim.y) + blockIdx.y) * slots;
-  if (tid < kp)
-#pragma unroll
-    for (int j = 0; j < 3; ++j) part[j * kp + kp - 1 - tid] = proj_sum[j];
+  if (tid < 3 * kp) {  // dwp row j's tap k: lag kp - 1 - k, the warps in order
+    const int j = tid / kp, s = kp - 1 - (tid - j * kp);
+    float sum = 0.0f;
+    for (int w = 0; w < Tile::kThreads / 32; ++w) sum += proj_sums[128 * j + 32 * w + s];
+    part[tid] = sum;
+  }
   for (int k = tid; k < km; k += Tile::kThreads) {
     const int s = km - 1 - k, a = s >> 6, d = s & 63;  // lag 64 a + d, and 64 (a + 1) + (d - 64)
-    float sum = sums[128 * a + d + 63];
-    if (d > 0 && a + 1 < kMixerBlocks) sum += sums[128 * (a + 1) + d - 1];
+    const float* const block = sums + 256 * a;
+    float sum = block[d + 64] + block[128 + d + 64];
+    if (d > 0 && a + 1 < kMixerBlocks) sum += block[256 + d] + block[256 + 128 + d];
     part[3 * kp + k] = sum;
   }
   if (tid == 0) {
     float sum = 0.0f;
-    for (int w = 0; w < Tile::kThreads / 32; ++w) sum += sums[128 * kMixerBlocks + w];
+    for (int w = 0; w < Tile::kThreads / 32; ++w) sum += sums[256 * kMixerBlocks + w];
     part[slots - 1] = sum;
   }
 #endif
