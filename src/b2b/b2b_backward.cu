@@ -44,6 +44,11 @@ size_t elem_bytes(DType t) { return t == DType::f32 ? 4 : 2; }
 constexpr int64_t kB2BWgmmaBackwardMaxTilesPerSegment = 32;
 constexpr int64_t kB2BWgmmaBackwardMinBlocks = 512;
 
+// The wgmma backward's dwp on the CUDA cores for Kp <= kDwpCoreTaps (b2b_backward_wgmma_kernel.cuh),
+// instead of two lag-block MMAs per row and their band sums. Written after session 12's last
+// device call and emulation-tested, not yet measured: off until an A/B on the H200.
+constexpr bool kB2BWgmmaDwpOnCores = false;
+
 size_t b2b_wgmma_backward_smem_bytes(int mixer_blocks) {
   switch (mixer_blocks) {
     case 2: return B2BWgmmaBackwardLayout<2>::kBytes;
@@ -121,12 +126,22 @@ void launch_typed(const B2BBackwardParams& p, const B2BBackwardPlan& plan, float
             kernel<<<grid, WgmmaToeplitzTile::kThreads, plan.smem_bytes, stream>>>(p, plan.tiling.tiles, per_segment,
                                                                                   partials);
           };
-          switch (plan.tc_max_blocks) {
-            case 2: run(b2b_backward_wgmma_kernel<T, 2>); break;  // Km <= 65
-            case 3: run(b2b_backward_wgmma_kernel<T, 3>); break;  // Km <= 129
-            case 4: run(b2b_backward_wgmma_kernel<T, 4>); break;  // Km <= 193
-            default: run(b2b_backward_wgmma_kernel<T, 5>); break;  // Km <= 256
+          auto run_width = [&](auto dwp_on_cores) {
+            constexpr bool kCores = decltype(dwp_on_cores)::value;
+            switch (plan.tc_max_blocks) {
+              case 2: run(b2b_backward_wgmma_kernel<T, 2, kCores>); break;  // Km <= 65
+              case 3: run(b2b_backward_wgmma_kernel<T, 3, kCores>); break;  // Km <= 129
+              case 4: run(b2b_backward_wgmma_kernel<T, 4, kCores>); break;  // Km <= 193
+              default: run(b2b_backward_wgmma_kernel<T, 5, kCores>); break;  // Km <= 256
+            }
+          };
+          if constexpr (kB2BWgmmaDwpOnCores) {
+            if (p.proj_width <= kDwpCoreTaps) {
+              run_width(std::true_type{});
+              break;
+            }
           }
+          run_width(std::false_type{});
         }
         break;
       case B2BBackwardPath::tensor_core:

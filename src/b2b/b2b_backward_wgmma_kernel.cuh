@@ -84,7 +84,12 @@ __device__ __forceinline__ int lag_block_index(int r, int c) { return 64 * r + (
 // stores (one lag, many rows) and the reads (one row, consecutive lags) avoid bank conflicts.
 __device__ __forceinline__ int band_index(int r, int s) { return 32 * r + (s ^ (r & 31)); }
 
-template <typename T, int kMixerBlocks>
+// dwp on the CUDA cores (kDwpOnCores, Kp <= kDwpCoreTaps) instead of two lag-block MMAs per row:
+// thread t takes steps 32 (t % 2) .. + 31 of chunk t / 2 and sums dp_j[t] x_j[t - s] for its
+// steps in registers across the walk, while the row's dx MMAs run.
+constexpr int kDwpCoreTaps = 4;
+
+template <typename T, int kMixerBlocks, bool kDwpOnCores>
 __global__ void __launch_bounds__(WgmmaToeplitzTile::kThreads, 2)
     b2b_backward_wgmma_kernel(B2BBackwardParams p, int64_t tiles, int64_t tiles_per_segment, float* partials) {
 #ifdef CAUSALCONV_SM90A
@@ -177,6 +182,7 @@ __global__ void __launch_bounds__(WgmmaToeplitzTile::kThreads, 2)
 #pragma unroll
   for (int a = 0; a < kMixerBlocks; ++a) mix_below[a] = mix_above[a] = 0.0f;
   float proj_sum[3] = {0.0f, 0.0f, 0.0f};  // lane s < Kp of warp w: dwp row j's lag s over w's band rows
+  float core_sum[3][kDwpCoreTaps] = {};     // kDwpOnCores: dwp row j's lag s over this thread's steps
   float dskip = 0.0f;
 
   int slot = 0;
@@ -341,6 +347,70 @@ __global__ void __launch_bounds__(WgmmaToeplitzTile::kThreads, 2)
     if (!own) continue;
 
     // 6. dx_j and dwp_j.
+    if constexpr (kDwpOnCores) {
+#pragma unroll 1
+      for (int j = 0; j < 3; ++j) {
+        float dx_acc[32];
+        auto dx_products = [&](auto first_slice) {
+          sm90::wgmma_fence();
+          wgmma_hankel_conv<T, 2, decltype(first_slice)::value, true>(
+              dx_acc, smem_base + 128 * dp_row(slot, j), proj_table + j * Layout::kProjTableBytes);
+          sm90::wgmma_commit();
+        };
+        if (kp <= 17)
+          dx_products(std::integral_constant<int, 3>{});
+        else
+          dx_products(std::integral_constant<int, 2>{});
+        {  // dwp_j meanwhile: steps 32 half + i of chunk m (dp row m holds step 63 - col at col)
+          const int m = tid >> 1, half = tid & 1;
+          float dpv[32], xv[40];  // dp at steps 32 half + i; x at steps 32 half - 8 + i
+#pragma unroll
+          for (int u = 0; u < 4; ++u) {
+            float v[8];
+            decode16<T>(*reinterpret_cast<const uint4*>(smem + swizzled_unit_offset(dp_row(slot, j) + m,
+                                                                                       7 - 4 * half - u)), v);
+#pragma unroll
+            for (int k = 0; k < 8; ++k) dpv[8 * u + 7 - k] = v[k];
+          }
+#pragma unroll
+          for (int u = 0; u < 5; ++u) {  // x row m + 1 is chunk J + m; unit -1 is row m's last
+            const int unit = 4 * half - 1 + u;
+            decode16<T>(*reinterpret_cast<const uint4*>(
+                            smem + swizzled_unit_offset(x_row(slot, j) + m + (unit < 0 ? 0 : 1), unit & 7)),
+                        xv + 8 * u);
+          }
+          float sum[kDwpCoreTaps] = {};
+#pragma unroll
+          for (int i = 0; i < 32; ++i)
+#pragma unroll
+            for (int k = 0; k < kDwpCoreTaps; ++k) sum[k] = fmaf(dpv[i], xv[i + 8 - k], sum[k]);
+#pragma unroll
+          for (int k = 0; k < kDwpCoreTaps; ++k) {  // (a runtime row index would put the sums in local memory)
+            if (j == 0)
+              core_sum[0][k] += sum[k];
+            else if (j == 1)
+              core_sum[1][k] += sum[k];
+            else
+              core_sum[2][k] += sum[k];
+          }
+        }
+        sm90::wgmma_wait<0>();
+        sm90::fence_registers(dx_acc);
+        __syncthreads();  // every warp's MMAs and reads of x_j are done: the output tile goes over x_j
+        const int out_row = x_row(slot, j);
+#pragma unroll
+        for (int jj = 0; jj < 8; ++jj)
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            const int e = 4 * jj + 2 * h, r = 16 * warp + g + 8 * h;
+            *reinterpret_cast<uint32_t*>(smem + swizzled_unit_offset(out_row + r, jj) + 4 * q) =
+                pack_pair(from_float<T>(dx_acc[e]), from_float<T>(dx_acc[e + 1]));
+          }
+        __syncthreads();
+        wgmma_toeplitz_store_tile(dx0 + j * p.dx_stride[1], smem, out_row, j0, n);
+      }
+      continue;
+    }
     using Products = float[3][32];  // dx_j, then dwp_j's lag blocks 0 and 1
     auto issue = [&](int j, Products& acc) {
       const uint32_t dp_rows = smem_base + 128 * dp_row(slot, j), x_rows = smem_base + 128 * x_row(slot, j);
@@ -421,8 +491,11 @@ __global__ void __launch_bounds__(WgmmaToeplitzTile::kThreads, 2)
   dskip = warp_sum(dskip);
   __syncthreads();  // the tile buffers are free
   // [kMixerBlocks][2 halves][128] diagonal sums (diagonal d at d + 64), [4] dskip per warp, then
-  // [3][4][32] dwp lag sums per warp
-  float* const sums = reinterpret_cast<float*>(smem + 128 * kZRow);
+  // dwp's lag sums: [3][4 warps][32 lags], or [3][kDwpCoreTaps][128 threads] on the CUDA cores
+  // (over the z rows, or the first stage for the larger dwp sums of the CUDA cores)
+  float* const sums = reinterpret_cast<float*>(smem + (kDwpOnCores ? 0 : 128 * kZRow));
+  static_assert(4 * (256 * kMixerBlocks + 4 + 3 * 128) <= 128 * (kHalo + Tile::kChunks), "sums fit the z rows");
+  static_assert(4 * (256 * kMixerBlocks + 4 + 3 * kDwpCoreTaps * 128) <= 128 * Layout::kStageRows, "... a stage");
   float* const proj_sums = sums + 256 * kMixerBlocks + 4;
   {
     const int t = tid & 63, half = tid >> 6;
@@ -433,16 +506,27 @@ __global__ void __launch_bounds__(WgmmaToeplitzTile::kThreads, 2)
     }
   }
   if (lane == 0) sums[256 * kMixerBlocks + warp] = dskip;
+  if constexpr (kDwpOnCores) {  // [3][kDwpCoreTaps][128]: each thread's sums
 #pragma unroll
-  for (int j = 0; j < 3; ++j) proj_sums[128 * j + tid] = proj_sum[j];
+    for (int j = 0; j < 3; ++j)
+#pragma unroll
+      for (int k = 0; k < kDwpCoreTaps; ++k) proj_sums[128 * (kDwpCoreTaps * j + k) + tid] = core_sum[j][k];
+  } else {
+#pragma unroll
+    for (int j = 0; j < 3; ++j) proj_sums[128 * j + tid] = proj_sum[j];
+  }
   __syncthreads();
   if (!partials) return;
   const int slots = 3 * kp + km + 1;
   float* const part = partials + ((c * p.batch + b) * int64_t(gridDim.y) + blockIdx.y) * slots;
-  if (tid < 3 * kp) {  // dwp row j's tap k: lag kp - 1 - k, the warps in order
+  if (tid < 3 * kp) {  // dwp row j's tap k: lag kp - 1 - k, the warps (or threads) in order
     const int j = tid / kp, s = kp - 1 - (tid - j * kp);
     float sum = 0.0f;
-    for (int w = 0; w < Tile::kThreads / 32; ++w) sum += proj_sums[128 * j + 32 * w + s];
+    if constexpr (kDwpOnCores) {
+      for (int t = 0; t < Tile::kThreads; ++t) sum += proj_sums[128 * (kDwpCoreTaps * j + s) + t];
+    } else {
+      for (int w = 0; w < Tile::kThreads / 32; ++w) sum += proj_sums[128 * j + 32 * w + s];
+    }
     part[tid] = sum;
   }
   for (int k = tid; k < km; k += Tile::kThreads) {

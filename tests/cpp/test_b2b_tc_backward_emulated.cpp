@@ -49,8 +49,9 @@ struct Case {
   int64_t tiles_per_block = 4;  // mma.sync: tiles per block, strided; wgmma: tiles per segment
 };
 
-// The mma.sync form (b2b_backward_tc_kernel) or, on rows of 16-byte vectors, the wgmma form.
-enum class Form { mma_sync, wgmma };
+// The mma.sync form (b2b_backward_tc_kernel) or, on rows of 16-byte vectors, the wgmma form
+// (wgmma_dwp_on_cores: its dwp on the CUDA cores, Kp <= detail::kDwpCoreTaps).
+enum class Form { mma_sync, wgmma, wgmma_dwp_on_cores };
 
 using test::ErrorTally;
 
@@ -63,22 +64,26 @@ void launch_emulated(const detail::B2BBackwardParams& p, const detail::B2BTiling
 
 template <typename T, int kMixerBlocks>
 void launch_wgmma_emulated(const detail::B2BBackwardParams& p, const detail::B2BTiling& tiling,
-                           int64_t tiles_per_segment, float* partials) {
+                           int64_t tiles_per_segment, bool dwp_on_cores, float* partials) {
   using Tile = detail::WgmmaToeplitzTile;
   emu::launch({unsigned(p.batch * p.dim), unsigned(tiling.tile_blocks), 1}, Tile::kThreads,
               size_t(detail::B2BWgmmaBackwardLayout<kMixerBlocks>::kBytes), [&] {
-                detail::b2b_backward_wgmma_kernel_emulated<T, kMixerBlocks>(p, tiling.tiles, tiles_per_segment,
-                                                                            partials);
+                if (dwp_on_cores)
+                  detail::b2b_backward_wgmma_kernel_emulated<T, kMixerBlocks, true>(p, tiling.tiles,
+                                                                                    tiles_per_segment, partials);
+                else
+                  detail::b2b_backward_wgmma_kernel_emulated<T, kMixerBlocks, false>(p, tiling.tiles,
+                                                                                     tiles_per_segment, partials);
               });
 }
 
 template <typename T>
 void run_case(const Case& cs, Form form = Form::mma_sync) {
-  SCOPED_TRACE(::testing::Message() << (form == Form::wgmma ? "wgmma" : "mma.sync") << " B" << cs.batch << " D"
+  SCOPED_TRACE(::testing::Message() << (form == Form::mma_sync ? "mma.sync" : form == Form::wgmma ? "wgmma" : "wgmma, dwp on the CUDA cores") << " B" << cs.batch << " D"
                                     << cs.dim << " L" << cs.length << " Kp" << cs.kp << " Km" << cs.km << " aligned "
                                     << cs.aligned);
   const int64_t B = cs.batch, D = cs.dim, L = cs.length, Kp = cs.kp, Km = cs.km;
-  const bool aligned = cs.aligned || form == Form::wgmma;  // wgmma: every row 16-byte aligned
+  const bool aligned = cs.aligned || form != Form::mma_sync;  // wgmma: every row 16-byte aligned
   const int64_t pad = aligned ? 8 - L % 8 : 3;  // >= 1 NaN slot after each row
   HostTensor xh({B, 3 * D, L}), gh({B, D, L}), wph({3 * D, Kp}), wmh({D, Km}), skiph({D});
   std::random_device seed;
@@ -98,7 +103,7 @@ void run_case(const Case& cs, Form form = Form::mma_sync) {
   const detail::B2BBackwardParams p = test::b2b_backward_params(x, wp, wm, skip, dout, dx);
 
   detail::B2BTiling tiling = detail::make_b2b_tiling(L, detail::ToeplitzTile::kOutputs, cs.tiles_per_block);
-  if (form == Form::wgmma) {  // segments of tiles_per_block consecutive 4096-step tiles
+  if (form != Form::mma_sync) {  // segments of tiles_per_block consecutive 4096-step tiles
     const int64_t tiles = (L + detail::WgmmaToeplitzTile::kOutputs - 1) / detail::WgmmaToeplitzTile::kOutputs;
     tiling = {tiles, (tiles + cs.tiles_per_block - 1) / cs.tiles_per_block};
   }
@@ -106,12 +111,13 @@ void run_case(const Case& cs, Form form = Form::mma_sync) {
   std::vector<float> partials(size_t(D * parts * slots), std::numeric_limits<float>::quiet_NaN());
   std::vector<float> again = partials;
   auto run = [&](float* out) {
-    if (form == Form::wgmma) {
+    if (form != Form::mma_sync) {
+      const bool cores = form == Form::wgmma_dwp_on_cores;
       switch (detail::toeplitz64_blocks(int(Km))) {
-        case 2: launch_wgmma_emulated<T, 2>(p, tiling, cs.tiles_per_block, out); break;
-        case 3: launch_wgmma_emulated<T, 3>(p, tiling, cs.tiles_per_block, out); break;
-        case 4: launch_wgmma_emulated<T, 4>(p, tiling, cs.tiles_per_block, out); break;
-        default: launch_wgmma_emulated<T, 5>(p, tiling, cs.tiles_per_block, out); break;
+        case 2: launch_wgmma_emulated<T, 2>(p, tiling, cs.tiles_per_block, cores, out); break;
+        case 3: launch_wgmma_emulated<T, 3>(p, tiling, cs.tiles_per_block, cores, out); break;
+        case 4: launch_wgmma_emulated<T, 4>(p, tiling, cs.tiles_per_block, cores, out); break;
+        default: launch_wgmma_emulated<T, 5>(p, tiling, cs.tiles_per_block, cores, out); break;
       }
       return;
     }
@@ -269,6 +275,17 @@ TEST(B2BTensorCoreBackwardEmulated, WgmmaBFloat16) {
   run_case<__nv_bfloat16>({1, 1, 300, 32, 256}, Form::wgmma);         // L < Km, widest filters, 5 blocks
   run_case<__nv_bfloat16>({1, 1, 12290, 4, 193, false, 1}, Form::wgmma);  // 4 segments of 1: priming tiles
   run_case<__nv_bfloat16>({1, 1, 16384, 17, 65, false, 3}, Form::wgmma);  // segments 3 + 1, Kp 17
+}
+
+// dwp on the CUDA cores (kB2BWgmmaDwpOnCores; Kp <= 4): the same walks.
+TEST(B2BTensorCoreBackwardEmulated, WgmmaDwpOnCoresBFloat16) {
+  run_case<__nv_bfloat16>({1, 1, 1, 2, 16}, Form::wgmma_dwp_on_cores);
+  run_case<__nv_bfloat16>({2, 3, 4100, 3, 128}, Form::wgmma_dwp_on_cores);
+  run_case<__nv_bfloat16>({1, 1, 12290, 4, 256, false, 1}, Form::wgmma_dwp_on_cores);
+}
+
+TEST(B2BTensorCoreBackwardEmulated, WgmmaDwpOnCoresFloat16) {
+  run_case<__half>({1, 2, 8200, 4, 65, false, 2}, Form::wgmma_dwp_on_cores);
 }
 
 TEST(B2BTensorCoreBackwardEmulated, WgmmaFloat16) {
