@@ -28,8 +28,9 @@
 //      dout, z and dh; each dp_j's carried chunk into its row 64;
 //   6. dx_j = P_j^T dp_j: the look-ahead product over the forward table, which with step-reversed
 //      rows yields steps in order, through an output tile (x_j's rows) in 16-byte stores; dwp_j:
-//      lag blocks 0 and 1 of (dp_j, x_j), whose lags below Kp lie in two bands reduced by the
-//      first Kp threads.
+//      lag blocks 0 and 1 of (dp_j, x_j), whose lags below Kp lie in two bands summed by the
+//      first Kp lanes of each warp (or, with kDwpOnCores and Kp <= 4, on the CUDA cores while the
+//      dx MMAs run).
 // The block's sums go out as one partial per (c, b, segment) in the layout of the other backward
 // kernels; b2b_weight_grad_reduce sums them in a fixed order (bitwise reproducible).
 //
