@@ -58,17 +58,24 @@ size_t b2b_wgmma_backward_smem_bytes(int mixer_blocks) {
   }
 }
 
+// True when every `group`-element group starting at a multiple of `group` of every row of x,
+// dout and dx is aligned to its size (rows at base + i * stride[0] + j * stride[1]): 4 for the
+// chunked kernels' vector accesses, 16 bytes' worth for the short and wgmma kernels'.
+bool rows_in_groups(const B2BBackwardParams& p, int64_t group) {
+  const size_t bytes = size_t(group) * elem_bytes(p.dtype);
+  auto aligned = [&](const void* base, const int64_t (&strides)[2]) {
+    return reinterpret_cast<uintptr_t>(base) % bytes == 0 && strides[0] % group == 0 && strides[1] % group == 0;
+  };
+  return aligned(p.x, p.x_stride) && aligned(p.dout, p.dout_stride) && aligned(p.dx, p.dx_stride);
+}
+
 // fp16/bf16, kB2BTcMinMixerWidth <= Km <= 256, Kp <= 32, every x, dout and dx row of 16-byte
 // vectors, on a compute capability 9.0 device with an sm_90a image.
 bool wgmma_backward_applies(const B2BBackwardParams& p) {
 #ifdef CAUSALCONV_HAS_SM90A
-  if (p.dtype == DType::f32 || p.mixer_width < kB2BTcMinMixerWidth || p.mixer_width > 256 || p.proj_width > 32)
+  if (p.dtype == DType::f32 || p.mixer_width < kB2BTcMinMixerWidth || p.mixer_width > 256 || p.proj_width > 32 ||
+      !rows_in_groups(p, 16 / int64_t(elem_bytes(p.dtype))))
     return false;
-  const int64_t vec = 16 / int64_t(elem_bytes(p.dtype));
-  auto aligned = [&](const void* base, const int64_t (&strides)[2]) {
-    return reinterpret_cast<uintptr_t>(base) % 16 == 0 && strides[0] % vec == 0 && strides[1] % vec == 0;
-  };
-  if (!aligned(p.x, p.x_stride) || !aligned(p.dout, p.dout_stride) || !aligned(p.dx, p.dx_stride)) return false;
   int device = 0;
   check_cuda(cudaGetDevice(&device), "b2b_causal_conv1d backward");
   return device_is_sm90(device);
@@ -76,17 +83,6 @@ bool wgmma_backward_applies(const B2BBackwardParams& p) {
   (void)p;
   return false;
 #endif
-}
-
-// True when every `group`-element group starting at a multiple of `group` of every row of x,
-// dout and dx is aligned to its size (rows at base + i * stride[0] + j * stride[1]): 4 for the
-// chunked kernels' vector accesses, 16 bytes' worth for the short kernel's.
-bool rows_in_groups(const B2BBackwardParams& p, int64_t group) {
-  const size_t bytes = size_t(group) * elem_bytes(p.dtype);
-  auto aligned = [&](const void* base, const int64_t (&strides)[2]) {
-    return reinterpret_cast<uintptr_t>(base) % bytes == 0 && strides[0] % group == 0 && strides[1] % group == 0;
-  };
-  return aligned(p.x, p.x_stride) && aligned(p.dout, p.dout_stride) && aligned(p.dx, p.dx_stride);
 }
 
 int64_t short_span_steps(DType t) { return t == DType::f32 ? b2b_short_span<float>() : b2b_short_span<__half>(); }
