@@ -183,7 +183,7 @@ __global__ void __launch_bounds__(WgmmaToeplitzTile::kThreads, 2)
 #pragma unroll
   for (int a = 0; a < kMixerBlocks; ++a) mix_below[a] = mix_above[a] = 0.0f;
   float proj_sum[3] = {0.0f, 0.0f, 0.0f};  // lane s < Kp of warp w: dwp row j's lag s over w's band rows
-  float core_sum[3][kDwpCoreTaps] = {};     // kDwpOnCores: dwp row j's lag s over this thread's steps
+  float core_sum[kDwpCoreTaps][3] = {};     // kDwpOnCores: dwp row j's lag s over this thread's steps
   float dskip = 0.0f;
 
   int slot = 0;
@@ -329,7 +329,7 @@ __global__ void __launch_bounds__(WgmmaToeplitzTile::kThreads, 2)
         }
 #pragma unroll
         for (int k = 0; k < 3; ++k)
-          *reinterpret_cast<uint32_t*>(smem + swizzled_unit_offset(dp_row(slot, k) + m, j) + 4 * q) =
+          *reinterpret_cast<uint32_t*>(smem + fragment_pair_offset(dp_row(slot, k) + m, j, q)) =
               pack_pair(from_float<T>(dp[k][0]), from_float<T>(dp[k][1]));
       }
     sm90::fence_proxy_async_shared();
@@ -347,84 +347,24 @@ __global__ void __launch_bounds__(WgmmaToeplitzTile::kThreads, 2)
     __syncthreads();
     if (!own) continue;
 
-    // 6. dx_j and dwp_j.
-    if constexpr (kDwpOnCores) {
+    // 6. dx_j and dwp_j: two lag-block MMAs with the dx MMAs and their bands afterwards, or (kDwpOnCores)
+    //    the CUDA cores while the dx MMAs run.
 #pragma unroll 1
-      for (int j = 0; j < 3; ++j) {
-        float dx_acc[32];
-        auto dx_products = [&](auto first_slice) {
-          sm90::wgmma_fence();
-          wgmma_hankel_conv<T, 2, decltype(first_slice)::value, true>(
-              dx_acc, smem_base + 128 * dp_row(slot, j), proj_table + j * Layout::kProjTableBytes);
-          sm90::wgmma_commit();
-        };
-        if (kp <= 17)
-          dx_products(std::integral_constant<int, 3>{});
-        else
-          dx_products(std::integral_constant<int, 2>{});
-        {  // dwp_j meanwhile: steps 32 half + i of chunk m (dp row m holds step 63 - col at col)
-          const int m = tid >> 1, half = tid & 1;
-          float dpv[32], xv[40];  // dp at steps 32 half + i; x at steps 32 half - 8 + i
-#pragma unroll
-          for (int u = 0; u < 4; ++u) {
-            float v[8];
-            decode16<T>(*reinterpret_cast<const uint4*>(smem + swizzled_unit_offset(dp_row(slot, j) + m,
-                                                                                       7 - 4 * half - u)), v);
-#pragma unroll
-            for (int k = 0; k < 8; ++k) dpv[8 * u + 7 - k] = v[k];
-          }
-#pragma unroll
-          for (int u = 0; u < 5; ++u) {  // x row m + 1 is chunk J + m; unit -1 is row m's last
-            const int unit = 4 * half - 1 + u;
-            decode16<T>(*reinterpret_cast<const uint4*>(
-                            smem + swizzled_unit_offset(x_row(slot, j) + m + (unit < 0 ? 0 : 1), unit & 7)),
-                        xv + 8 * u);
-          }
-          float sum[kDwpCoreTaps] = {};
-#pragma unroll
-          for (int i = 0; i < 32; ++i)
-#pragma unroll
-            for (int k = 0; k < kDwpCoreTaps; ++k) sum[k] = fmaf(dpv[i], xv[i + 8 - k], sum[k]);
-#pragma unroll
-          for (int k = 0; k < kDwpCoreTaps; ++k) {  // (a runtime row index would put the sums in local memory)
-            if (j == 0)
-              core_sum[0][k] += sum[k];
-            else if (j == 1)
-              core_sum[1][k] += sum[k];
-            else
-              core_sum[2][k] += sum[k];
-          }
-        }
-        sm90::wgmma_wait<0>();
-        sm90::fence_registers(dx_acc);
-        __syncthreads();  // every warp's MMAs and reads of x_j are done: the output tile goes over x_j
-        const int out_row = x_row(slot, j);
-#pragma unroll
-        for (int jj = 0; jj < 8; ++jj)
-#pragma unroll
-          for (int h = 0; h < 2; ++h) {
-            const int e = 4 * jj + 2 * h, r = 16 * warp + g + 8 * h;
-            *reinterpret_cast<uint32_t*>(smem + swizzled_unit_offset(out_row + r, jj) + 4 * q) =
-                pack_pair(from_float<T>(dx_acc[e]), from_float<T>(dx_acc[e + 1]));
-          }
-        __syncthreads();
-        wgmma_toeplitz_store_tile(dx0 + j * p.dx_stride[1], smem, out_row, j0, n);
-      }
-      continue;
-    }
-    using Products = float[3][32];  // dx_j, then dwp_j's lag blocks 0 and 1
-    auto issue = [&](int j, Products& acc) {
+    for (int j = 0; j < 3; ++j) {
       const uint32_t dp_rows = smem_base + 128 * dp_row(slot, j), x_rows = smem_base + 128 * x_row(slot, j);
+      float acc[3][32];  // dx_j, then dwp_j's lag blocks 0 and 1
       auto products = [&](auto first_slice) {
-        constexpr int kFirst = decltype(first_slice)::value;
         sm90::wgmma_fence();
-        wgmma_hankel_conv<T, 2, kFirst, true>(acc[0], dp_rows, proj_table + j * Layout::kProjTableBytes);
+        wgmma_hankel_conv<T, 2, decltype(first_slice)::value, true>(acc[0], dp_rows,
+                                                                    proj_table + j * Layout::kProjTableBytes);
+        if constexpr (!kDwpOnCores) {
 #pragma unroll
-        for (int ks = 0; ks < 4; ++ks) {  // lag block a: x_j chunk J + m - a at x row m + 1 - a
-          const uint64_t da = sm90::smem_descriptor(dp_rows + 2048 * ks, 8192, 1024);
-          sm90::wgmma_m64n64k16_tt<T>(acc[1], da, sm90::smem_descriptor(x_rows + 128 + 2048 * ks, 8192, 1024),
-                                      ks != 0);
-          sm90::wgmma_m64n64k16_tt<T>(acc[2], da, sm90::smem_descriptor(x_rows + 2048 * ks, 8192, 1024), ks != 0);
+          for (int ks = 0; ks < 4; ++ks) {  // lag block a: x_j chunk J + m - a at x row m + 1 - a
+            const uint64_t da = sm90::smem_descriptor(dp_rows + 2048 * ks, 8192, 1024);
+            sm90::wgmma_m64n64k16_tt<T>(acc[1], da, sm90::smem_descriptor(x_rows + 128 + 2048 * ks, 8192, 1024),
+                                        ks != 0);
+            sm90::wgmma_m64n64k16_tt<T>(acc[2], da, sm90::smem_descriptor(x_rows + 2048 * ks, 8192, 1024), ks != 0);
+          }
         }
         sm90::wgmma_commit();
       };
@@ -432,11 +372,45 @@ __global__ void __launch_bounds__(WgmmaToeplitzTile::kThreads, 2)
         products(std::integral_constant<int, 3>{});
       else
         products(std::integral_constant<int, 2>{});
-    };
-    auto finish = [&](int j, Products& acc) {  // once row j's group is waited for
+      // (a runtime row index into the sums would put them in local memory)
+      auto add_to_row = [&](float (&sums)[3], float v) {
+        if (j == 0)
+          sums[0] += v;
+        else if (j == 1)
+          sums[1] += v;
+        else
+          sums[2] += v;
+      };
+      if constexpr (kDwpOnCores) {  // steps 32 half + i of chunk m (dp row m holds step 63 - col at col)
+        const int m = tid >> 1, half = tid & 1;
+        float dpv[32], xv[40];  // dp at steps 32 half + i; x at steps 32 half - 8 + i
 #pragma unroll
-      for (int k = 0; k < 3; ++k) sm90::fence_registers(acc[k]);
-      __syncthreads();  // every warp's MMAs of row j are done: x_j's and dp_j's rows are free
+        for (int u = 0; u < 4; ++u) {
+          float v[8];
+          decode16<T>(*reinterpret_cast<const uint4*>(smem + swizzled_unit_offset(dp_row(slot, j) + m,
+                                                                                     7 - 4 * half - u)), v);
+#pragma unroll
+          for (int k = 0; k < 8; ++k) dpv[8 * u + 7 - k] = v[k];
+        }
+#pragma unroll
+        for (int u = 0; u < 5; ++u) {  // x row m + 1 is chunk J + m; unit -1 is row m's last
+          const int unit = 4 * half - 1 + u;
+          decode16<T>(*reinterpret_cast<const uint4*>(
+                          smem + swizzled_unit_offset(x_row(slot, j) + m + (unit < 0 ? 0 : 1), unit & 7)),
+                      xv + 8 * u);
+        }
+#pragma unroll
+        for (int k = 0; k < kDwpCoreTaps; ++k) {
+          float sum = 0.0f;
+#pragma unroll
+          for (int i = 0; i < 32; ++i) sum = fmaf(dpv[i], xv[i + 8 - k], sum);
+          add_to_row(core_sum[k], sum);
+        }
+      }
+      sm90::wgmma_wait<0>();
+#pragma unroll
+      for (int k = 0; k < (kDwpOnCores ? 1 : 3); ++k) sm90::fence_registers(acc[k]);
+      __syncthreads();  // every warp's MMAs and reads of row j are done: x_j's and dp_j's rows are free
       const int out_row = x_row(slot, j);
       float* const band0 = reinterpret_cast<float*>(smem + 128 * dp_row(slot, j));  // [row r'][lag]
       float* const band1 = reinterpret_cast<float*>(smem + Layout::kBand1);         // [row r' - 32][lag]
@@ -445,19 +419,21 @@ __global__ void __launch_bounds__(WgmmaToeplitzTile::kThreads, 2)
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
           const int e = 4 * jj + 2 * h, r = 16 * warp + g + 8 * h;
-          *reinterpret_cast<uint32_t*>(smem + swizzled_unit_offset(out_row + r, jj) + 4 * q) =
+          *reinterpret_cast<uint32_t*>(smem + fragment_pair_offset(out_row + r, jj, q)) =
               pack_pair(from_float<T>(acc[0][e]), from_float<T>(acc[0][e + 1]));
-          // dp_j row r' = r holds step 63 - r: element (r, col) has lag 64 a + 63 - r - col.
+          if constexpr (!kDwpOnCores) {
+            // dp_j row r' = r holds step 63 - r: element (r, col) has lag 64 a + 63 - r - col.
 #pragma unroll
-          for (int k = 0; k < 2; ++k) {
-            const int col = 8 * jj + 2 * q + k, s0 = 63 - r - col, s1 = 127 - r - col;
-            if (s0 >= 0 && s0 < kp) band0[band_index(r, s0)] = acc[1][e + k];
-            if (s1 < kp) band1[band_index(r - 32, s1)] = acc[2][e + k];
+            for (int k = 0; k < 2; ++k) {
+              const int col = 8 * jj + 2 * q + k, s0 = 63 - r - col, s1 = 127 - r - col;
+              if (s0 >= 0 && s0 < kp) band0[band_index(r, s0)] = acc[1][e + k];
+              if (s1 < kp) band1[band_index(r - 32, s1)] = acc[2][e + k];
+            }
           }
         }
       __syncthreads();
       wgmma_toeplitz_store_tile(dx0 + j * p.dx_stride[1], smem, out_row, j0, n);
-      if (lane < kp) {  // lag s = lane over the warp's rows: band 0 rows 16w .., band 1 rows 32 + 8w ..
+      if (!kDwpOnCores && lane < kp) {  // lag s = lane over the warp's rows: band 0 rows 16w .., band 1 rows 32 + 8w ..
         float sum = 0.0f;
 #pragma unroll
         for (int i = 0; i < 16; ++i) {
@@ -471,20 +447,8 @@ __global__ void __launch_bounds__(WgmmaToeplitzTile::kThreads, 2)
           const float v = band1[band_index(r - 32, lane)];
           sum += r >= 64 - lane ? v : 0.0f;
         }
-        if (j == 0)  // (registers: a runtime index would put the sums in local memory)
-          proj_sum[0] += sum;
-        else if (j == 1)
-          proj_sum[1] += sum;
-        else
-          proj_sum[2] += sum;
+        add_to_row(proj_sum, sum);
       }
-    };
-    Products acc;
-#pragma unroll 1
-    for (int j = 0; j < 3; ++j) {
-      issue(j, acc);
-      sm90::wgmma_wait<0>();
-      finish(j, acc);
     }
   }
 
@@ -511,7 +475,7 @@ __global__ void __launch_bounds__(WgmmaToeplitzTile::kThreads, 2)
 #pragma unroll
     for (int j = 0; j < 3; ++j)
 #pragma unroll
-      for (int k = 0; k < kDwpCoreTaps; ++k) proj_sums[128 * (kDwpCoreTaps * j + k) + tid] = core_sum[j][k];
+      for (int k = 0; k < kDwpCoreTaps; ++k) proj_sums[128 * (kDwpCoreTaps * j + k) + tid] = core_sum[k][j];
   } else {
 #pragma unroll
     for (int j = 0; j < 3; ++j) proj_sums[128 * j + tid] = proj_sum[j];

@@ -91,6 +91,10 @@ __device__ __forceinline__ int hankel_pair_offset(int r, int j, int q) {
   return swizzled_unit_offset(r, 7 - j) + 12 - 4 * q;
 }
 
+// Byte offset of the pair of columns 8j + 2q, 8j + 2q + 1 (accumulator elements 4j + 2h and
+// 4j + 2h + 1 of lane q, in that order) in swizzled row r: a fragment stored in its own order.
+__device__ __forceinline__ int fragment_pair_offset(int r, int j, int q) { return swizzled_unit_offset(r, j) + 4 * q; }
+
 // z over the Hm chunks before tile chunk J0, on the CUDA cores (zero before time 0), into rows
 // z_row .. z_row + Hm - 1 in step order: the forward's segment starts, every backward tile.
 template <typename T, int kHalo>

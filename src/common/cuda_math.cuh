@@ -4,6 +4,10 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <cstdint>
+#include <cstring>
+#include <type_traits>
+
 namespace causalconv::detail {
 
 __device__ __forceinline__ float to_float(float v) { return v; }
@@ -28,6 +32,21 @@ __device__ __forceinline__ uint32_t pack2(float a, float b) {
   } else {
     const __nv_bfloat162 h = __floats2bfloat162_rn(a, b);
     return *reinterpret_cast<const uint32_t*>(&h);
+  }
+}
+
+// One half of such a word (the high one when `high`) as fp32.
+template <typename T>
+__device__ __forceinline__ float pair_half_to_float(uint32_t pair, bool high) {
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    // A bf16 is the top half of its fp32: one shift or mask (to_float on the upper half of a
+    // word costs two instructions).
+    return __uint_as_float(high ? pair & 0xffff0000u : pair << 16);
+  } else {
+    const uint16_t bits = uint16_t(high ? pair >> 16 : pair & 0xffffu);
+    T v;
+    memcpy(&v, &bits, 2);
+    return to_float(v);
   }
 }
 

@@ -34,7 +34,6 @@
 
 #include <cstdint>
 #include <cstring>
-#include <type_traits>
 
 #if defined(__CUDACC__) || defined(CAUSALCONV_CUDA_EMULATION)
 #include "common/async_copy.cuh"
@@ -73,19 +72,6 @@ __device__ __forceinline__ uint32_t bits16(T v) {
 template <typename T>
 __device__ __forceinline__ uint32_t pack_pair(T lo, T hi) {
   return bits16(lo) | (bits16(hi) << 16);
-}
-
-// One half of a pack_pair register (the high one when `high`) as fp32.
-template <typename T>
-__device__ __forceinline__ float pair_half_to_float(uint32_t pair, bool high) {
-  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
-    return __uint_as_float(high ? pair & 0xffff0000u : pair << 16);  // a bf16 is its fp32's top half
-  } else {
-    const uint16_t bits = uint16_t(high ? pair >> 16 : pair & 0xffffu);
-    T v;
-    memcpy(&v, &bits, 2);
-    return to_float(v);
-  }
 }
 
 // The Toeplitz A fragments of this lane for blocks i < blocks (zero beyond). wr_s

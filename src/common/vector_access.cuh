@@ -42,13 +42,11 @@ __device__ __forceinline__ uint4 load_raw_partial(const T* src, int valid) {
 template <typename T>
 __device__ __forceinline__ void decode16(const uint4& raw, float* out) {
   if constexpr (std::is_same_v<T, __nv_bfloat16>) {
-    // A bf16 is the top half of its fp32: one shift or mask per element (to_float on each
-    // half costs two instructions for the upper one).
     const uint32_t words[4] = {raw.x, raw.y, raw.z, raw.w};
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
-      out[2 * i] = __uint_as_float(words[i] << 16);
-      out[2 * i + 1] = __uint_as_float(words[i] & 0xffff0000u);
+      out[2 * i] = pair_half_to_float<T>(words[i], false);
+      out[2 * i + 1] = pair_half_to_float<T>(words[i], true);
     }
   } else {
     const T* e = reinterpret_cast<const T*>(&raw);
