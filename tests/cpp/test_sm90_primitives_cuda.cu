@@ -54,6 +54,23 @@ __host__ __device__ inline float b_value(int r, int c) { return float((r * 5 + c
   __syncthreads();
 }
 
+// The accumulators zeroed before a product, and after it (committed, waited for) written out as
+// out[thread][i], with *ran set: the tail every product kernel below shares.
+template <int N>
+[[maybe_unused]] __device__ inline void zero_accumulators(float (&acc)[N]) {
+  for (int i = 0; i < N; ++i) acc[i] = 0.0f;
+  sm90::fence_registers(acc);
+}
+
+template <int N>
+[[maybe_unused]] __device__ inline void store_accumulators(float (&acc)[N], float* out, int* ran) {
+  sm90::wgmma_commit();
+  sm90::wgmma_wait<0>();
+  sm90::fence_registers(acc);
+  for (int i = 0; i < N; ++i) out[threadIdx.x * N + i] = acc[i];
+  if (threadIdx.x == 0) *ran = 1;
+}
+
 // D[64 x 256] = A[64 x 16] B[r0 .. r0+255, 0..16)^T, both K-major swizzled tiles.
 __global__ void wgmma_from_row_kernel(int r0, float* out, int* ran) {
 #ifdef CAUSALCONV_SM90A
@@ -61,18 +78,13 @@ __global__ void wgmma_from_row_kernel(int r0, float* out, int* ran) {
   uint8_t* const b = a + kARows * 128;
   fill_operands(a, b);
   float acc[128];
-  for (int i = 0; i < 128; ++i) acc[i] = 0.0f;
-  sm90::fence_registers(acc);
+  zero_accumulators(acc);
   const uint32_t b_start = sm90::smem_u32(b) + uint32_t(r0) * 128;
   const uint64_t da = sm90::smem_descriptor(sm90::smem_u32(a), 16, 1024);
   const uint64_t db = sm90::smem_descriptor(b_start, 16, 1024);
   sm90::wgmma_fence();
   sm90::wgmma_m64n256k16<__nv_bfloat16>(acc, da, db, 0);
-  sm90::wgmma_commit();
-  sm90::wgmma_wait<0>();
-  sm90::fence_registers(acc);
-  for (int i = 0; i < 128; ++i) out[threadIdx.x * 128 + i] = acc[i];
-  if (threadIdx.x == 0) *ran = 1;
+  store_accumulators(acc, out, ran);
 #endif
 }
 
@@ -84,17 +96,12 @@ __global__ void wgmma_n_major_from_row_kernel(int r0, float* out, int* ran) {
   uint8_t* const b = a + kARows * 128;
   fill_operands(a, b);
   float acc[32];
-  for (int i = 0; i < 32; ++i) acc[i] = 0.0f;
-  sm90::fence_registers(acc);
+  zero_accumulators(acc);
   const uint64_t da = sm90::smem_descriptor(sm90::smem_u32(a), 16, 1024);
   const uint64_t db = sm90::smem_descriptor(sm90::smem_u32(b) + uint32_t(r0) * 128, 8192, 1024);
   sm90::wgmma_fence();
   sm90::wgmma_m64n64k16_bt<__nv_bfloat16>(acc, da, db, 0);
-  sm90::wgmma_commit();
-  sm90::wgmma_wait<0>();
-  sm90::fence_registers(acc);
-  for (int i = 0; i < 32; ++i) out[threadIdx.x * 32 + i] = acc[i];
-  if (threadIdx.x == 0) *ran = 1;
+  store_accumulators(acc, out, ran);
 #endif
 }
 
@@ -107,17 +114,12 @@ __global__ void wgmma_mn_major_kernel(int ra0, int rb0, float* out, int* ran) {
   uint8_t* const b = a + kARows * 128;
   fill_operands(a, b);
   float acc[32];
-  for (int i = 0; i < 32; ++i) acc[i] = 0.0f;
-  sm90::fence_registers(acc);
+  zero_accumulators(acc);
   const uint64_t da = sm90::smem_descriptor(sm90::smem_u32(a) + uint32_t(ra0) * 128, 8192, 1024);
   const uint64_t db = sm90::smem_descriptor(sm90::smem_u32(b) + uint32_t(rb0) * 128, 8192, 1024);
   sm90::wgmma_fence();
   sm90::wgmma_m64n64k16_tt<__nv_bfloat16>(acc, da, db, 0);
-  sm90::wgmma_commit();
-  sm90::wgmma_wait<0>();
-  sm90::fence_registers(acc);
-  for (int i = 0; i < 32; ++i) out[threadIdx.x * 32 + i] = acc[i];
-  if (threadIdx.x == 0) *ran = 1;
+  store_accumulators(acc, out, ran);
 #endif
 }
 
@@ -138,17 +140,12 @@ __global__ void wgmma_unswizzled_kernel(int leading, int stride, float* out, int
   sm90::fence_proxy_async_shared();
   __syncthreads();
   float acc[32];
-  for (int i = 0; i < 32; ++i) acc[i] = 0.0f;
-  sm90::fence_registers(acc);
+  zero_accumulators(acc);
   const uint64_t da = sm90::smem_descriptor(sm90::smem_u32(a), 16, 1024);
   const uint64_t db = sm90::smem_descriptor_unswizzled(sm90::smem_u32(cores), uint32_t(leading), uint32_t(stride));
   sm90::wgmma_fence();
   sm90::wgmma_m64n64k16<__nv_bfloat16>(acc, da, db, 0);
-  sm90::wgmma_commit();
-  sm90::wgmma_wait<0>();
-  sm90::fence_registers(acc);
-  for (int i = 0; i < 32; ++i) out[threadIdx.x * 32 + i] = acc[i];
-  if (threadIdx.x == 0) *ran = 1;
+  store_accumulators(acc, out, ran);
 #endif
 }
 
@@ -194,27 +191,16 @@ struct DeviceBuffers {
   }
 };
 
-// Mismatches of the wgmma result against the exact product, for operand start row r0.
-// n_major: the m64n64 product with B N-major (reduction rows from r0); else m64n256, B K-major
-// (output columns from row r0). unswizzled_cores (leading, stride): the m64n64 product of
-// wgmma_unswizzled_kernel (r0 = 0).
-struct UnswizzledCores {
-  int leading = 0, stride = 0;
-};
-int64_t wgmma_mismatches(int r0, bool& ran, bool n_major = false, UnswizzledCores unswizzled_cores = {}) {
-  const bool unswizzled = unswizzled_cores.leading > 0;
-  const int n = n_major || unswizzled ? 64 : 256, per_thread = n / 2;
+// Runs `launch(out, ran)` (one block of 128 threads writing per_thread accumulators each) and
+// counts the results that differ from want(m, col), element 4 jn + 2 h + e of thread t being row
+// m = 16 w + l / 4 + 8 h, column col = 8 jn + 2 (l % 4) + e of the product (w = t / 32, l = t % 32).
+template <typename Launch, typename Want>
+int64_t product_mismatches(int per_thread, bool& ran, Launch launch, Want want) {
   DeviceBuffers d;
   EXPECT_EQ(cudaMalloc(&d.out, 128 * per_thread * sizeof(float)), cudaSuccess);
   EXPECT_EQ(cudaMalloc(&d.ran, sizeof(int)), cudaSuccess);
   EXPECT_EQ(cudaMemset(d.ran, 0, sizeof(int)), cudaSuccess);
-  const size_t smem = 1024 + (kARows + kBRows) * 128 + 4096;
-  if (unswizzled)
-    wgmma_unswizzled_kernel<<<1, 128, smem>>>(unswizzled_cores.leading, unswizzled_cores.stride, d.out, d.ran);
-  else if (n_major)
-    wgmma_n_major_from_row_kernel<<<1, 128, smem>>>(r0, d.out, d.ran);
-  else
-    wgmma_from_row_kernel<<<1, 128, smem>>>(r0, d.out, d.ran);
+  launch(d.out, d.ran);
   EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   std::vector<float> got(size_t(128) * per_thread);
   int flag = 0;
@@ -225,12 +211,35 @@ int64_t wgmma_mismatches(int r0, bool& ran, bool n_major = false, UnswizzledCore
   for (int t = 0; t < 128; ++t)
     for (int i = 0; i < per_thread; ++i) {
       const int w = t / 32, l = t % 32, jn = i / 4, h = (i / 2) % 2, e = i % 2;
-      const int m = 16 * w + l / 4 + 8 * h, col = 8 * jn + 2 * (l % 4) + e;
-      float want = 0.0f;
-      for (int k = 0; k < 16; ++k) want += a_value(m, k) * (n_major ? b_value(r0 + k, col) : b_value(r0 + col, k));
-      bad += got[size_t(t) * per_thread + i] != want;
+      bad += got[size_t(t) * per_thread + i] != want(16 * w + l / 4 + 8 * h, 8 * jn + 2 * (l % 4) + e);
     }
   return bad;
+}
+
+// Mismatches of the wgmma result against the exact product, for operand start row r0.
+// n_major: the m64n64 product with B N-major (reduction rows from r0); else m64n256, B K-major
+// (output columns from row r0). unswizzled_cores (leading, stride): the m64n64 product of
+// wgmma_unswizzled_kernel (r0 = 0).
+struct UnswizzledCores {
+  int leading = 0, stride = 0;
+};
+int64_t wgmma_mismatches(int r0, bool& ran, bool n_major = false, UnswizzledCores unswizzled_cores = {}) {
+  const bool unswizzled = unswizzled_cores.leading > 0;
+  const int n = n_major || unswizzled ? 64 : 256;
+  const size_t smem = 1024 + (kARows + kBRows) * 128 + 4096;
+  auto launch = [&](float* out, int* ran_flag) {
+    if (unswizzled)
+      wgmma_unswizzled_kernel<<<1, 128, smem>>>(unswizzled_cores.leading, unswizzled_cores.stride, out, ran_flag);
+    else if (n_major)
+      wgmma_n_major_from_row_kernel<<<1, 128, smem>>>(r0, out, ran_flag);
+    else
+      wgmma_from_row_kernel<<<1, 128, smem>>>(r0, out, ran_flag);
+  };
+  return product_mismatches(n / 2, ran, launch, [&](int m, int col) {
+    float want = 0.0f;
+    for (int k = 0; k < 16; ++k) want += a_value(m, k) * (n_major ? b_value(r0 + k, col) : b_value(r0 + col, k));
+    return want;
+  });
 }
 
 TEST(Sm90PrimitivesCuda, WgmmaReadsAnOperandStartingInsideASwizzlePeriod) {
@@ -255,27 +264,14 @@ TEST(Sm90PrimitivesCuda, WgmmaReadsAnNMajorOperandStartingInsideASwizzlePeriod) 
 
 // Mismatches of wgmma_mn_major_kernel's product against the exact one.
 int64_t wgmma_mn_major_mismatches(int ra0, int rb0, bool& ran) {
-  DeviceBuffers d;
-  EXPECT_EQ(cudaMalloc(&d.out, 128 * 32 * sizeof(float)), cudaSuccess);
-  EXPECT_EQ(cudaMalloc(&d.ran, sizeof(int)), cudaSuccess);
-  EXPECT_EQ(cudaMemset(d.ran, 0, sizeof(int)), cudaSuccess);
-  wgmma_mn_major_kernel<<<1, 128, 1024 + (kARows + kBRows) * 128>>>(ra0, rb0, d.out, d.ran);
-  EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-  std::vector<float> got(128 * 32);
-  int flag = 0;
-  EXPECT_EQ(cudaMemcpy(got.data(), d.out, got.size() * sizeof(float), cudaMemcpyDeviceToHost), cudaSuccess);
-  EXPECT_EQ(cudaMemcpy(&flag, d.ran, sizeof(int), cudaMemcpyDeviceToHost), cudaSuccess);
-  ran = flag == 1;
-  int64_t bad = 0;
-  for (int t = 0; t < 128; ++t)
-    for (int i = 0; i < 32; ++i) {
-      const int w = t / 32, l = t % 32, jn = i / 4, h = (i / 2) % 2, e = i % 2;
-      const int m = 16 * w + l / 4 + 8 * h, col = 8 * jn + 2 * (l % 4) + e;
-      float want = 0.0f;
-      for (int k = 0; k < 16; ++k) want += a_value(ra0 + k, m) * b_value(rb0 + k, col);
-      bad += got[size_t(t) * 32 + i] != want;
-    }
-  return bad;
+  auto launch = [&](float* out, int* ran_flag) {
+    wgmma_mn_major_kernel<<<1, 128, 1024 + (kARows + kBRows) * 128>>>(ra0, rb0, out, ran_flag);
+  };
+  return product_mismatches(32, ran, launch, [&](int m, int col) {
+    float want = 0.0f;
+    for (int k = 0; k < 16; ++k) want += a_value(ra0 + k, m) * b_value(rb0 + k, col);
+    return want;
+  });
 }
 
 TEST(Sm90PrimitivesCuda, WgmmaReadsMMajorAAndNMajorBOperandsStartingInsideASwizzlePeriod) {
