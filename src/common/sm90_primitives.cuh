@@ -165,16 +165,17 @@ __device__ __forceinline__ void fence_registers(float (&d)[N]) {
       "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127]) \
       : "l"(desc_a), "l"(desc_b), "r"(accumulate))
 
-#define CAUSALCONV_WGMMA_M64N64K16_SS(TYPE, TRANSPOSE_A, TRANSPOSE_B)                                                \
+// The transpose flags are immediates %35 (A) and %36 (B): 0 K-major, 1 MN-major.
+#define CAUSALCONV_WGMMA_M64N64K16_SS(TYPE)                                                                 \
   asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"                                             \
                "wgmma.mma_async.sync.aligned.m64n64k16.f32." TYPE "." TYPE " "                                \
                "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "                                                                             \
-               "%32, %33, p, 1, 1, " TRANSPOSE_A ", " TRANSPOSE_B ";\n}\n"                               \
+               "%32, %33, p, 1, 1, %35, %36;\n}\n"                                                      \
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), \
       "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), \
       "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), \
       "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]) \
-      : "l"(desc_a), "l"(desc_b), "r"(accumulate))
+      : "l"(desc_a), "l"(desc_b), "r"(accumulate), "n"(kTransposeA), "n"(kTransposeB))
 
 // D[64 x 256] (+)= A[64 x 16] * B[16 x 256], both operands K-major in shared memory, fp32
 // accumulators in the m64nNk16 fragment layout. accumulate == 0 overwrites D.
@@ -189,44 +190,42 @@ __device__ __forceinline__ void wgmma_m64n256k16(float (&d)[128], uint64_t desc_
 #endif
 }
 
-// D[64 x 64] (+)= A[64 x 16] * B[16 x 64], both operands K-major in shared memory.
+// D[64 x 64] (+)= A[64 x 16] * B[16 x 64] with both operands in shared memory, each K-major
+// (0) or MN-major (1): the named forms below.
+template <typename T, int kTransposeA, int kTransposeB>
+__device__ __forceinline__ void wgmma_m64n64k16_ss(float (&d)[32], uint64_t desc_a, uint64_t desc_b,
+                                                    uint32_t accumulate) {
+#ifdef CAUSALCONV_SM90A
+  if constexpr (std::is_same_v<T, __half>)
+    CAUSALCONV_WGMMA_M64N64K16_SS("f16");
+  else
+    CAUSALCONV_WGMMA_M64N64K16_SS("bf16");
+#endif
+}
+
+// Both operands K-major.
 template <typename T>
 __device__ __forceinline__ void wgmma_m64n64k16(float (&d)[32], uint64_t desc_a, uint64_t desc_b,
                                                  uint32_t accumulate) {
-#ifdef CAUSALCONV_SM90A
-  if constexpr (std::is_same_v<T, __half>)
-    CAUSALCONV_WGMMA_M64N64K16_SS("f16", "0", "0");
-  else
-    CAUSALCONV_WGMMA_M64N64K16_SS("bf16", "0", "0");
-#endif
+  wgmma_m64n64k16_ss<T, 0, 0>(d, desc_a, desc_b, accumulate);
 }
 
-// D[64 x 64] (+)= A[64 x 16] * B[16 x 64]: A K-major; B N-major (rows of 64 N values, one per
-// reduction index, 8-row groups 1024 bytes apart: descriptor stride 1024, step 2048 bytes per 16
-// reduction values; with N = 64 there is one 128-byte group along N, so `leading` is unused).
+// A K-major; B N-major (rows of 64 N values, one per reduction index, 8-row groups 1024 bytes
+// apart: descriptor stride 1024, step 2048 bytes per 16 reduction values; with N = 64 there is one
+// 128-byte group along N, so `leading` is unused).
 template <typename T>
 __device__ __forceinline__ void wgmma_m64n64k16_bt(float (&d)[32], uint64_t desc_a, uint64_t desc_b,
                                                     uint32_t accumulate) {
-#ifdef CAUSALCONV_SM90A
-  if constexpr (std::is_same_v<T, __half>)
-    CAUSALCONV_WGMMA_M64N64K16_SS("f16", "0", "1");
-  else
-    CAUSALCONV_WGMMA_M64N64K16_SS("bf16", "0", "1");
-#endif
+  wgmma_m64n64k16_ss<T, 0, 1>(d, desc_a, desc_b, accumulate);
 }
 
-// D[64 x 64] (+)= A[64 x 16] * B[16 x 64], both operands MN-major: A as rows of 64 M values, one
-// per reduction index (the layout of wgmma_m64n64k16_bt's B), B as there. For correlations of two
-// staged rows over time (the b2b wgmma backward's weight gradients).
+// Both operands MN-major: A as rows of 64 M values, one per reduction index (the layout of
+// wgmma_m64n64k16_bt's B), B as there. For correlations of two staged rows over time (the b2b
+// wgmma backward's weight gradients).
 template <typename T>
 __device__ __forceinline__ void wgmma_m64n64k16_tt(float (&d)[32], uint64_t desc_a, uint64_t desc_b,
                                                     uint32_t accumulate) {
-#ifdef CAUSALCONV_SM90A
-  if constexpr (std::is_same_v<T, __half>)
-    CAUSALCONV_WGMMA_M64N64K16_SS("f16", "1", "1");
-  else
-    CAUSALCONV_WGMMA_M64N64K16_SS("bf16", "1", "1");
-#endif
+  wgmma_m64n64k16_ss<T, 1, 1>(d, desc_a, desc_b, accumulate);
 }
 
 #define CAUSALCONV_WGMMA_M64N64K16_RS(TYPE)                                                                          \
