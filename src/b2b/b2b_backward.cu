@@ -77,9 +77,7 @@ bool wgmma_backward_applies(const B2BBackwardParams& p) {
   if (p.dtype == DType::f32 || p.mixer_width < kB2BTcMinMixerWidth || p.mixer_width > 256 || p.proj_width > 32 ||
       !rows_in_groups(p, 16 / int64_t(elem_bytes(p.dtype))))
     return false;
-  int device = 0;
-  check_cuda(cudaGetDevice(&device), "b2b_causal_conv1d backward");
-  return device_is_sm90(device);
+  return current_device_is_sm90("b2b_causal_conv1d backward");
 #else
   (void)p;
   return false;

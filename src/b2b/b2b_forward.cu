@@ -82,9 +82,7 @@ bool try_launch_wgmma(const B2BForwardParams& p, cudaStream_t stream) {
 #ifdef CAUSALCONV_HAS_SM90A
     if (p.mixer_width < kB2BTcMinMixerWidth || p.mixer_width > 256 || p.proj_width > 32) return false;
     if (!vector_aligned<T>(p.x, p.x_stride, 2) || !vector_aligned<T>(p.out, p.out_stride, 2)) return false;
-    int device = 0;
-    check_cuda(cudaGetDevice(&device), "b2b_causal_conv1d forward");
-    if (!device_is_sm90(device)) return false;
+    if (!current_device_is_sm90("b2b_causal_conv1d forward")) return false;
     switch (toeplitz64_blocks(int(p.mixer_width))) {
       case 2: launch_wgmma<T, 2>(p, stream); break;   // Km <= 65
       case 3: launch_wgmma<T, 3>(p, stream); break;   // Km <= 129

@@ -74,9 +74,7 @@ bool wgmma_form_applies(const DepthwiseForwardParams& p) {
            (p.channels == 1 || stride[1] % 8 == 0);
   };
   if (!aligned_rows(p.x, p.x_stride) || !aligned_rows(p.y, p.y_stride)) return false;
-  int device = 0;
-  check_cuda(cudaGetDevice(&device), "causal_conv1d forward");
-  return device_is_sm90(device);
+  return current_device_is_sm90("causal_conv1d forward");
 #else
   (void)p;
   return false;

@@ -31,6 +31,13 @@ inline int current_device_sm_count(const char* op) {
 // asked of the driver once per device.
 bool device_is_sm90(int device);
 
+// The same for the current device (the op's: DeviceGuard has made it current).
+inline bool current_device_is_sm90(const char* op) {
+  int device = 0;
+  check_cuda(cudaGetDevice(&device), op);
+  return device_is_sm90(device);
+}
+
 // Makes `device` current for the scope (ops run on the device of their tensors).
 class DeviceGuard {
  public:
