@@ -46,9 +46,9 @@ constexpr int64_t kB2BWgmmaBackwardMinBlocks = 512;
 
 // The wgmma backward's dwp on the CUDA cores for Kp <= kDwpCoreTaps (b2b_backward_wgmma_kernel.cuh),
 // instead of two lag-block MMAs per row and their band sums. Measured on the H200 in session 13
-// (bf16 B1 D4096 L8192 fwd+bwd, gradients checked): Km128 0.557 -> 0.530 ms, Km256 0.664 -> 0.651.
-// Off until the GPU test suite has run with it on (it is emulation-tested in both forms).
-constexpr bool kB2BWgmmaDwpOnCores = false;
+// (bf16 B1 D4096 L8192 fwd+bwd, gradients checked): Km128 0.557 -> 0.530 ms, Km256 0.664 -> 0.651;
+// on since session 14, when the GPU test suite passed with it.
+constexpr bool kB2BWgmmaDwpOnCores = true;
 
 size_t b2b_wgmma_backward_smem_bytes(int mixer_blocks) {
   switch (mixer_blocks) {
