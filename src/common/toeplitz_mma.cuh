@@ -270,6 +270,10 @@ __device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const void* row_ad
 __device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], const void* row_address) {
   ldmatrix_x4_trans(r, uint32_t(__cvta_generic_to_shared(row_address)));
 }
+// stmatrix_x4_trans (common/warp_mma.cuh; sm_90) at the row pointer of this lane.
+__device__ __forceinline__ void stmatrix_x4_trans(void* row_address, const uint32_t (&r)[4]) {
+  stmatrix_x4_trans(uint32_t(__cvta_generic_to_shared(row_address)), r);
+}
 #endif  // otherwise tests/cpp/mma_emulation.h provides these
 
 // kTiles (even) m16n8 accumulator tiles of consecutive output chunks: acc[p] covers
