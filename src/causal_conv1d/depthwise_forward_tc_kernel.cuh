@@ -17,23 +17,42 @@
 
 namespace causalconv::detail {
 
-// The warp's outputs (acc of toeplitz_mma_tiles_shared) plus bias, through silu when asked, into the
-// block's output tile out_s[chunk * 16 + step].
+// The warp's outputs (acc of toeplitz_mma_tiles_shared) plus bias, through silu when asked, into
+// the block's output tile out_s[chunk * 16 + step]. On sm_90 each m16n8 tile's two 8 x 8 halves
+// (steps 0-7 and 8-15 of 8 chunks, in the mma fragment layout) go by stmatrix .trans, a chunk's
+// 8 steps as one 16-byte row: two instructions for the thread's 16 values, which took 16
+// two-byte stores (2-way bank conflicts each).
 template <typename T>
 __device__ __forceinline__ void depthwise_tc_outputs_to_shared(T* out_s, const float (&acc)[ToeplitzTile::kWarpTiles][4],
                                                                float bias, bool apply_silu, int warp, int lane) {
   using Tile = ToeplitzTile;
+  auto value = [&](float v) { return apply_silu ? silu(v + bias) : v + bias; };
+#if defined(CAUSALCONV_CUDA_EMULATION) || (defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900)
+  constexpr bool kHalf = std::is_same_v<T, __half>;
+  // Lane l gives row l % 8 (chunk) of matrix l / 8 = 2 (tile - 2x) + half of stmatrix x.
+  const int m = lane >> 3, c = lane & 7;
+#pragma unroll
+  for (int x = 0; x < Tile::kWarpTiles / 2; ++x) {
+    uint32_t r[4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int t = 2 * x + (i >> 1), h = i & 1;
+      r[i] = pack2<kHalf>(value(acc[t][2 * h]), value(acc[t][2 * h + 1]));
+    }
+    const int chunk = warp * Tile::kWarpChunks + 8 * (2 * x + (m >> 1)) + c;
+    stmatrix_x4_trans(out_s + chunk * Tile::kChunk + 8 * (m & 1), r);
+  }
+#else
   const int g = lane >> 2, q = lane & 3;
 #pragma unroll
   for (int t = 0; t < Tile::kWarpTiles; ++t) {
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
       const int chunk = warp * Tile::kWarpChunks + 8 * t + 2 * q + (e & 1), step = g + 8 * (e >> 1);
-      float v = acc[t][e] + bias;
-      if (apply_silu) v = silu(v);
-      out_s[chunk * Tile::kChunk + step] = from_float<T>(v);
+      out_s[chunk * Tile::kChunk + step] = from_float<T>(value(acc[t][e]));
     }
   }
+#endif
 }
 
 // Shared bytes of the kernel: two input stages, the output tile, the lag-ordered

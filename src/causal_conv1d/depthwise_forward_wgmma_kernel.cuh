@@ -114,22 +114,36 @@ __device__ __forceinline__ void wgmma_toeplitz_issue(float (&acc)[32], const uin
 #endif
 
 // acc[4j + 2h + e] = D[r][n] (r = 16 warp + g + 8h, n = 8j + 2q + e) plus bias, through silu when
-// asked, into row n of the swizzled output tile out_s.
+// asked, into row n of the swizzled output tile out_s. Each 8 x 8 block of D (j, h) is one m8n8
+// matrix in the mma fragment layout (lane (g, q): row g, columns 2q, 2q + 1), so stmatrix .trans
+// writes its column c, steps r0 .. r0 + 7 of chunk 8j + c, as one 16-byte unit: four instructions
+// for the thread's 32 values, where 32 two-byte stores made the epilogue most of the kernel's
+// instructions.
 template <typename T>
 __device__ __forceinline__ void wgmma_toeplitz_outputs_to_shared(unsigned char* out_s, const float (&acc)[32],
                                                                  float bias, bool apply_silu) {
-  const int lane = int(threadIdx.x) & 31, warp = int(threadIdx.x) >> 5, g = lane >> 2, q = lane & 3;
+  constexpr bool kHalf = std::is_same_v<T, __half>;
+  const int lane = int(threadIdx.x) & 31, warp = int(threadIdx.x) >> 5;
+  // Lane l gives the address of row l % 8 of matrix l / 8 of each stmatrix: matrix m = 2 jj + h of
+  // the instruction for j = 2 x + jj.
+  const int m = lane >> 3, c = lane & 7, h = m & 1, jj = m >> 1;
+  const uint32_t base = sm90::smem_u32(out_s);
 #pragma unroll
-  for (int j = 0; j < 8; ++j)
+  for (int x = 0; x < 4; ++x) {
+    uint32_t r[4];
 #pragma unroll
-    for (int h = 0; h < 2; ++h)
-#pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        const int r = 16 * warp + g + 8 * h, col = 8 * j + 2 * q + e;
-        float v = acc[4 * j + 2 * h + e] + bias;
-        if (apply_silu) v = silu(v);
-        *reinterpret_cast<T*>(out_s + swizzled_unit_offset(col, r >> 3) + 2 * (r & 7)) = from_float<T>(v);
+    for (int i = 0; i < 4; ++i) {
+      const int j = 2 * x + (i >> 1), hh = i & 1;
+      float v0 = acc[4 * j + 2 * hh] + bias, v1 = acc[4 * j + 2 * hh + 1] + bias;
+      if (apply_silu) {
+        v0 = silu(v0);
+        v1 = silu(v1);
       }
+      r[i] = pack2<kHalf>(v0, v1);
+    }
+    const int n = 8 * (2 * x + jj) + c, unit = 2 * warp + h;  // unit: steps 16 warp + 8h .. + 7
+    sm90::stmatrix_x4_trans(base + uint32_t(swizzled_unit_offset(n, unit)), r);
+  }
 }
 
 // Blocks/SM asked of ptxas: 5 from 4 Toeplitz blocks on (H200: K193 74 -> 67 us, K256 79 -> 75;

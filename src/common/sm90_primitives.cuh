@@ -119,6 +119,7 @@ __device__ __forceinline__ uint64_t smem_descriptor_unswizzled(uint32_t smem_add
 // 8x8 16-bit matrix moves between shared memory and registers (common/warp_mma.cuh).
 using causalconv::detail::ldmatrix_x4_trans;
 using causalconv::detail::stmatrix_x4;
+using causalconv::detail::stmatrix_x4_trans;
 
 // Orders this thread's ordinary shared-memory writes before later async-proxy reads (wgmma,
 // TMA) of the same bytes: write, fence, then signal the reader through an mbarrier.
@@ -594,6 +595,18 @@ inline void stmatrix_x4(uint32_t smem_address, const uint32_t (&r)[4]) {
   for (int i = 0; i < 4; ++i) {
     const uint32_t row = __shfl_sync(0xffffffffu, smem_address, 8 * i + t / 4);
     std::memcpy(shared_origin() + row + 4 * uint32_t(t % 4), &r[i], 4);
+  }
+  __syncwarp();
+}
+
+inline void stmatrix_x4_trans(uint32_t smem_address, const uint32_t (&r)[4]) {
+  const int t = int(threadIdx.x % 32);
+  for (int i = 0; i < 4; ++i) {
+    const uint32_t row0 = __shfl_sync(0xffffffffu, smem_address, 8 * i + 2 * (t % 4));
+    const uint32_t row1 = __shfl_sync(0xffffffffu, smem_address, 8 * i + 2 * (t % 4) + 1);
+    const uint16_t lo = uint16_t(r[i] & 0xffffu), hi = uint16_t(r[i] >> 16);
+    std::memcpy(shared_origin() + row0 + 2 * uint32_t(t / 4), &lo, 2);
+    std::memcpy(shared_origin() + row1 + 2 * uint32_t(t / 4), &hi, 2);
   }
   __syncwarp();
 }

@@ -159,6 +159,11 @@ __device__ __forceinline__ void toeplitz_store_outputs(T* row, const T* out_s, i
 template <typename T, typename UnitOffset>
 __device__ __forceinline__ void toeplitz_stage_units_async(unsigned char* in_s, const T* row, int64_t first_step,
                                                            int units, int64_t n, UnitOffset unit_offset) {
+  if (first_step >= 0 && first_step + 8 * int64_t(units) <= n) {  // all inside the row: no bounds per unit
+    const T* const src = row + first_step;
+    for (int u = int(threadIdx.x); u < units; u += ToeplitzTile::kThreads) cp_async16(in_s + unit_offset(u), src + 8 * u, 16);
+    return;
+  }
   for (int u = int(threadIdx.x); u < units; u += ToeplitzTile::kThreads) {
     const int64_t t = first_step + 8 * int64_t(u);
     const int64_t valid = t < 0 ? 0 : n - t;
@@ -264,6 +269,10 @@ __device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const void* row_ad
 }
 __device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], const void* row_address) {
   ldmatrix_x4_trans(r, uint32_t(__cvta_generic_to_shared(row_address)));
+}
+// stmatrix_x4_trans (common/warp_mma.cuh; sm_90) at the row pointer of this lane.
+__device__ __forceinline__ void stmatrix_x4_trans(void* row_address, const uint32_t (&r)[4]) {
+  stmatrix_x4_trans(uint32_t(__cvta_generic_to_shared(row_address)), r);
 }
 #endif  // otherwise tests/cpp/mma_emulation.h provides these
 

@@ -36,6 +36,15 @@ __device__ __forceinline__ void stmatrix_x4(uint32_t smem_address, const uint32_
                : "memory");
 }
 
+// The same, transposed: register i of lane l holds elements (row l/4, columns 2(l%4), 2(l%4)+1) of
+// matrix i, and row c of the stored matrix (its address from lane 8i + c) is column c of that one.
+// A warp's m16n8 accumulator pairs stored time-major.
+__device__ __forceinline__ void stmatrix_x4_trans(uint32_t smem_address, const uint32_t (&r)[4]) {
+  asm volatile("stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [%0], {%1, %2, %3, %4};" ::"r"(smem_address),
+               "r"(r[0]), "r"(r[1]), "r"(r[2]), "r"(r[3])
+               : "memory");
+}
+
 // d += a · b, m16n8k16, fp32 accumulators; kHalf: fp16 operands, else bf16.
 template <bool kHalf>
 __device__ __forceinline__ void mma_m16n8k16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {

@@ -50,6 +50,22 @@ inline void ldmatrix_x4(uint32_t (&r)[4], const void* row_address) {
   emu::warp_barrier();
 }
 
+// stmatrix .trans: lane l holds (row l/4, cols 2(l%4), 2(l%4)+1) of matrix i; the stored row c
+// (from lane 8i + c) is the matrix's column c.
+inline void stmatrix_x4_trans(void* row_address, const uint32_t (&r)[4]) {
+  namespace emu = causalconv::emulation;
+  const unsigned t = threadIdx.x, lane = t % 32, base = t - lane;
+  emu::warp_exchange[t * 8] = reinterpret_cast<uintptr_t>(row_address);
+  emu::warp_barrier();
+  for (int i = 0; i < 4; ++i)
+    for (int k = 0; k < 2; ++k) {
+      auto* row = reinterpret_cast<unsigned char*>(emu::warp_exchange[(base + 8 * i + 2 * (lane % 4) + k) * 8]);
+      const uint16_t half = uint16_t(k ? r[i] >> 16 : r[i] & 0xffffu);
+      std::memcpy(row + 2 * (lane / 4), &half, 2);
+    }
+  emu::warp_barrier();
+}
+
 // Transposed: lane l gets (row 2(l%4), col l/4) in the low half, (row 2(l%4)+1, col l/4) in the high half.
 inline void ldmatrix_x4_trans(uint32_t (&r)[4], const void* row_address) {
   namespace emu = causalconv::emulation;
