@@ -59,10 +59,10 @@ void launch_wgmma_width(const DepthwiseForwardParams& p, cudaStream_t stream) {
 }
 
 // The wgmma form from this width on. Measured side by side on the H200 (bf16 B1 D4096 L8192,
-// docs/performance.md, session 8): the mma.sync form is faster up to K = 33 (43.7 against 51 us),
-// they tie at K = 64-65, the wgmma form wins from there (K128 0.058 against 0.064 ms, K256 79
-// against 94 us).
-constexpr int64_t kWgmmaMinWidth = 65;
+// docs/performance.md, session 14, both forms with the stmatrix epilogue): they tie from K9 to
+// K33 (42-43 us), the wgmma form wins from there (K48 44.9 -> 42.5 us, K64 46.6 -> 42.7); session 8
+// found it ahead from K65 (K128 0.058 against 0.064 ms, K256 79 against 94 us).
+constexpr int64_t kWgmmaMinWidth = 33;
 
 // The wgmma form reads and writes rows by 16-byte units: every row of x and y starts 16-byte
 // aligned. It needs an sm_90a image and a compute capability 9.0 device.

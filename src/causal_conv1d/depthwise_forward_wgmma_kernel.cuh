@@ -146,11 +146,13 @@ __device__ __forceinline__ void wgmma_toeplitz_outputs_to_shared(unsigned char* 
   }
 }
 
-// Blocks/SM asked of ptxas: 5 from 4 Toeplitz blocks on (H200: K193 74 -> 67 us, K256 79 -> 75;
-// 94 registers, 60-92 bytes spilled, against 138 registers at 3 blocks/SM). At 3 it lost (K128
-// 58 -> 60), and below 4 any minimum, 4 included, changes the allocation (K65 91 -> 123 registers,
-// 5 -> 4 blocks/SM): 0 asks for none.
-constexpr int wgmma_min_blocks_per_sm(int blocks) { return blocks >= 4 ? 5 : 0; }
+// Blocks/SM asked of ptxas: 4 from 4 Toeplitz blocks on (128 registers, some spilled). At 5
+// (94 registers) ptxas serializes the wgmma pipeline (warning C7511) and the results are wrong
+// under compute-sanitizer memcheck at K 192-256, though right without it; at 4 they are right
+// under memcheck too, for K193 60.1 against 59.9 us and K256 69.3 against 66.7 (H200, session 14).
+// At 3 it lost (K193 67, K256 73), and below 4 Toeplitz blocks any minimum changes the allocation
+// (K65 91 -> 123 registers, 5 -> 4 blocks/SM): 0 asks for none.
+constexpr int wgmma_min_blocks_per_sm(int blocks) { return blocks >= 4 ? 4 : 0; }
 
 template <typename T, int kBlocks>
 __global__ void __launch_bounds__(WgmmaToeplitzTile::kThreads, wgmma_min_blocks_per_sm(kBlocks))

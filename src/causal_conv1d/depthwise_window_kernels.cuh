@@ -12,6 +12,7 @@
 #include <cstdint>
 
 #include "causal_conv1d/depthwise_kernels.h"
+#include "common/async_copy.cuh"
 #include "common/cuda_math.cuh"
 #include "common/vector_access.cuh"
 
@@ -205,6 +206,184 @@ __global__ void __launch_bounds__(kVectorThreads)
     for (int k = 0; k <= kWidth; ++k) {
       const float s = warp_sum(dw[k]);
       if (lane == 0) span_partials[k] = s;
+    }
+  }
+}
+
+// ---- backward on a ring: a warp walks a run of consecutive spans of one row ----
+// The kernel above loads its whole span, then computes: a warp's loads and its compute never
+// overlap, and its set-up (two divisions, the addresses, the filter) and its warp sums are paid
+// per 1024 steps, ~20 % of its ~1200 instructions (session 14's SASS count at bf16 K7). Here a
+// warp owns a run of up to kRingMaxSpansPerRun spans of kRingVectors vectors per lane, copied by
+// cp.async into a ring of kRingSlots spans in shared memory, kRingAhead spans ahead of the one it
+// computes: the halos of a vector are its ring neighbours (the previous span's last vectors, the
+// next span's first ones), read by ld.shared instead of two shuffles and a select per word.
+constexpr int kRingVectors = 2;
+constexpr int kRingSlots = 4;                                  // a power of two
+constexpr int kRingAhead = kRingSlots - 1;                     // spans copied ahead of the current one
+constexpr int kRingVectorsPerWarp = kRingSlots * kRingVectors * 32;  // per tensor (x, dy)
+constexpr int kRingMaxSpansPerRun = 16;
+// Runs are shortened (halved) while the grid would have fewer warps than this (the H200 holds
+// ~2600 of these warps at once: keep several waves).
+constexpr int64_t kRingMinWarps = 16384;
+
+template <typename T>
+constexpr int64_t backward_ring_span() {
+  return int64_t(32) * kRingVectors * Vec16<T>::kElems;
+}
+
+constexpr size_t backward_ring_smem_bytes() { return size_t(kWarpsPerBlock) * 2 * kRingVectorsPerWarp * 16; }
+
+// Spans per run for rows of spans_per_row spans (the host's grid and the partials' layout use it).
+inline int64_t backward_ring_spans_per_run(int64_t rows, int64_t spans_per_row) {
+  int64_t run = kRingMaxSpansPerRun;
+  while (run > 1 && rows * ((spans_per_row + run - 1) / run) < kRingMinWarps) run /= 2;
+  return run;
+}
+
+#ifndef CAUSALCONV_CUDA_EMULATION
+// The block's dynamic shared memory (16-byte aligned).
+__device__ __forceinline__ uint4* window_ring_shared() {
+  extern __shared__ uint4 window_ring_smem[];
+  return window_ring_smem;
+}
+#endif
+
+// Copies span `span` of a run (vectors from run_start + span * kRingVectors * 32 on) into its ring
+// slot; span == spans (the one after the run) only its first kHaloVectors vectors, the run's
+// after-halo; nothing past that. Zero past the row's end. A span inside the row takes a path
+// without per-vector bounds (every span but a row's last).
+template <typename T, int kHaloVectors>
+__device__ __forceinline__ void ring_copy_span(uint4* x_ring, uint4* dy_ring, const T* x, const T* dy,
+                                               int64_t run_start, int span, int spans, int64_t n, int lane) {
+  constexpr int kVec = Vec16<T>::kElems;
+  if (span > spans) return;
+  const int v0 = span * kRingVectors * 32 + lane;
+  const int64_t t0 = run_start + int64_t(v0) * kVec;
+  uint4* const x_slot = x_ring + (v0 & (kRingVectorsPerWarp - 1));
+  uint4* const dy_slot = dy_ring + (v0 & (kRingVectorsPerWarp - 1));
+  if (span < spans && run_start + int64_t(span + 1) * backward_ring_span<T>() <= n) {
+#pragma unroll
+    for (int e = 0; e < kRingVectors; ++e) {
+      cp_async16(x_slot + e * 32, x + t0 + e * 32 * kVec, 16);
+      cp_async16(dy_slot + e * 32, dy + t0 + e * 32 * kVec, 16);
+    }
+    return;
+  }
+#pragma unroll
+  for (int e = 0; e < kRingVectors; ++e) {
+    if (span == spans && (e > 0 || lane >= kHaloVectors)) continue;
+    const int64_t t = t0 + e * 32 * kVec;
+    const int bytes = t >= n ? 0 : n - t >= kVec ? 16 : int(n - t) * int(sizeof(T));
+    cp_async16(x_slot + e * 32, bytes ? x + t : x, bytes);
+    cp_async16(dy_slot + e * 32, bytes ? dy + t : dy, bytes);
+  }
+}
+
+template <typename T, int kWidth>
+__global__ void __launch_bounds__(kVectorThreads)
+    depthwise_backward_ring(DepthwiseBackwardParams p, int64_t runs_per_row, int64_t runs, int spans_per_run,
+                            float* partials) {
+  constexpr int kVec = Vec16<T>::kElems;
+  constexpr int kHaloVectors = (kWidth - 1 + kVec - 1) / kVec;  // on each side
+  constexpr int kHalo = kHaloVectors * kVec;
+  constexpr int kMask = kRingVectorsPerWarp - 1;
+  const int lane = threadIdx.x % 32;
+  const int64_t run = int64_t(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32;
+  if (run >= runs) return;  // whole warps: the shuffles and __syncwarp below see full warps
+  const int64_t row = div_nonneg(run, runs_per_row);
+  const int64_t run_in_row = run - row * runs_per_row;
+  const int64_t run_start = run_in_row * spans_per_run * backward_ring_span<T>();
+  const int64_t b = div_nonneg(row, p.channels), c = row - b * p.channels;
+  const int64_t n = p.length;
+  const int64_t spans_left = (n - run_start + backward_ring_span<T>() - 1) / backward_ring_span<T>();
+  const int spans = spans_left < spans_per_run ? int(spans_left) : spans_per_run;  // this run's, the row's last may be short
+  const T* x = static_cast<const T*>(p.x) + b * p.x_stride[0] + c * p.x_stride[1];
+  const T* dy = static_cast<const T*>(p.dy) + b * p.dy_stride[0] + c * p.dy_stride[1];
+  T* dx = p.dx ? static_cast<T*>(p.dx) + b * p.dx_stride[0] + c * p.dx_stride[1] : nullptr;
+  uint4* const x_ring = window_ring_shared() + (threadIdx.x / 32) * 2 * kRingVectorsPerWarp;
+  uint4* const dy_ring = x_ring + kRingVectorsPerWarp;
+
+  // The run's before-halo: x's kHaloVectors vectors before it, at ring positions -kHaloVectors .. -1.
+  if (lane >= 32 - kHaloVectors) {
+    const int64_t t = run_start - int64_t(32 - lane) * kVec;
+    cp_async16(x_ring + ((lane - 32) & kMask), t >= 0 ? x + t : x, t >= 0 ? 16 : 0);
+  }
+#pragma unroll
+  for (int s = 0; s < kRingAhead; ++s) {
+    ring_copy_span<T, kHaloVectors>(x_ring, dy_ring, x, dy, run_start, s, spans, n, lane);
+    cp_async_commit();
+  }
+
+  const T* weight = static_cast<const T*>(p.weight) + c * p.w_stride[0];
+  float w[kWidth];
+#pragma unroll
+  for (int k = 0; k < kWidth; ++k) w[k] = to_float(weight[k * p.w_stride[1]]);
+  const float bias = p.bias ? to_float(static_cast<const T*>(p.bias)[c * p.bias_stride]) : 0.0f;
+
+  float dw[kWidth + 1] = {};  // slot kWidth: the bias gradient
+#pragma unroll 1
+  for (int s = 0; s < spans; ++s) {
+    cp_async_wait<kRingAhead - 2>();  // this thread's copies of spans s and s + 1 have landed
+    __syncwarp();                     // ... and every lane's
+    const int first = (s * kRingVectors * 32 + lane) & kMask;  // ring position of this lane's vector 0
+    uint4 x_before0[kHaloVectors];  // vector 0's before-halo, in the previous span's slot
+#pragma unroll
+    for (int h = 1; h <= kHaloVectors; ++h) x_before0[h - 1] = x_ring[(first - h) & kMask];
+    __syncwarp();  // every lane is done with the previous span's slot before it is refilled
+    ring_copy_span<T, kHaloVectors>(x_ring, dy_ring, x, dy, run_start, s + kRingAhead, spans, n, lane);
+    cp_async_commit();
+
+#pragma unroll
+    for (int e = 0; e < kRingVectors; ++e) {
+      const int i = first + e * 32;
+      const int64_t t = run_start + (int64_t(s) * kRingVectors * 32 + e * 32 + lane) * kVec;
+      float xw[kHalo + kVec + kHalo];  // x[t - kHalo + i]; the part after t + kVec feeds the silu input of g's halo
+      float g[kVec + kHalo];           // g[t + i]: dy through the activation, zero past the row's end
+#pragma unroll
+      for (int h = 1; h <= kHaloVectors; ++h) {
+        decode16<T>(e == 0 ? x_before0[h - 1] : x_ring[(i - h) & kMask], xw + kHalo - h * kVec);
+        decode16<T>(dy_ring[(i + h) & kMask], g + h * kVec);
+      }
+      decode16<T>(x_ring[i], xw + kHalo);
+      decode16<T>(dy_ring[i], g);
+      if (p.silu) {
+#pragma unroll
+        for (int h = 1; h <= kHaloVectors; ++h) decode16<T>(x_ring[(i + h) & kMask], xw + kHalo + h * kVec);
+#pragma unroll
+        for (int j = 0; j < kVec + kWidth - 1; ++j) {
+          float u = bias;
+#pragma unroll
+          for (int k = 0; k < kWidth; ++k) u = fmaf(w[k], xw[kHalo + j - (kWidth - 1 - k)], u);
+          g[j] *= silu_derivative(u);
+        }
+      }
+      if (dx) {
+        float out[kVec];
+#pragma unroll
+        for (int j = 0; j < kVec; ++j) {
+          float acc = 0.0f;
+#pragma unroll
+          for (int k = 0; k < kWidth; ++k) acc = fmaf(w[k], g[j + (kWidth - 1 - k)], acc);
+          out[j] = acc;
+        }
+        store_span_vector(dx, t, n, out);
+      }
+#pragma unroll
+      for (int j = 0; j < kVec; ++j) {
+#pragma unroll
+        for (int k = 0; k < kWidth; ++k) dw[k] = fmaf(g[j], xw[kHalo + j - (kWidth - 1 - k)], dw[k]);
+        dw[kWidth] += g[j];
+      }
+    }
+  }
+  cp_async_wait<0>();  // no copy outlives the block's shared memory
+  if (partials) {
+    float* run_partials = partials + ((c * p.batch + b) * runs_per_row + run_in_row) * (kWidth + 1);
+#pragma unroll
+    for (int k = 0; k <= kWidth; ++k) {
+      const float v = warp_sum(dw[k]);
+      if (lane == 0) run_partials[k] = v;
     }
   }
 }

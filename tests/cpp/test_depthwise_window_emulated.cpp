@@ -8,11 +8,13 @@
 
 #define depthwise_forward_window depthwise_forward_window_emulated
 #define depthwise_backward_window depthwise_backward_window_emulated
+#define depthwise_backward_ring depthwise_backward_ring_emulated
 #define depthwise_weight_grad_reduce depthwise_weight_grad_reduce_emulated
 #include "causal_conv1d/depthwise_weight_grad_reduce.cuh"
 #include "causal_conv1d/depthwise_window_kernels.cuh"
 #undef depthwise_forward_window
 #undef depthwise_backward_window
+#undef depthwise_backward_ring
 #undef depthwise_weight_grad_reduce
 
 #include <gtest/gtest.h>
@@ -81,6 +83,7 @@ struct Case {
   int64_t batch, channels, length, width;
   bool bias, silu;
   bool dx = true, weight_grads = true;  // backward: which outputs are asked for
+  int spans_per_run = 0;                 // backward: 0 the window kernel, else the ring kernel's runs
 };
 
 // Calls f(std::integral_constant<int, K>) for the kernel's width.
@@ -99,11 +102,11 @@ void with_width(int64_t width, F&& f) {
   }
 }
 
-// Runs kernel(width) for every thread of the window kernels' grid: a warp per span.
+// Runs kernel(width) for every thread of the window kernels' grid: a warp per span (or run).
 template <typename F>
-void launch_window_emulated(int64_t spans, int64_t width, F kernel) {
-  const unsigned blocks = unsigned((spans + detail::kWarpsPerBlock - 1) / detail::kWarpsPerBlock);
-  emu::launch({blocks, 1, 1}, detail::kVectorThreads, 0, [&] { with_width(width, kernel); });
+void launch_window_emulated(int64_t warps, int64_t width, F kernel, size_t shared_bytes = 0) {
+  const unsigned blocks = unsigned((warps + detail::kWarpsPerBlock - 1) / detail::kWarpsPerBlock);
+  emu::launch({blocks, 1, 1}, detail::kVectorThreads, shared_bytes, [&] { with_width(width, kernel); });
 }
 
 template <typename T>
@@ -142,7 +145,7 @@ template <typename T>
 void run_backward(const Case& cs) {
   SCOPED_TRACE(::testing::Message() << "backward B" << cs.batch << " C" << cs.channels << " L" << cs.length << " K"
                                     << cs.width << " bias " << cs.bias << " silu " << cs.silu << " dx " << cs.dx
-                                    << " weight grads " << cs.weight_grads);
+                                    << " weight grads " << cs.weight_grads << " spans per run " << cs.spans_per_run);
   const int64_t B = cs.batch, C = cs.channels, L = cs.length, K = cs.width;
   std::random_device seed;
   HostTensor x({B, C, L}), w({C, K}), bias({C}), dy({B, C, L});
@@ -163,14 +166,26 @@ void run_backward(const Case& cs) {
   x_e.set_strides(p.x_stride);
   dy_e.set_strides(p.dy_stride);
   dx_e.set_strides(p.dx_stride);
-  // As launch_window in depthwise_backward.cu; partials [c][b][span][K + 1].
-  const int64_t span = detail::backward_window_span<T>(int(K)), spans_per_row = (L + span - 1) / span;
-  const int64_t spans = B * C * spans_per_row, parts = B * spans_per_row;
+  // As launch_window in depthwise_backward.cu; partials [c][b][span or run][K + 1].
+  const bool ring = cs.spans_per_run > 0;
+  const int64_t span = ring ? detail::backward_ring_span<T>() : detail::backward_window_span<T>(int(K));
+  const int64_t spans_per_row = (L + span - 1) / span;
+  const int64_t parts_per_row = ring ? (spans_per_row + cs.spans_per_run - 1) / cs.spans_per_run : spans_per_row;
+  const int64_t warps = B * C * parts_per_row, parts = B * parts_per_row;
   std::vector<float> partials(size_t(C * parts * (K + 1)), std::numeric_limits<float>::quiet_NaN());
   float* const partials_arg = cs.weight_grads ? partials.data() : nullptr;
-  launch_window_emulated(spans, K, [&](auto width) {
-    detail::depthwise_backward_window_emulated<T, decltype(width)::value>(p, spans_per_row, spans, partials_arg);
-  });
+  if (ring)
+    launch_window_emulated(
+        warps, K,
+        [&](auto width) {
+          detail::depthwise_backward_ring_emulated<T, decltype(width)::value>(p, parts_per_row, warps,
+                                                                               cs.spans_per_run, partials_arg);
+        },
+        detail::backward_ring_smem_bytes());
+  else
+    launch_window_emulated(warps, K, [&](auto width) {
+      detail::depthwise_backward_window_emulated<T, decltype(width)::value>(p, spans_per_row, warps, partials_arg);
+    });
 
   const test::BackwardReference ref = test::reference_backward(x, w, cs.bias ? &bias : nullptr, dy, cs.silu);
   if (cs.dx) EXPECT_EQ(count_bad<T>("dx", dx_e, ref.dx, test::dx_magnitude(w, dy)), 0);
@@ -237,12 +252,46 @@ void backward_cases() {
   run_backward<T>({1, 2, span(3) + 7, 3, true, false, true, true});  // 8 vectors a lane at 16-bit, silu off
 }
 
+// The ring kernel: runs of one span and of several (the ring wrapping around its slots), the
+// row's last run short, rows ending inside a vector, inside a span and on a span's edge, the
+// halos across spans and runs (fp32 from K6 takes two vectors each side).
+template <typename T>
+void ring_backward_cases() {
+  const int64_t vec = detail::Vec16<T>::kElems, span = detail::backward_ring_span<T>();
+  for (int64_t k = 2; k <= 8; ++k) {
+    Case cs{2, 3, 5 * span + 3 * vec + 3, k, k % 2 == 0, k % 3 != 0};
+    cs.spans_per_run = int(k % 3 + 2);  // 2..4: 2 or 3 runs a row, the last short
+    run_backward<T>(cs);
+  }
+  Case one{1, 2, 3 * span + 7, 5, true, true};
+  one.spans_per_run = 1;
+  run_backward<T>(one);
+  Case whole{2, 1, 11 * span, 7, false, true};  // whole spans, a run of 11 wrapping the ring twice
+  whole.spans_per_run = 16;
+  run_backward<T>(whole);
+  Case shorter{1, 2, 1, 4, true, true};  // L = 1
+  shorter.spans_per_run = 4;
+  run_backward<T>(shorter);
+  Case tiny{1, 2, 5, 8, true, true};  // L < K
+  tiny.spans_per_run = 2;
+  run_backward<T>(tiny);
+  Case grads{1, 2, 2 * span + 7, 6, true, true, false, true};  // weight gradients only
+  grads.spans_per_run = 2;
+  run_backward<T>(grads);
+  Case dx{1, 2, 2 * span + 7, 3, false, true, true, false};  // dx only
+  dx.spans_per_run = 3;
+  run_backward<T>(dx);
+}
+
 TEST(DepthwiseWindowEmulated, ForwardFloat32) { forward_cases<float>(); }
 TEST(DepthwiseWindowEmulated, ForwardFloat16) { forward_cases<__half>(); }
 TEST(DepthwiseWindowEmulated, ForwardBFloat16) { forward_cases<__nv_bfloat16>(); }
 TEST(DepthwiseWindowEmulated, BackwardFloat32) { backward_cases<float>(); }
 TEST(DepthwiseWindowEmulated, BackwardFloat16) { backward_cases<__half>(); }
 TEST(DepthwiseWindowEmulated, BackwardBFloat16) { backward_cases<__nv_bfloat16>(); }
+TEST(DepthwiseWindowEmulated, RingBackwardFloat32) { ring_backward_cases<float>(); }
+TEST(DepthwiseWindowEmulated, RingBackwardFloat16) { ring_backward_cases<__half>(); }
+TEST(DepthwiseWindowEmulated, RingBackwardBFloat16) { ring_backward_cases<__nv_bfloat16>(); }
 
 }  // namespace
 }  // namespace causalconv
