@@ -283,24 +283,14 @@ void launch_channel_last(const DepthwiseBackwardParams& p, float* partials, cuda
   depthwise_backward_channel_last<T><<<grid, kChannelLastThreads, smem, stream>>>(p, t, partials);
 }
 
-// The window backward as runs of spans on a cp.async ring (depthwise_backward_ring) instead of
-// a span per warp (depthwise_backward_window). Written in session 14 after the last GPU run:
-// off until the H200 has timed both side by side (emulation-tested).
-constexpr bool kDepthwiseBackwardRing = false;
-
-// The window kernels' parts per row: spans (depthwise_backward_window) or runs of spans
-// (depthwise_backward_ring), and the ring's spans per run.
+// The window kernel's runs per row, and its spans per run.
 struct WindowGrid {
-  int64_t parts_per_row;
+  int64_t runs_per_row;
   int spans_per_run;
 };
 
 template <typename T>
 WindowGrid window_grid(const DepthwiseBackwardParams& p) {
-  if (!kDepthwiseBackwardRing) {
-    const int64_t span = backward_window_span<T>(int(p.width));
-    return {(p.length + span - 1) / span, 1};
-  }
   const int64_t span = backward_ring_span<T>(), spans_per_row = (p.length + span - 1) / span;
   const int64_t run = backward_ring_spans_per_run(p.batch * p.channels, spans_per_row);
   return {(spans_per_row + run - 1) / run, int(run)};
@@ -308,7 +298,7 @@ WindowGrid window_grid(const DepthwiseBackwardParams& p) {
 
 template <typename T>
 bool window_applies(const DepthwiseBackwardParams& p) {
-  const int64_t warps = p.batch * p.channels * window_grid<T>(p).parts_per_row;
+  const int64_t warps = p.batch * p.channels * window_grid<T>(p).runs_per_row;
   return p.dilation == 1 && p.width <= kMaxWindowWidth && p.x_stride[2] == 1 && p.dy_stride[2] == 1 &&
          (!p.dx || p.dx_stride[2] == 1) && vector_aligned<T>(p.x, p.x_stride, 2) &&
          vector_aligned<T>(p.dy, p.dy_stride, 2) && (!p.dx || vector_aligned<T>(p.dx, p.dx_stride, 2)) &&
@@ -318,13 +308,10 @@ bool window_applies(const DepthwiseBackwardParams& p) {
 template <typename T, int kWidth>
 void launch_window(const DepthwiseBackwardParams& p, float* partials, cudaStream_t stream) {
   const WindowGrid grid = window_grid<T>(p);
-  const int64_t warps = p.batch * p.channels * grid.parts_per_row;
+  const int64_t warps = p.batch * p.channels * grid.runs_per_row;
   const unsigned blocks = unsigned((warps + kWarpsPerBlock - 1) / kWarpsPerBlock);
-  if (kDepthwiseBackwardRing)
-    depthwise_backward_ring<T, kWidth><<<blocks, kVectorThreads, backward_ring_smem_bytes(), stream>>>(
-        p, grid.parts_per_row, warps, grid.spans_per_run, partials);
-  else
-    depthwise_backward_window<T, kWidth><<<blocks, kVectorThreads, 0, stream>>>(p, grid.parts_per_row, warps, partials);
+  depthwise_backward_window<T, kWidth><<<blocks, kVectorThreads, backward_ring_smem_bytes(), stream>>>(
+      p, grid.runs_per_row, warps, grid.spans_per_run, partials);
 }
 
 template <typename T>
@@ -345,7 +332,7 @@ int64_t parts_per_channel(const DepthwiseBackwardParams& p) {
   if (channel_last_applies<T>(p))
     return p.batch * (channel_last_unit_applies<T>(p) ? channel_last_unit_grid<T>(p).ranges
                                                       : make_channel_last_tiling(p).time_tiles);
-  if (window_applies<T>(p)) return p.batch * window_grid<T>(p).parts_per_row;
+  if (window_applies<T>(p)) return p.batch * window_grid<T>(p).runs_per_row;
   const DepthwiseTiling t =
       make_depthwise_tiling(p.batch, p.channels, p.length, p.width, p.dilation, kBackwardTilesPerBlock);
   return p.batch * t.residues * t.tiles;

@@ -1,12 +1,13 @@
 // The window kernels of the depthwise convolution: channel-first rows of 16-byte vectors,
-// dilation 1, K <= 8 (a template argument), no shared memory. Device code only (the launchers
-// stay in depthwise_forward.cu / depthwise_backward.cu), so that
+// dilation 1, K <= 8 (a template argument). Device code only (the launchers stay in
+// depthwise_forward.cu / depthwise_backward.cu), so that
 // tests/cpp/test_depthwise_window_emulated.cpp can run them as host C++ under
 // tests/cpp/cuda_emulation.h.
 //
-// A warp owns a span of 32 * kVectors consecutive 16-byte vectors of one row; lane l takes
-// vectors e * 32 + l, so every load and store instruction of the warp covers 512 contiguous
-// bytes. The grid is one warp per span, spans ordered row by row (row = b * C + c).
+// A warp's span is 32 * kVectors consecutive 16-byte vectors of one row; lane l takes vectors
+// e * 32 + l, so every load and store instruction of the warp covers 512 contiguous bytes. The
+// forward's grid is one warp per span, the backward's one warp per run of spans; both ordered row
+// by row (row = b * C + c).
 #pragma once
 
 #include <cstdint>
@@ -25,7 +26,7 @@ constexpr int kVectorThreads = 128;
 constexpr int kMaxWindowWidth = 8;
 constexpr int kWarpsPerBlock = kVectorThreads / 32;
 
-// ---- forward ----
+// ---- forward (no shared memory) ----
 // All of a thread's loads are issued before any compute. The halo of a vector (the K-1
 // inputs before it) comes from the lanes holding the vectors before it; only lanes at the
 // span's start load theirs from memory.
@@ -92,132 +93,18 @@ __global__ void __launch_bounds__(kVectorThreads)
   }
 }
 
-// ---- backward: dx, and per-span weight-gradient partials ----
-// The halos on both sides come from neighbouring lanes (only the span's edge lanes load
-// theirs). Each thread sums its weight-gradient terms, a fixed shuffle tree sums the warp,
-// and lane 0 writes the span's partials; an ordered reduction (depthwise_backward.cu)
-// finishes them.
-// Vectors per lane: 8 at 16-bit with K <= 4, 4 otherwise. Side by side on the H200 (bf16 fwd+bwd,
-// CUDA graph, docs/performance.md session 11): 8 took B4 C4096 L8192 K4 0.339 -> 0.332 ms (Dao
-// 0.334) and left B8 C2048 L2048 K4 and K3 as they were, but cost K7 0.108 -> 0.119; fp32 was not
-// measured with 8.
-template <typename T>
-constexpr int backward_window_vectors(int width) {
-  return sizeof(T) == 2 && width <= 4 ? 8 : 4;
-}
-
-// Steps per span of a width-`width` filter (the host's grid and the partials' layout use it too).
-template <typename T>
-constexpr int64_t backward_window_span(int width) {
-  return int64_t(32) * backward_window_vectors<T>(width) * Vec16<T>::kElems;
-}
-
-template <typename T, int kWidth>
-__global__ void __launch_bounds__(kVectorThreads)
-    depthwise_backward_window(DepthwiseBackwardParams p, int64_t spans_per_row, int64_t spans, float* partials) {
-  constexpr int kVec = Vec16<T>::kElems;
-  constexpr int kHaloVectors = (kWidth - 1 + kVec - 1) / kVec;  // on each side
-  constexpr int kHalo = kHaloVectors * kVec;
-  constexpr int kVectors = backward_window_vectors<T>(kWidth);
-  const int lane = threadIdx.x % 32;
-  const int64_t span = int64_t(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32;
-  if (span >= spans) return;  // whole warps: the shuffles below see full warps
-  const int64_t row = div_nonneg(span, spans_per_row);
-  const int64_t span_in_row = span - row * spans_per_row;
-  const int64_t span_start = span_in_row * backward_window_span<T>(kWidth);
-  const int64_t b = div_nonneg(row, p.channels), c = row - b * p.channels;
-  const int64_t n = p.length;
-  const T* x = static_cast<const T*>(p.x) + b * p.x_stride[0] + c * p.x_stride[1];
-  const T* dy = static_cast<const T*>(p.dy) + b * p.dy_stride[0] + c * p.dy_stride[1];
-
-  uint4 x_raw[kVectors], dy_raw[kVectors];
-#pragma unroll
-  for (int e = 0; e < kVectors; ++e) {
-    const int64_t t = span_start + int64_t(e * 32 + lane) * kVec;
-    x_raw[e] = load_span_vector(x, t, n);
-    dy_raw[e] = load_span_vector(dy, t, n);
-  }
-  // Edge lanes: the vectors s positions before the span (x) and after it (x and dy).
-  uint4 x_before[kHaloVectors], x_after[kHaloVectors], dy_after[kHaloVectors];
-  const uint4 zero = make_uint4(0, 0, 0, 0);
-#pragma unroll
-  for (int s = 1; s <= kHaloVectors; ++s) {
-    const int64_t t_before = span_start + int64_t(lane - s) * kVec;
-    x_before[s - 1] = lane < s && t_before >= 0 ? load_raw16(x + t_before) : zero;
-    const int64_t t_after = span_start + int64_t(kVectors * 32 + lane + s - 32) * kVec;
-    const bool edge = lane + s >= 32;
-    x_after[s - 1] = edge && p.silu ? load_span_vector(x, t_after, n) : zero;
-    dy_after[s - 1] = edge ? load_span_vector(dy, t_after, n) : zero;
-  }
-
-  const T* weight = static_cast<const T*>(p.weight) + c * p.w_stride[0];
-  float w[kWidth];
-#pragma unroll
-  for (int k = 0; k < kWidth; ++k) w[k] = to_float(weight[k * p.w_stride[1]]);
-  const float bias = p.bias ? to_float(static_cast<const T*>(p.bias)[c * p.bias_stride]) : 0.0f;
-
-  float dw[kWidth + 1] = {};  // slot kWidth: the bias gradient
-#pragma unroll
-  for (int e = 0; e < kVectors; ++e) {
-    const int64_t t = span_start + int64_t(e * 32 + lane) * kVec;
-    float xw[kHalo + kVec + kHalo];  // x[t - kHalo + i]; the part after t + kVec feeds the silu input of g's halo
-    float g[kVec + kHalo];           // g[t + i]: dy through the activation, zero past the row's end
-#pragma unroll
-    for (int s = 1; s <= kHaloVectors; ++s) {
-      decode16<T>(span_vector_before(x_raw, e, s, x_before[s - 1], lane), xw + kHalo - s * kVec);
-      decode16<T>(span_vector_after(dy_raw, e, s, dy_after[s - 1], lane), g + s * kVec);
-    }
-    decode16<T>(x_raw[e], xw + kHalo);
-    decode16<T>(dy_raw[e], g);
-    if (p.silu) {
-#pragma unroll
-      for (int s = 1; s <= kHaloVectors; ++s)
-        decode16<T>(span_vector_after(x_raw, e, s, x_after[s - 1], lane), xw + kHalo + s * kVec);
-#pragma unroll
-      for (int i = 0; i < kVec + kWidth - 1; ++i) {
-        float u = bias;
-#pragma unroll
-        for (int k = 0; k < kWidth; ++k) u = fmaf(w[k], xw[kHalo + i - (kWidth - 1 - k)], u);
-        g[i] *= silu_derivative(u);
-      }
-    }
-    if (p.dx) {
-      float out[kVec];
-#pragma unroll
-      for (int i = 0; i < kVec; ++i) {
-        float acc = 0.0f;
-#pragma unroll
-        for (int k = 0; k < kWidth; ++k) acc = fmaf(w[k], g[i + (kWidth - 1 - k)], acc);
-        out[i] = acc;
-      }
-      T* dx = static_cast<T*>(p.dx) + b * p.dx_stride[0] + c * p.dx_stride[1];
-      store_span_vector(dx, t, n, out);
-    }
-#pragma unroll
-    for (int i = 0; i < kVec; ++i) {
-#pragma unroll
-      for (int k = 0; k < kWidth; ++k) dw[k] = fmaf(g[i], xw[kHalo + i - (kWidth - 1 - k)], dw[k]);
-      dw[kWidth] += g[i];
-    }
-  }
-  if (partials) {
-    float* span_partials = partials + ((c * p.batch + b) * spans_per_row + span_in_row) * (kWidth + 1);
-#pragma unroll
-    for (int k = 0; k <= kWidth; ++k) {
-      const float s = warp_sum(dw[k]);
-      if (lane == 0) span_partials[k] = s;
-    }
-  }
-}
-
-// ---- backward on a ring: a warp walks a run of consecutive spans of one row ----
-// The kernel above loads its whole span, then computes: a warp's loads and its compute never
-// overlap, and its set-up (two divisions, the addresses, the filter) and its warp sums are paid
-// per 1024 steps, ~20 % of its ~1200 instructions (session 14's SASS count at bf16 K7). Here a
-// warp owns a run of up to kRingMaxSpansPerRun spans of kRingVectors vectors per lane, copied by
-// cp.async into a ring of kRingSlots spans in shared memory, kRingAhead spans ahead of the one it
-// computes: the halos of a vector are its ring neighbours (the previous span's last vectors, the
-// next span's first ones), read by ld.shared instead of two shuffles and a select per word.
+// ---- backward: dx, and per-run weight-gradient partials ----
+// A warp owns a run of up to kRingMaxSpansPerRun consecutive spans of one row, each span
+// kRingVectors vectors per lane, copied by cp.async into a ring of kRingSlots spans in shared
+// memory, kRingAhead spans ahead of the one it computes: its loads overlap its compute, and its
+// set-up (two divisions, the addresses, the filter) and warp sums are paid once per run. The halos
+// on both sides of a vector are its ring neighbours (the previous span's last vectors, the next
+// span's first ones), read by ld.shared. Each thread sums its weight-gradient terms over the run,
+// a fixed shuffle tree sums the warp, and lane 0 writes the run's partials; an ordered reduction
+// (depthwise_backward.cu) finishes them.
+// Measured against a span per warp that loaded its whole span and then computed (H200, session
+// 14, bf16 backward kernels): K7 B1 C4096 L8192 65.3 -> 57.3 us, K4 B4 C4096 L8192 196 -> 191,
+// K4 B8 C2048 L2048 57.6 -> 51.0.
 constexpr int kRingVectors = 2;
 constexpr int kRingSlots = 4;                                  // a power of two
 constexpr int kRingAhead = kRingSlots - 1;                     // spans copied ahead of the current one
@@ -282,7 +169,7 @@ __device__ __forceinline__ void ring_copy_span(uint4* x_ring, uint4* dy_ring, co
 
 template <typename T, int kWidth>
 __global__ void __launch_bounds__(kVectorThreads)
-    depthwise_backward_ring(DepthwiseBackwardParams p, int64_t runs_per_row, int64_t runs, int spans_per_run,
+    depthwise_backward_window(DepthwiseBackwardParams p, int64_t runs_per_row, int64_t runs, int spans_per_run,
                             float* partials) {
   constexpr int kVec = Vec16<T>::kElems;
   constexpr int kHaloVectors = (kWidth - 1 + kVec - 1) / kVec;  // on each side

@@ -1,20 +1,19 @@
 // The depthwise window kernels (channel-first rows of 16-byte vectors, dilation 1, K <= 8;
 // depthwise_window_kernels.cuh) run on the CPU under tests/cpp/cuda_emulation.h, against the
-// fp64 reference: halos passed between lanes, vectors and spans, span-start halos loaded from
-// memory, rows ending inside a vector and inside a span, bias and silu, dx and the per-span
-// weight-gradient partials, element by element. (On the GPU:
+// fp64 reference: the forward's halos passed between lanes, vectors and spans (span-start halos
+// loaded from memory), the backward's runs of spans on a cp.async ring (halos from ring
+// neighbours, across spans and runs), rows ending inside a vector and inside a span, bias and
+// silu, dx and the per-run weight-gradient partials, element by element. (On the GPU:
 // tests/python/test_causal_conv1d_depthwise.py.)
 #include "cuda_emulation.h"  // first: it sets up the emulated CUDA built-ins
 
 #define depthwise_forward_window depthwise_forward_window_emulated
 #define depthwise_backward_window depthwise_backward_window_emulated
-#define depthwise_backward_ring depthwise_backward_ring_emulated
 #define depthwise_weight_grad_reduce depthwise_weight_grad_reduce_emulated
 #include "causal_conv1d/depthwise_weight_grad_reduce.cuh"
 #include "causal_conv1d/depthwise_window_kernels.cuh"
 #undef depthwise_forward_window
 #undef depthwise_backward_window
-#undef depthwise_backward_ring
 #undef depthwise_weight_grad_reduce
 
 #include <gtest/gtest.h>
@@ -83,7 +82,7 @@ struct Case {
   int64_t batch, channels, length, width;
   bool bias, silu;
   bool dx = true, weight_grads = true;  // backward: which outputs are asked for
-  int spans_per_run = 0;                 // backward: 0 the window kernel, else the ring kernel's runs
+  int spans_per_run = 1;                 // backward: the runs the grid is cut into (not the host's choice)
 };
 
 // Calls f(std::integral_constant<int, K>) for the kernel's width.
@@ -166,26 +165,19 @@ void run_backward(const Case& cs) {
   x_e.set_strides(p.x_stride);
   dy_e.set_strides(p.dy_stride);
   dx_e.set_strides(p.dx_stride);
-  // As launch_window in depthwise_backward.cu; partials [c][b][span or run][K + 1].
-  const bool ring = cs.spans_per_run > 0;
-  const int64_t span = ring ? detail::backward_ring_span<T>() : detail::backward_window_span<T>(int(K));
-  const int64_t spans_per_row = (L + span - 1) / span;
-  const int64_t parts_per_row = ring ? (spans_per_row + cs.spans_per_run - 1) / cs.spans_per_run : spans_per_row;
-  const int64_t warps = B * C * parts_per_row, parts = B * parts_per_row;
+  // As launch_window in depthwise_backward.cu; partials [c][b][run][K + 1].
+  const int64_t span = detail::backward_ring_span<T>(), spans_per_row = (L + span - 1) / span;
+  const int64_t runs_per_row = (spans_per_row + cs.spans_per_run - 1) / cs.spans_per_run;
+  const int64_t warps = B * C * runs_per_row, parts = B * runs_per_row;
   std::vector<float> partials(size_t(C * parts * (K + 1)), std::numeric_limits<float>::quiet_NaN());
   float* const partials_arg = cs.weight_grads ? partials.data() : nullptr;
-  if (ring)
-    launch_window_emulated(
-        warps, K,
-        [&](auto width) {
-          detail::depthwise_backward_ring_emulated<T, decltype(width)::value>(p, parts_per_row, warps,
-                                                                               cs.spans_per_run, partials_arg);
-        },
-        detail::backward_ring_smem_bytes());
-  else
-    launch_window_emulated(warps, K, [&](auto width) {
-      detail::depthwise_backward_window_emulated<T, decltype(width)::value>(p, spans_per_row, warps, partials_arg);
-    });
+  launch_window_emulated(
+      warps, K,
+      [&](auto width) {
+        detail::depthwise_backward_window_emulated<T, decltype(width)::value>(p, runs_per_row, warps,
+                                                                             cs.spans_per_run, partials_arg);
+      },
+      detail::backward_ring_smem_bytes());
 
   const test::BackwardReference ref = test::reference_backward(x, w, cs.bias ? &bias : nullptr, dy, cs.silu);
   if (cs.dx) EXPECT_EQ(count_bad<T>("dx", dx_e, ref.dx, test::dx_magnitude(w, dy)), 0);
@@ -236,51 +228,27 @@ void forward_cases() {
   run_forward<T>({3, 2, 33 * vec + 1, 3, true, true});  // one lane's vector past the first 32
 }
 
-// The span depends on K (backward_window_vectors): each case's length is built from its own.
+// Runs of one span and of several (the ring wrapping around its slots), the row's last run
+// short; rows shorter than a vector (L = 1, L < K), ending inside a vector, inside a span and on
+// a span's edge (the look-ahead halo of the last is zero); halos across spans and runs (fp32 from
+// K6 takes two vectors each side); batch > 1; bias and silu on and off; dx or the weight
+// gradients alone.
 template <typename T>
 void backward_cases() {
-  const int64_t vec = detail::Vec16<T>::kElems;
-  auto span = [](int64_t k) { return detail::backward_window_span<T>(int(k)); };
-  for (int64_t k = 2; k <= 8; ++k) run_backward<T>({2, 3, span(k) + 5 * vec + 3, k, k % 2 == 0, k % 3 != 0});
-  run_backward<T>({1, 2, 1, 4, true, true});              // L = 1
-  run_backward<T>({1, 2, 5, 8, true, true});              // L < K
-  run_backward<T>({1, 1, 2 * span(4), 4, false, true});   // whole spans: the look-ahead halo of the last is zero
-  run_backward<T>({1, 1, 2 * span(6), 6, false, true});   // (the other vector count)
-  run_backward<T>({3, 2, 33 * vec + 1, 3, true, true});   // one lane's vector past the first 32
-  run_backward<T>({1, 2, span(5) + 7, 5, true, true, false, true});  // weight gradients only
-  run_backward<T>({1, 2, span(5) + 7, 5, false, true, true, false}); // dx only
-  run_backward<T>({1, 2, span(3) + 7, 3, true, false, true, true});  // 8 vectors a lane at 16-bit, silu off
-}
-
-// The ring kernel: runs of one span and of several (the ring wrapping around its slots), the
-// row's last run short, rows ending inside a vector, inside a span and on a span's edge, the
-// halos across spans and runs (fp32 from K6 takes two vectors each side).
-template <typename T>
-void ring_backward_cases() {
   const int64_t vec = detail::Vec16<T>::kElems, span = detail::backward_ring_span<T>();
-  for (int64_t k = 2; k <= 8; ++k) {
-    Case cs{2, 3, 5 * span + 3 * vec + 3, k, k % 2 == 0, k % 3 != 0};
-    cs.spans_per_run = int(k % 3 + 2);  // 2..4: 2 or 3 runs a row, the last short
+  auto run = [](Case cs, int spans_per_run) {
+    cs.spans_per_run = spans_per_run;
     run_backward<T>(cs);
-  }
-  Case one{1, 2, 3 * span + 7, 5, true, true};
-  one.spans_per_run = 1;
-  run_backward<T>(one);
-  Case whole{2, 1, 11 * span, 7, false, true};  // whole spans, a run of 11 wrapping the ring twice
-  whole.spans_per_run = 16;
-  run_backward<T>(whole);
-  Case shorter{1, 2, 1, 4, true, true};  // L = 1
-  shorter.spans_per_run = 4;
-  run_backward<T>(shorter);
-  Case tiny{1, 2, 5, 8, true, true};  // L < K
-  tiny.spans_per_run = 2;
-  run_backward<T>(tiny);
-  Case grads{1, 2, 2 * span + 7, 6, true, true, false, true};  // weight gradients only
-  grads.spans_per_run = 2;
-  run_backward<T>(grads);
-  Case dx{1, 2, 2 * span + 7, 3, false, true, true, false};  // dx only
-  dx.spans_per_run = 3;
-  run_backward<T>(dx);
+  };
+  for (int64_t k = 2; k <= 8; ++k) run({2, 3, 5 * span + 3 * vec + 3, k, k % 2 == 0, k % 3 != 0}, int(k % 3 + 2));
+  run({1, 2, 3 * span + 7, 5, true, true}, 1);
+  run({2, 1, 11 * span, 7, false, true}, 16);  // whole spans; a run of 11 wraps the ring twice
+  run({1, 1, 2 * span, 4, false, true}, 1);
+  run({3, 2, 33 * vec + 1, 3, true, true}, 2);  // one lane's vector past the first 32
+  run({1, 2, 1, 4, true, true}, 4);             // L = 1
+  run({1, 2, 5, 8, true, true}, 2);             // L < K
+  run({1, 2, 2 * span + 7, 6, true, true, false, true}, 2);   // weight gradients only
+  run({1, 2, 2 * span + 7, 3, false, true, true, false}, 3);  // dx only
 }
 
 TEST(DepthwiseWindowEmulated, ForwardFloat32) { forward_cases<float>(); }
@@ -289,9 +257,6 @@ TEST(DepthwiseWindowEmulated, ForwardBFloat16) { forward_cases<__nv_bfloat16>();
 TEST(DepthwiseWindowEmulated, BackwardFloat32) { backward_cases<float>(); }
 TEST(DepthwiseWindowEmulated, BackwardFloat16) { backward_cases<__half>(); }
 TEST(DepthwiseWindowEmulated, BackwardBFloat16) { backward_cases<__nv_bfloat16>(); }
-TEST(DepthwiseWindowEmulated, RingBackwardFloat32) { ring_backward_cases<float>(); }
-TEST(DepthwiseWindowEmulated, RingBackwardFloat16) { ring_backward_cases<__half>(); }
-TEST(DepthwiseWindowEmulated, RingBackwardBFloat16) { ring_backward_cases<__nv_bfloat16>(); }
 
 }  // namespace
 }  // namespace causalconv

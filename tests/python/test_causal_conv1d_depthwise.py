@@ -265,6 +265,17 @@ def test_grads_awkward_lengths(k, seeded):
 
 
 @requires_cuda
+@pytest.mark.parametrize("dtype,batch,channels,length,k", [
+    (torch.bfloat16, 1, 8192, 8189, 7),  # 16 spans a row, cut into 2 runs of 8 (the last span short)
+    (torch.float32, 2, 8192, 1029, 8),   # 5 spans a row (the last 5 steps long), one run each
+])
+def test_grads_of_rows_walked_in_runs(dtype, batch, channels, length, k, seeded):
+    # Enough rows that the window backward walks several spans per warp (small shapes get one).
+    x, w, bias = make_inputs(batch, channels, length, k, dtype, with_bias=True)
+    check_grads(x, w, bias, 1, "silu")
+
+
+@requires_cuda
 @pytest.mark.parametrize("k,dilation", [(4, 500), (256, 5), (3, 1000)])
 def test_long_reach_splits_by_residue(k, dilation, seeded):
     # (K-1)*d beyond the shared-memory halo: rows are processed per residue class mod d.
