@@ -27,43 +27,20 @@ namespace {
 
 using Tile = ForwardTile;
 
-// The window forward as runs of spans on a cp.async ring (depthwise_forward_ring) instead of a
-// span per warp (depthwise_forward_window). Written in session 14 after the last GPU run: off
-// until the H200 has timed both side by side (emulation-tested).
-constexpr bool kDepthwiseForwardRing = false;
-
-// The window kernel's warps per row (spans, or runs of spans), and the ring's spans per run.
-struct WindowGrid {
-  int64_t warps_per_row;
-  int spans_per_run;
-};
-
-template <typename T>
-WindowGrid window_grid(const DepthwiseForwardParams& p) {
-  if (!kDepthwiseForwardRing) return {(p.length + forward_window_span<T>() - 1) / forward_window_span<T>(), 1};
-  const int64_t span = window_ring_span<T>(), spans_per_row = (p.length + span - 1) / span;
-  const int64_t run = window_ring_spans_per_run(p.batch * p.channels, spans_per_row);
-  return {(spans_per_row + run - 1) / run, int(run)};
-}
-
 template <typename T, int kWidth>
 void launch_window(const DepthwiseForwardParams& p, cudaStream_t stream) {
-  const WindowGrid grid = window_grid<T>(p);
-  const int64_t warps = p.batch * p.channels * grid.warps_per_row;
-  const unsigned blocks = unsigned((warps + kWarpsPerBlock - 1) / kWarpsPerBlock);
-  if (kDepthwiseForwardRing)
-    depthwise_forward_ring<T, kWidth><<<blocks, kVectorThreads, window_ring_smem_bytes(1), stream>>>(
-        p, grid.warps_per_row, warps, grid.spans_per_run);
-  else
-    depthwise_forward_window<T, kWidth><<<blocks, kVectorThreads, 0, stream>>>(p, grid.warps_per_row, warps);
+  const int64_t spans_per_row = (p.length + forward_window_span<T>() - 1) / forward_window_span<T>();
+  const int64_t spans = p.batch * p.channels * spans_per_row;
+  const unsigned blocks = unsigned((spans + kWarpsPerBlock - 1) / kWarpsPerBlock);
+  depthwise_forward_window<T, kWidth><<<blocks, kVectorThreads, 0, stream>>>(p, spans_per_row, spans);
 }
 
 template <typename T>
 bool try_launch_window(const DepthwiseForwardParams& p, bool channel_last, cudaStream_t stream) {
-  const int64_t warps = p.batch * p.channels * window_grid<T>(p).warps_per_row;
+  const int64_t spans = p.batch * p.channels * ((p.length + forward_window_span<T>() - 1) / forward_window_span<T>());
   if (channel_last || p.dilation != 1 || p.width > kMaxWindowWidth || p.x_stride[2] != 1 || p.y_stride[2] != 1 ||
       !vector_aligned<T>(p.x, p.x_stride, 2) || !vector_aligned<T>(p.y, p.y_stride, 2) ||
-      warps / kWarpsPerBlock >= kMaxGridX)
+      spans / kWarpsPerBlock >= kMaxGridX)
     return false;
   switch (p.width) {
     case 2: launch_window<T, 2>(p, stream); break;

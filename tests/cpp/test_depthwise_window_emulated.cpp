@@ -8,13 +8,11 @@
 #include "cuda_emulation.h"  // first: it sets up the emulated CUDA built-ins
 
 #define depthwise_forward_window depthwise_forward_window_emulated
-#define depthwise_forward_ring depthwise_forward_ring_emulated
 #define depthwise_backward_window depthwise_backward_window_emulated
 #define depthwise_weight_grad_reduce depthwise_weight_grad_reduce_emulated
 #include "causal_conv1d/depthwise_weight_grad_reduce.cuh"
 #include "causal_conv1d/depthwise_window_kernels.cuh"
 #undef depthwise_forward_window
-#undef depthwise_forward_ring
 #undef depthwise_backward_window
 #undef depthwise_weight_grad_reduce
 
@@ -84,9 +82,7 @@ struct Case {
   int64_t batch, channels, length, width;
   bool bias, silu;
   bool dx = true, weight_grads = true;  // backward: which outputs are asked for
-  // The runs the ring kernels' grid is cut into (not the host's choice); forward: 0 takes the
-  // span-per-warp kernel.
-  int spans_per_run = 1;
+  int spans_per_run = 1;                 // backward: the runs the grid is cut into (not the host's choice)
 };
 
 // Calls f(std::integral_constant<int, K>) for the kernel's width.
@@ -115,8 +111,7 @@ void launch_window_emulated(int64_t warps, int64_t width, F kernel, size_t share
 template <typename T>
 void run_forward(const Case& cs) {
   SCOPED_TRACE(::testing::Message() << "forward B" << cs.batch << " C" << cs.channels << " L" << cs.length << " K"
-                                    << cs.width << " bias " << cs.bias << " silu " << cs.silu << " spans per run "
-                                    << cs.spans_per_run);
+                                    << cs.width << " bias " << cs.bias << " silu " << cs.silu);
   const int64_t B = cs.batch, C = cs.channels, L = cs.length, K = cs.width;
   std::random_device seed;
   HostTensor x({B, C, L}), w({C, K}), bias({C});
@@ -134,22 +129,11 @@ void run_forward(const Case& cs) {
   x_e.set_strides(p.x_stride);
   y_e.set_strides(p.y_stride);
   // As launch_window in depthwise_forward.cu.
-  if (cs.spans_per_run > 0) {
-    const int64_t span = detail::window_ring_span<T>(), spans_per_row = (L + span - 1) / span;
-    const int64_t runs_per_row = (spans_per_row + cs.spans_per_run - 1) / cs.spans_per_run, warps = B * C * runs_per_row;
-    launch_window_emulated(
-        warps, K,
-        [&](auto width) {
-          detail::depthwise_forward_ring_emulated<T, decltype(width)::value>(p, runs_per_row, warps, cs.spans_per_run);
-        },
-        detail::window_ring_smem_bytes(1));
-  } else {
-    const int64_t span = detail::forward_window_span<T>(), spans_per_row = (L + span - 1) / span;
-    const int64_t spans = B * C * spans_per_row;
-    launch_window_emulated(spans, K, [&](auto width) {
-      detail::depthwise_forward_window_emulated<T, decltype(width)::value>(p, spans_per_row, spans);
-    });
-  }
+  const int64_t span = detail::forward_window_span<T>(), spans_per_row = (L + span - 1) / span;
+  const int64_t spans = B * C * spans_per_row;
+  launch_window_emulated(spans, K, [&](auto width) {
+    detail::depthwise_forward_window_emulated<T, decltype(width)::value>(p, spans_per_row, spans);
+  });
 
   const HostTensor y_ref = test::reference_forward(x, w, cs.bias ? &bias : nullptr, 1, cs.silu);
   EXPECT_EQ(count_bad<T>("y", y_e, y_ref, test::forward_magnitude(x, w, cs.bias ? &bias : nullptr, 1)), 0);
@@ -237,32 +221,11 @@ void run_backward(const Case& cs) {
 template <typename T>
 void forward_cases() {
   const int64_t span = detail::forward_window_span<T>(), vec = detail::Vec16<T>::kElems;
-  auto run = [](Case cs) {
-    cs.spans_per_run = 0;
-    run_forward<T>(cs);
-  };
-  for (int64_t k = 2; k <= 8; ++k) run({2, 3, span + 5 * vec + 3, k, k % 2 == 0, k % 3 == 0});
-  run({1, 2, 1, 4, true, true});            // L = 1
-  run({1, 2, 5, 8, true, false});           // L < K
-  run({1, 1, 2 * span, 4, false, true});    // whole spans
-  run({3, 2, 33 * vec + 1, 3, true, true});  // one lane's vector past the first 32
-}
-
-// The ring form: runs of one span and of several (wrapping the ring), the row's last run short,
-// rows ending inside a vector, inside a span and on a span's edge, halos across spans and runs.
-template <typename T>
-void ring_forward_cases() {
-  const int64_t vec = detail::Vec16<T>::kElems, span = detail::window_ring_span<T>();
-  auto run = [](Case cs, int spans_per_run) {
-    cs.spans_per_run = spans_per_run;
-    run_forward<T>(cs);
-  };
-  for (int64_t k = 2; k <= 8; ++k) run({2, 3, 5 * span + 3 * vec + 3, k, k % 2 == 0, k % 3 == 0}, int(k % 3 + 2));
-  run({1, 2, 3 * span + 7, 5, true, true}, 1);
-  run({2, 1, 11 * span, 7, false, true}, 16);  // whole spans; a run of 11 wraps the ring twice
-  run({3, 2, 33 * vec + 1, 3, true, true}, 2);  // one lane's vector past the first 32
-  run({1, 2, 1, 4, true, true}, 4);             // L = 1
-  run({1, 2, 5, 8, true, false}, 2);            // L < K
+  for (int64_t k = 2; k <= 8; ++k) run_forward<T>({2, 3, span + 5 * vec + 3, k, k % 2 == 0, k % 3 == 0});
+  run_forward<T>({1, 2, 1, 4, true, true});            // L = 1
+  run_forward<T>({1, 2, 5, 8, true, false});           // L < K
+  run_forward<T>({1, 1, 2 * span, 4, false, true});    // whole spans
+  run_forward<T>({3, 2, 33 * vec + 1, 3, true, true});  // one lane's vector past the first 32
 }
 
 // Runs of one span and of several (the ring wrapping around its slots), the row's last run
@@ -291,9 +254,6 @@ void backward_cases() {
 TEST(DepthwiseWindowEmulated, ForwardFloat32) { forward_cases<float>(); }
 TEST(DepthwiseWindowEmulated, ForwardFloat16) { forward_cases<__half>(); }
 TEST(DepthwiseWindowEmulated, ForwardBFloat16) { forward_cases<__nv_bfloat16>(); }
-TEST(DepthwiseWindowEmulated, RingForwardFloat32) { ring_forward_cases<float>(); }
-TEST(DepthwiseWindowEmulated, RingForwardFloat16) { ring_forward_cases<__half>(); }
-TEST(DepthwiseWindowEmulated, RingForwardBFloat16) { ring_forward_cases<__nv_bfloat16>(); }
 TEST(DepthwiseWindowEmulated, BackwardFloat32) { backward_cases<float>(); }
 TEST(DepthwiseWindowEmulated, BackwardFloat16) { backward_cases<__half>(); }
 TEST(DepthwiseWindowEmulated, BackwardBFloat16) { backward_cases<__nv_bfloat16>(); }
