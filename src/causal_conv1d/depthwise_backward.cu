@@ -291,8 +291,8 @@ struct WindowGrid {
 
 template <typename T>
 WindowGrid window_grid(const DepthwiseBackwardParams& p) {
-  const int64_t span = window_ring_span<T>(), spans_per_row = (p.length + span - 1) / span;
-  const int64_t run = window_ring_spans_per_run(p.batch * p.channels, spans_per_row);
+  const int64_t span = backward_ring_span<T>(), spans_per_row = (p.length + span - 1) / span;
+  const int64_t run = backward_ring_spans_per_run(p.batch * p.channels, spans_per_row);
   return {(spans_per_row + run - 1) / run, int(run)};
 }
 
@@ -310,7 +310,7 @@ void launch_window(const DepthwiseBackwardParams& p, float* partials, cudaStream
   const WindowGrid grid = window_grid<T>(p);
   const int64_t warps = p.batch * p.channels * grid.runs_per_row;
   const unsigned blocks = unsigned((warps + kWarpsPerBlock - 1) / kWarpsPerBlock);
-  depthwise_backward_window<T, kWidth><<<blocks, kVectorThreads, window_ring_smem_bytes(2), stream>>>(
+  depthwise_backward_window<T, kWidth><<<blocks, kVectorThreads, backward_ring_smem_bytes(), stream>>>(
       p, grid.runs_per_row, warps, grid.spans_per_run, partials);
 }
 

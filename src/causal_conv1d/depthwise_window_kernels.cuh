@@ -26,101 +26,6 @@ constexpr int kVectorThreads = 128;
 constexpr int kMaxWindowWidth = 8;
 constexpr int kWarpsPerBlock = kVectorThreads / 32;
 
-// ---- runs of spans on a cp.async ring (the backward) ----
-// A warp owns a run of up to kRingMaxSpansPerRun consecutive spans of one row, each span
-// kRingVectors vectors per lane, copied by cp.async into a ring of kRingSlots spans in shared
-// memory (per tensor), kRingAhead spans ahead of the one it computes: its loads overlap its
-// compute, and its set-up (two divisions, the addresses, the filter) is paid once per run. The
-// halos on both sides of a vector are its ring neighbours (the previous span's last vectors, the
-// next span's first ones), read by ld.shared. The forward on the same ring lost to its span per
-// warp (H200, session 14: bf16 K7 B1 C4096 L8192 39.0 -> 40.0 us, K4 B4 93.4 -> 90.0 % of copy).
-constexpr int kRingVectors = 2;
-constexpr int kRingSlots = 4;                                        // a power of two
-constexpr int kRingAhead = kRingSlots - 1;                           // spans copied ahead of the current one
-constexpr int kRingVectorsPerWarp = kRingSlots * kRingVectors * 32;  // per tensor
-constexpr int kRingMaxSpansPerRun = 16;
-// Runs are shortened (halved) while the grid would have fewer warps than this (the H200 holds
-// ~2600 of these warps at once: keep several waves).
-constexpr int64_t kRingMinWarps = 16384;
-
-template <typename T>
-constexpr int64_t window_ring_span() {
-  return int64_t(32) * kRingVectors * Vec16<T>::kElems;
-}
-
-// Dynamic shared memory of a block whose warps each ring `tensors` tensors.
-constexpr size_t window_ring_smem_bytes(int tensors) {
-  return size_t(kWarpsPerBlock) * size_t(tensors) * kRingVectorsPerWarp * 16;
-}
-
-// Spans per run for rows of spans_per_row spans (the host's grid and the partials' layout use it).
-inline int64_t window_ring_spans_per_run(int64_t rows, int64_t spans_per_row) {
-  int64_t run = kRingMaxSpansPerRun;
-  while (run > 1 && rows * ((spans_per_row + run - 1) / run) < kRingMinWarps) run /= 2;
-  return run;
-}
-
-#ifndef CAUSALCONV_CUDA_EMULATION
-// The block's dynamic shared memory (16-byte aligned).
-__device__ __forceinline__ uint4* window_ring_shared() {
-  extern __shared__ uint4 window_ring_smem[];
-  return window_ring_smem;
-}
-#endif
-
-// Copies span `span` of a run (vectors from run_start + span * kRingVectors * 32 on) of one
-// tensor's row into its ring slot; span == spans (the one after the run) only its first
-// kAfterVectors vectors, the run's after-halo; nothing past that. Zero past the row's end. A span
-// inside the row takes a path without per-vector bounds (every span but a row's last).
-template <typename T, int kAfterVectors>
-__device__ __forceinline__ void ring_copy_span(uint4* ring, const T* row, int64_t run_start, int span, int spans,
-                                               int64_t n, int lane) {
-  constexpr int kVec = Vec16<T>::kElems;
-  if (span > spans || (span == spans && kAfterVectors == 0)) return;
-  const int v0 = span * kRingVectors * 32 + lane;
-  const int64_t t0 = run_start + int64_t(v0) * kVec;
-  uint4* const slot = ring + (v0 & (kRingVectorsPerWarp - 1));
-  if (span < spans && run_start + int64_t(span + 1) * window_ring_span<T>() <= n) {
-#pragma unroll
-    for (int e = 0; e < kRingVectors; ++e) cp_async16(slot + e * 32, row + t0 + e * 32 * kVec, 16);
-    return;
-  }
-#pragma unroll
-  for (int e = 0; e < kRingVectors; ++e) {
-    if (span == spans && (e > 0 || lane >= kAfterVectors)) continue;
-    const int64_t t = t0 + e * 32 * kVec;
-    const int bytes = t >= n ? 0 : n - t >= kVec ? 16 : int(n - t) * int(sizeof(T));
-    cp_async16(slot + e * 32, bytes ? row + t : row, bytes);
-  }
-}
-
-// Copies x's kHaloVectors vectors before the run (zero before the row) to ring positions
-// -kHaloVectors .. -1, the last of the slot before span 0's.
-template <typename T, int kHaloVectors>
-__device__ __forceinline__ void ring_copy_before_halo(uint4* ring, const T* row, int64_t run_start, int lane) {
-  if (lane < 32 - kHaloVectors) return;
-  const int64_t t = run_start - int64_t(32 - lane) * Vec16<T>::kElems;
-  cp_async16(ring + ((lane - 32) & (kRingVectorsPerWarp - 1)), t >= 0 ? row + t : row, t >= 0 ? 16 : 0);
-}
-
-// The run of warp `run` (runs ordered row by row): its row, its first step, its span count
-// (a row's last run may be short).
-struct WindowRun {
-  int64_t row, run_in_row, start;
-  int spans;
-};
-
-template <typename T>
-__device__ __forceinline__ WindowRun window_run(int64_t run, int64_t runs_per_row, int spans_per_run, int64_t n) {
-  WindowRun r;
-  r.row = div_nonneg(run, runs_per_row);
-  r.run_in_row = run - r.row * runs_per_row;
-  r.start = r.run_in_row * spans_per_run * window_ring_span<T>();
-  const int64_t spans_left = (n - r.start + window_ring_span<T>() - 1) / window_ring_span<T>();
-  r.spans = spans_left < spans_per_run ? int(spans_left) : spans_per_run;
-  return r;
-}
-
 // ---- forward (no shared memory) ----
 // All of a thread's loads are issued before any compute. The halo of a vector (the K-1
 // inputs before it) comes from the lanes holding the vectors before it; only lanes at the
@@ -189,12 +94,81 @@ __global__ void __launch_bounds__(kVectorThreads)
 }
 
 // ---- backward: dx, and per-run weight-gradient partials ----
-// Runs of spans on the ring (above), x and dy each in a ring. Each thread sums its
-// weight-gradient terms over the run, a fixed shuffle tree sums the warp, and lane 0 writes the
-// run's partials; an ordered reduction (depthwise_backward.cu) finishes them.
+// A warp owns a run of up to kRingMaxSpansPerRun consecutive spans of one row, each span
+// kRingVectors vectors per lane, copied by cp.async into a ring of kRingSlots spans in shared
+// memory, kRingAhead spans ahead of the one it computes: its loads overlap its compute, and its
+// set-up (two divisions, the addresses, the filter) and warp sums are paid once per run. The halos
+// on both sides of a vector are its ring neighbours (the previous span's last vectors, the next
+// span's first ones), read by ld.shared. Each thread sums its weight-gradient terms over the run,
+// a fixed shuffle tree sums the warp, and lane 0 writes the run's partials; an ordered reduction
+// (depthwise_backward.cu) finishes them.
 // Measured against a span per warp that loaded its whole span and then computed (H200, session
 // 14, bf16 backward kernels): K7 B1 C4096 L8192 65.3 -> 57.3 us, K4 B4 C4096 L8192 196 -> 191,
-// K4 B8 C2048 L2048 57.6 -> 51.0.
+// K4 B8 C2048 L2048 57.6 -> 51.0. Not taken: the forward on the same ring (lost to its span per
+// warp: bf16 K7 39.0 -> 40.0 us, K4 B4 93.4 -> 90.0 % of copy), and copying x and dy by one
+// single-tensor helper each (K7 57.3 -> 58.9 us).
+constexpr int kRingVectors = 2;
+constexpr int kRingSlots = 4;                                  // a power of two
+constexpr int kRingAhead = kRingSlots - 1;                     // spans copied ahead of the current one
+constexpr int kRingVectorsPerWarp = kRingSlots * kRingVectors * 32;  // per tensor (x, dy)
+constexpr int kRingMaxSpansPerRun = 16;
+// Runs are shortened (halved) while the grid would have fewer warps than this (the H200 holds
+// ~2600 of these warps at once: keep several waves).
+constexpr int64_t kRingMinWarps = 16384;
+
+template <typename T>
+constexpr int64_t backward_ring_span() {
+  return int64_t(32) * kRingVectors * Vec16<T>::kElems;
+}
+
+constexpr size_t backward_ring_smem_bytes() { return size_t(kWarpsPerBlock) * 2 * kRingVectorsPerWarp * 16; }
+
+// Spans per run for rows of spans_per_row spans (the host's grid and the partials' layout use it).
+inline int64_t backward_ring_spans_per_run(int64_t rows, int64_t spans_per_row) {
+  int64_t run = kRingMaxSpansPerRun;
+  while (run > 1 && rows * ((spans_per_row + run - 1) / run) < kRingMinWarps) run /= 2;
+  return run;
+}
+
+#ifndef CAUSALCONV_CUDA_EMULATION
+// The block's dynamic shared memory (16-byte aligned).
+__device__ __forceinline__ uint4* window_ring_shared() {
+  extern __shared__ uint4 window_ring_smem[];
+  return window_ring_smem;
+}
+#endif
+
+// Copies span `span` of a run (vectors from run_start + span * kRingVectors * 32 on) into its ring
+// slot; span == spans (the one after the run) only its first kHaloVectors vectors, the run's
+// after-halo; nothing past that. Zero past the row's end. A span inside the row takes a path
+// without per-vector bounds (every span but a row's last).
+template <typename T, int kHaloVectors>
+__device__ __forceinline__ void ring_copy_span(uint4* x_ring, uint4* dy_ring, const T* x, const T* dy,
+                                               int64_t run_start, int span, int spans, int64_t n, int lane) {
+  constexpr int kVec = Vec16<T>::kElems;
+  if (span > spans) return;
+  const int v0 = span * kRingVectors * 32 + lane;
+  const int64_t t0 = run_start + int64_t(v0) * kVec;
+  uint4* const x_slot = x_ring + (v0 & (kRingVectorsPerWarp - 1));
+  uint4* const dy_slot = dy_ring + (v0 & (kRingVectorsPerWarp - 1));
+  if (span < spans && run_start + int64_t(span + 1) * backward_ring_span<T>() <= n) {
+#pragma unroll
+    for (int e = 0; e < kRingVectors; ++e) {
+      cp_async16(x_slot + e * 32, x + t0 + e * 32 * kVec, 16);
+      cp_async16(dy_slot + e * 32, dy + t0 + e * 32 * kVec, 16);
+    }
+    return;
+  }
+#pragma unroll
+  for (int e = 0; e < kRingVectors; ++e) {
+    if (span == spans && (e > 0 || lane >= kHaloVectors)) continue;
+    const int64_t t = t0 + e * 32 * kVec;
+    const int bytes = t >= n ? 0 : n - t >= kVec ? 16 : int(n - t) * int(sizeof(T));
+    cp_async16(x_slot + e * 32, bytes ? x + t : x, bytes);
+    cp_async16(dy_slot + e * 32, bytes ? dy + t : dy, bytes);
+  }
+}
+
 template <typename T, int kWidth>
 __global__ void __launch_bounds__(kVectorThreads)
     depthwise_backward_window(DepthwiseBackwardParams p, int64_t runs_per_row, int64_t runs, int spans_per_run,
@@ -206,22 +180,27 @@ __global__ void __launch_bounds__(kVectorThreads)
   const int lane = threadIdx.x % 32;
   const int64_t run = int64_t(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32;
   if (run >= runs) return;  // whole warps: the shuffles and __syncwarp below see full warps
+  const int64_t row = div_nonneg(run, runs_per_row);
+  const int64_t run_in_row = run - row * runs_per_row;
+  const int64_t run_start = run_in_row * spans_per_run * backward_ring_span<T>();
+  const int64_t b = div_nonneg(row, p.channels), c = row - b * p.channels;
   const int64_t n = p.length;
-  const WindowRun r = window_run<T>(run, runs_per_row, spans_per_run, n);
-  const int64_t b = div_nonneg(r.row, p.channels), c = r.row - b * p.channels;
-  const int64_t run_start = r.start;
-  const int spans = r.spans;
+  const int64_t spans_left = (n - run_start + backward_ring_span<T>() - 1) / backward_ring_span<T>();
+  const int spans = spans_left < spans_per_run ? int(spans_left) : spans_per_run;  // this run's, the row's last may be short
   const T* x = static_cast<const T*>(p.x) + b * p.x_stride[0] + c * p.x_stride[1];
   const T* dy = static_cast<const T*>(p.dy) + b * p.dy_stride[0] + c * p.dy_stride[1];
   T* dx = p.dx ? static_cast<T*>(p.dx) + b * p.dx_stride[0] + c * p.dx_stride[1] : nullptr;
   uint4* const x_ring = window_ring_shared() + (threadIdx.x / 32) * 2 * kRingVectorsPerWarp;
   uint4* const dy_ring = x_ring + kRingVectorsPerWarp;
 
-  ring_copy_before_halo<T, kHaloVectors>(x_ring, x, run_start, lane);
+  // The run's before-halo: x's kHaloVectors vectors before it, at ring positions -kHaloVectors .. -1.
+  if (lane >= 32 - kHaloVectors) {
+    const int64_t t = run_start - int64_t(32 - lane) * kVec;
+    cp_async16(x_ring + ((lane - 32) & kMask), t >= 0 ? x + t : x, t >= 0 ? 16 : 0);
+  }
 #pragma unroll
   for (int s = 0; s < kRingAhead; ++s) {
-    ring_copy_span<T, kHaloVectors>(x_ring, x, run_start, s, spans, n, lane);
-    ring_copy_span<T, kHaloVectors>(dy_ring, dy, run_start, s, spans, n, lane);
+    ring_copy_span<T, kHaloVectors>(x_ring, dy_ring, x, dy, run_start, s, spans, n, lane);
     cp_async_commit();
   }
 
@@ -241,8 +220,7 @@ __global__ void __launch_bounds__(kVectorThreads)
 #pragma unroll
     for (int h = 1; h <= kHaloVectors; ++h) x_before0[h - 1] = x_ring[(first - h) & kMask];
     __syncwarp();  // every lane is done with the previous span's slot before it is refilled
-    ring_copy_span<T, kHaloVectors>(x_ring, x, run_start, s + kRingAhead, spans, n, lane);
-    ring_copy_span<T, kHaloVectors>(dy_ring, dy, run_start, s + kRingAhead, spans, n, lane);
+    ring_copy_span<T, kHaloVectors>(x_ring, dy_ring, x, dy, run_start, s + kRingAhead, spans, n, lane);
     cp_async_commit();
 
 #pragma unroll
@@ -290,7 +268,7 @@ __global__ void __launch_bounds__(kVectorThreads)
   }
   cp_async_wait<0>();  // no copy outlives the block's shared memory
   if (partials) {
-    float* run_partials = partials + ((c * p.batch + b) * runs_per_row + r.run_in_row) * (kWidth + 1);
+    float* run_partials = partials + ((c * p.batch + b) * runs_per_row + run_in_row) * (kWidth + 1);
 #pragma unroll
     for (int k = 0; k <= kWidth; ++k) {
       const float v = warp_sum(dw[k]);

@@ -166,7 +166,7 @@ void run_backward(const Case& cs) {
   dy_e.set_strides(p.dy_stride);
   dx_e.set_strides(p.dx_stride);
   // As launch_window in depthwise_backward.cu; partials [c][b][run][K + 1].
-  const int64_t span = detail::window_ring_span<T>(), spans_per_row = (L + span - 1) / span;
+  const int64_t span = detail::backward_ring_span<T>(), spans_per_row = (L + span - 1) / span;
   const int64_t runs_per_row = (spans_per_row + cs.spans_per_run - 1) / cs.spans_per_run;
   const int64_t warps = B * C * runs_per_row, parts = B * runs_per_row;
   std::vector<float> partials(size_t(C * parts * (K + 1)), std::numeric_limits<float>::quiet_NaN());
@@ -177,7 +177,7 @@ void run_backward(const Case& cs) {
         detail::depthwise_backward_window_emulated<T, decltype(width)::value>(p, runs_per_row, warps,
                                                                              cs.spans_per_run, partials_arg);
       },
-      detail::window_ring_smem_bytes(2));
+      detail::backward_ring_smem_bytes());
 
   const test::BackwardReference ref = test::reference_backward(x, w, cs.bias ? &bias : nullptr, dy, cs.silu);
   if (cs.dx) EXPECT_EQ(count_bad<T>("dx", dx_e, ref.dx, test::dx_magnitude(w, dy)), 0);
@@ -235,7 +235,7 @@ void forward_cases() {
 // gradients alone.
 template <typename T>
 void backward_cases() {
-  const int64_t vec = detail::Vec16<T>::kElems, span = detail::window_ring_span<T>();
+  const int64_t vec = detail::Vec16<T>::kElems, span = detail::backward_ring_span<T>();
   auto run = [](Case cs, int spans_per_run) {
     cs.spans_per_run = spans_per_run;
     run_backward<T>(cs);
