@@ -44,11 +44,10 @@ size_t elem_bytes(DType t) { return t == DType::f32 ? 4 : 2; }
 constexpr int64_t kB2BWgmmaBackwardMaxTilesPerSegment = 32;
 constexpr int64_t kB2BWgmmaBackwardMinBlocks = 512;
 
-// The wgmma backward's dwp on the CUDA cores for Kp <= kDwpCoreTaps (b2b_backward_wgmma_kernel.cuh),
-// instead of two lag-block MMAs per row and their band sums. Measured on the H200 in session 13
-// (bf16 B1 D4096 L8192 fwd+bwd, gradients checked): Km128 0.557 -> 0.530 ms, Km256 0.664 -> 0.651;
-// on since session 14, when the GPU test suite passed with it.
-constexpr bool kB2BWgmmaDwpOnCores = true;
+// The wgmma backward takes dwp on the CUDA cores for Kp <= kDwpCoreTaps
+// (b2b_backward_wgmma_kernel.cuh), two lag-block MMAs per row and their band sums otherwise.
+// Measured on the H200 (session 13, bf16 B1 D4096 L8192 fwd+bwd, gradients checked): Km128
+// 0.557 -> 0.530 ms, Km256 Kp4 0.664 -> 0.651; the GPU suite passed with it in session 14.
 
 size_t b2b_wgmma_backward_smem_bytes(int mixer_blocks) {
   switch (mixer_blocks) {
@@ -130,13 +129,10 @@ void launch_typed(const B2BBackwardParams& p, const B2BBackwardPlan& plan, float
               default: run(b2b_backward_wgmma_kernel<T, 5, kCores>); break;  // Km <= 256
             }
           };
-          if constexpr (kB2BWgmmaDwpOnCores) {
-            if (p.proj_width <= kDwpCoreTaps) {
-              run_width(std::true_type{});
-              break;
-            }
-          }
-          run_width(std::false_type{});
+          if (p.proj_width <= kDwpCoreTaps)
+            run_width(std::true_type{});
+          else
+            run_width(std::false_type{});
         }
         break;
       case B2BBackwardPath::tensor_core:

@@ -277,7 +277,7 @@ TEST(B2BTensorCoreBackwardEmulated, WgmmaBFloat16) {
   run_case<__nv_bfloat16>({1, 1, 16384, 17, 65, false, 3}, Form::wgmma);  // segments 3 + 1, Kp 17
 }
 
-// dwp on the CUDA cores (kB2BWgmmaDwpOnCores; Kp <= 4): the same walks.
+// dwp on the CUDA cores (Kp <= 4, as b2b_backward.cu dispatches it): the same walks.
 TEST(B2BTensorCoreBackwardEmulated, WgmmaDwpOnCoresBFloat16) {
   run_case<__nv_bfloat16>({1, 1, 1, 2, 16}, Form::wgmma_dwp_on_cores);
   run_case<__nv_bfloat16>({2, 3, 4100, 3, 128}, Form::wgmma_dwp_on_cores);
