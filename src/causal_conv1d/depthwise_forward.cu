@@ -27,31 +27,49 @@ namespace {
 
 using Tile = ForwardTile;
 
-template <typename T, int kWidth>
+// The window kernel on rows that do not start 16-byte aligned (L not a multiple of 16 bytes),
+// walked from the boundary before each row (kShifted), where they now take the tiled kernel.
+// Written in session 14 after its last GPU run: off until the H200 has timed it against the
+// tiled kernel (emulation-tested).
+constexpr bool kDepthwiseWindowShiftedRows = false;
+
+template <typename T, int kWidth, bool kShifted>
 void launch_window(const DepthwiseForwardParams& p, cudaStream_t stream) {
-  const int64_t spans_per_row = (p.length + forward_window_span<T>() - 1) / forward_window_span<T>();
+  const int64_t spans_per_row = window_spans_per_row<T, kShifted>(p.length, forward_window_span<T>());
   const int64_t spans = p.batch * p.channels * spans_per_row;
   const unsigned blocks = unsigned((spans + kWarpsPerBlock - 1) / kWarpsPerBlock);
-  depthwise_forward_window<T, kWidth><<<blocks, kVectorThreads, 0, stream>>>(p, spans_per_row, spans);
+  depthwise_forward_window<T, kWidth, kShifted><<<blocks, kVectorThreads, 0, stream>>>(p, spans_per_row, spans);
+}
+
+template <typename T, bool kShifted>
+void launch_window_width(const DepthwiseForwardParams& p, cudaStream_t stream) {
+  switch (p.width) {
+    case 2: launch_window<T, 2, kShifted>(p, stream); break;
+    case 3: launch_window<T, 3, kShifted>(p, stream); break;
+    case 4: launch_window<T, 4, kShifted>(p, stream); break;
+    case 5: launch_window<T, 5, kShifted>(p, stream); break;
+    case 6: launch_window<T, 6, kShifted>(p, stream); break;
+    case 7: launch_window<T, 7, kShifted>(p, stream); break;
+    case 8: launch_window<T, 8, kShifted>(p, stream); break;
+  }
 }
 
 template <typename T>
 bool try_launch_window(const DepthwiseForwardParams& p, bool channel_last, cudaStream_t stream) {
-  const int64_t spans = p.batch * p.channels * ((p.length + forward_window_span<T>() - 1) / forward_window_span<T>());
-  if (channel_last || p.dilation != 1 || p.width > kMaxWindowWidth || p.x_stride[2] != 1 || p.y_stride[2] != 1 ||
-      !vector_aligned<T>(p.x, p.x_stride, 2) || !vector_aligned<T>(p.y, p.y_stride, 2) ||
-      spans / kWarpsPerBlock >= kMaxGridX)
+  if (channel_last || p.dilation != 1 || p.width < 2 || p.width > kMaxWindowWidth || p.x_stride[2] != 1 ||
+      p.y_stride[2] != 1)
     return false;
-  switch (p.width) {
-    case 2: launch_window<T, 2>(p, stream); break;
-    case 3: launch_window<T, 3>(p, stream); break;
-    case 4: launch_window<T, 4>(p, stream); break;
-    case 5: launch_window<T, 5>(p, stream); break;
-    case 6: launch_window<T, 6>(p, stream); break;
-    case 7: launch_window<T, 7>(p, stream); break;
-    case 8: launch_window<T, 8>(p, stream); break;
-    default: return false;
-  }
+  const bool aligned = vector_aligned<T>(p.x, p.x_stride, 2) && vector_aligned<T>(p.y, p.y_stride, 2);
+  const bool shifted = !aligned && kDepthwiseWindowShiftedRows && vector_shifts_match<T>(p.x, p.x_stride, p.y, p.y_stride, 2);
+  if (!aligned && !shifted) return false;
+  const int64_t spans = p.batch * p.channels *
+                        (aligned ? window_spans_per_row<T, false>(p.length, forward_window_span<T>())
+                                 : window_spans_per_row<T, true>(p.length, forward_window_span<T>()));
+  if (spans / kWarpsPerBlock >= kMaxGridX) return false;
+  if (aligned)
+    launch_window_width<T, false>(p, stream);
+  else if constexpr (kDepthwiseWindowShiftedRows)
+    launch_window_width<T, true>(p, stream);
   return true;
 }
 

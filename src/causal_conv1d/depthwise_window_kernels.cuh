@@ -40,7 +40,16 @@ constexpr int64_t forward_window_span() {
   return int64_t(32) * kForwardWindowVectors * Vec16<T>::kElems;
 }
 
-template <typename T, int kWidth>
+// Spans per row of n steps: with kShifted (rows that may start past a 16-byte boundary, walked
+// from that boundary) a row reaches up to kElems - 1 steps further.
+template <typename T, bool kShifted>
+inline int64_t window_spans_per_row(int64_t n, int64_t span) {
+  return (n + (kShifted ? Vec16<T>::kElems - 1 : 0) + span - 1) / span;
+}
+
+// kShifted: x's and y's rows need not start 16-byte aligned, but each pair starts the same
+// distance past a 16-byte boundary (row_shift16); the span walk starts at that boundary.
+template <typename T, int kWidth, bool kShifted = false>
 __global__ void __launch_bounds__(kVectorThreads)
     depthwise_forward_window(DepthwiseForwardParams p, int64_t spans_per_row, int64_t spans) {
   constexpr int kVec = Vec16<T>::kElems;
@@ -51,20 +60,24 @@ __global__ void __launch_bounds__(kVectorThreads)
   const int64_t span = int64_t(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32;
   if (span >= spans) return;  // whole warps: the shuffles below see full warps
   const int64_t row = div_nonneg(span, spans_per_row);
-  const int64_t span_start = (span - row * spans_per_row) * forward_window_span<T>();
   const int64_t b = div_nonneg(row, p.channels), c = row - b * p.channels;
   const int64_t n = p.length;
   const T* x = static_cast<const T*>(p.x) + b * p.x_stride[0] + c * p.x_stride[1];
   T* y = static_cast<T*>(p.y) + b * p.y_stride[0] + c * p.y_stride[1];
+  const int64_t span_start = (span - row * spans_per_row) * forward_window_span<T>() - (kShifted ? row_shift16(x) : 0);
 
   uint4 raw[kVectors];
 #pragma unroll
-  for (int e = 0; e < kVectors; ++e) raw[e] = load_span_vector(x, span_start + int64_t(e * 32 + lane) * kVec, n);
+  for (int e = 0; e < kVectors; ++e)
+    raw[e] = load_span_vector<T, kShifted>(x, span_start + int64_t(e * 32 + lane) * kVec, n);
   uint4 before[kHaloVectors];  // lanes below s: the vector s positions before the span's first
 #pragma unroll
   for (int s = 1; s <= kHaloVectors; ++s) {
     const int64_t t = span_start + int64_t(lane - s) * kVec;
-    before[s - 1] = lane < s && t >= 0 ? load_raw16(x + t) : make_uint4(0, 0, 0, 0);
+    if constexpr (kShifted)
+      before[s - 1] = lane < s ? load_span_vector<T, true>(x, t, n) : make_uint4(0, 0, 0, 0);
+    else
+      before[s - 1] = lane < s && t >= 0 ? load_raw16(x + t) : make_uint4(0, 0, 0, 0);
   }
 
   const T* weight = static_cast<const T*>(p.weight) + c * p.w_stride[0];
@@ -89,7 +102,7 @@ __global__ void __launch_bounds__(kVectorThreads)
       out[i] = p.silu ? silu(acc) : acc;
     }
     const int64_t t = span_start + int64_t(e * 32 + lane) * kVec;
-    store_span_vector(y, t, n, out);
+    store_span_vector<T, kShifted>(y, t, n, out);
   }
 }
 

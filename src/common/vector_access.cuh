@@ -26,7 +26,24 @@ inline bool vector_aligned(const void* base, const int64_t* strides, int count) 
   return true;
 }
 
-__device__ __forceinline__ uint4 load_raw16(const void* src) { return *reinterpret_cast<const uint4*>(src); }
+// True when every row (the last dim) of tensor a and the same row of tensor b start the same
+// number of bytes past a 16-byte boundary: then one walk by 16-byte vectors from that boundary
+// (load_span_vector / store_span_vector with kShifted) serves both.
+template <typename T>
+inline bool vector_shifts_match(const void* a, const int64_t* a_strides, const void* b, const int64_t* b_strides,
+                                int count) {
+  if (reinterpret_cast<uintptr_t>(a) % 16 != reinterpret_cast<uintptr_t>(b) % 16) return false;
+  for (int i = 0; i < count; ++i)
+    if ((a_strides[i] - b_strides[i]) % Vec16<T>::kElems != 0) return false;
+  return true;
+}
+
+__device__ __forceinline__ uint4 load_raw16(const void* src) {
+#ifdef CAUSALCONV_CUDA_EMULATION
+  emulation::require_aligned16(src);  // as the GPU requires of a 16-byte access
+#endif
+  return *reinterpret_cast<const uint4*>(src);
+}
 
 // Elements [0, valid) of the vector at src, zero beyond (a row's tail; valid <= 0: all zero).
 template <typename T>
@@ -73,7 +90,10 @@ __device__ __forceinline__ void store_raw16(void* dst, const uint4& v) {
 #ifdef __CUDA_ARCH__
   asm volatile("st.global.v4.b32 [%0], {%1, %2, %3, %4};" ::"l"(dst), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w));
 #else
-  *reinterpret_cast<uint4*>(dst) = v;  // the CPU emulation of the kernels
+#ifdef CAUSALCONV_CUDA_EMULATION
+  emulation::require_aligned16(dst);  // the CPU emulation of the kernels
+#endif
+  *reinterpret_cast<uint4*>(dst) = v;
 #endif
 }
 
@@ -112,23 +132,53 @@ __device__ __forceinline__ void store_partial(T* dst, int valid, const float* in
 // vectors e * 32 + l (so each load instruction of the warp covers 512 contiguous bytes).
 // Neighbouring vectors, which carry a convolution's halo, come from other lanes.
 
-// Raw vector at span position (e * 32 + lane) * kElems, zero-filled past the row end n.
-template <typename T>
+// Raw vector of elements t .. t + kElems - 1 of a row of n, zero outside [0, n). t is a multiple
+// of kElems, or with kShifted any value, negative too: rows walked from the 16-byte boundary at or
+// before their first element (rows that do not start 16-byte aligned).
+template <typename T, bool kShifted = false>
 __device__ __forceinline__ uint4 load_span_vector(const T* row, int64_t t, int64_t n) {
   constexpr int kVec = Vec16<T>::kElems;
-  if (t + kVec <= n) return load_raw16(row + t);
-  return load_raw_partial(row + t, int(t < n ? n - t : 0));
+  if constexpr (!kShifted) {
+    if (t + kVec <= n) return load_raw16(row + t);
+    return load_raw_partial(row + t, int(t < n ? n - t : 0));
+  } else {
+    if (t >= 0 && t + kVec <= n) return load_raw16(row + t);
+    uint4 raw = make_uint4(0, 0, 0, 0);
+    T* e = reinterpret_cast<T*>(&raw);
+#pragma unroll
+    for (int i = 0; i < kVec; ++i)
+      if (t + i >= 0 && t + i < n) e[i] = row[t + i];
+    return raw;
+  }
 }
 
-// Stores the vector of values at span position t (a multiple of kElems): whole when it lies
-// inside the row, its first n - t elements at the row's end, nothing past it.
-template <typename T>
+// Stores the vector of values at span position t (as load_span_vector's): whole when it lies
+// inside the row, only its elements inside [0, n) otherwise.
+template <typename T, bool kShifted = false>
 __device__ __forceinline__ void store_span_vector(T* row, int64_t t, int64_t n, const float* values) {
   constexpr int kVec = Vec16<T>::kElems;
-  if (t + kVec <= n)
-    store_vec16(row + t, values);
-  else if (t < n)
-    store_partial(row + t, int(n - t), values);
+  if constexpr (!kShifted) {
+    if (t + kVec <= n)
+      store_vec16(row + t, values);
+    else if (t < n)
+      store_partial(row + t, int(n - t), values);
+  } else {
+    if (t >= 0 && t + kVec <= n) {
+      store_vec16(row + t, values);
+      return;
+    }
+#pragma unroll
+    for (int i = 0; i < kVec; ++i)
+      if (t + i >= 0 && t + i < n) row[t + i] = from_float<T>(values[i]);
+  }
+}
+
+// How far a row starts past the 16-byte boundary before it, in elements (0 when it starts on
+// one): walked by 16-byte vectors from that boundary, its vector v holds elements
+// kElems * v - shift .. kElems * v - shift + kElems - 1. The row pointer is element-aligned.
+template <typename T>
+__device__ __forceinline__ int64_t row_shift16(const T* row) {
+  return int64_t((reinterpret_cast<uintptr_t>(row) % 16) / sizeof(T));
 }
 
 // The vector s positions before vector e of this lane: lane - s of the same e, or

@@ -129,6 +129,11 @@ inline void launch(Dim3 grid, unsigned threads, size_t shared_bytes, const std::
 
 inline void syncthreads() { block_state->block->wait(); }
 
+// A 16-byte global or shared access must be 16-byte aligned on the GPU; x86 would not notice.
+inline void require_aligned16(const void* p) {
+  if (reinterpret_cast<uintptr_t>(p) % 16 != 0) throw std::logic_error("emulation: a 16-byte access not 16-byte aligned");
+}
+
 inline float shfl_xor(float v, int offset) {
   const unsigned t = threadIdx.x;
   Barrier& warp = *block_state->warps[t / 32];

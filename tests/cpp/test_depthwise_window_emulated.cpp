@@ -43,19 +43,22 @@ using test::rounded;
 using test::widen;
 namespace emu = causalconv::emulation;
 
-// A channel-first (B, C, L) tensor in storage type T: rows of `pitch` elements (whole 16-byte
-// vectors, at least one vector past L), padding holding `fill_value`.
+// A channel-first (B, C, L) tensor in storage type T: rows of `pitch` elements (by default whole
+// 16-byte vectors, at least one vector past L; an odd pitch makes rows start off the 16-byte
+// boundaries), the first row `lead` elements into the buffer, every element outside the tensor
+// holding `fill_value`.
 template <typename T>
 struct Rows {
   static constexpr int64_t kVec = detail::Vec16<T>::kElems;
-  int64_t batch, channels, length, pitch;
+  int64_t batch, channels, length, pitch, lead;
   double fill;
   std::vector<T> buffer;
-  Rows(int64_t b, int64_t c, int64_t l, double fill_value)
-      : batch(b), channels(c), length(l), pitch((l + kVec - 1) / kVec * kVec + kVec),
-        fill(widen(test::round_to(T{}, fill_value))), buffer(size_t(b * c * pitch), test::round_to(T{}, fill_value)) {}
-  T* data() { return buffer.data(); }
-  T& at(int64_t b, int64_t c, int64_t t) { return buffer[size_t((b * channels + c) * pitch + t)]; }
+  Rows(int64_t b, int64_t c, int64_t l, double fill_value, int64_t row_pitch = 0, int64_t first = 0)
+      : batch(b), channels(c), length(l), pitch(row_pitch ? row_pitch : (l + kVec - 1) / kVec * kVec + kVec),
+        lead(first), fill(widen(test::round_to(T{}, fill_value))),
+        buffer(size_t(first + b * c * pitch + kVec), test::round_to(T{}, fill_value)) {}
+  T* data() { return buffer.data() + lead; }
+  T& at(int64_t b, int64_t c, int64_t t) { return buffer[size_t(lead + (b * channels + c) * pitch + t)]; }
   void set_strides(int64_t (&s)[3]) const {
     s[0] = channels * pitch;
     s[1] = pitch;
@@ -71,8 +74,10 @@ struct Rows {
   }
   bool padding_untouched() {
     for (int64_t i = 0; i < int64_t(buffer.size()); ++i) {
+      const int64_t j = i - lead;  // element index from the first row's start
+      const bool element = j >= 0 && j < batch * channels * pitch && j % pitch < length;
       const double v = widen(buffer[size_t(i)]);
-      if (i % pitch >= length && !(v == fill || (std::isnan(v) && std::isnan(fill)))) return false;
+      if (!element && !(v == fill || (std::isnan(v) && std::isnan(fill)))) return false;
     }
     return true;
   }
@@ -81,6 +86,7 @@ struct Rows {
 struct Case {
   int64_t batch, channels, length, width;
   bool bias, silu;
+  int64_t pitch = 0, lead = 0;           // forward: rows off the 16-byte boundaries (the shifted walk)
   bool dx = true, weight_grads = true;  // backward: which outputs are asked for
   int spans_per_run = 1;                 // backward: the runs the grid is cut into (not the host's choice)
 };
@@ -111,14 +117,15 @@ void launch_window_emulated(int64_t warps, int64_t width, F kernel, size_t share
 template <typename T>
 void run_forward(const Case& cs) {
   SCOPED_TRACE(::testing::Message() << "forward B" << cs.batch << " C" << cs.channels << " L" << cs.length << " K"
-                                    << cs.width << " bias " << cs.bias << " silu " << cs.silu);
+                                    << cs.width << " bias " << cs.bias << " silu " << cs.silu << " pitch " << cs.pitch
+                                    << " lead " << cs.lead);
   const int64_t B = cs.batch, C = cs.channels, L = cs.length, K = cs.width;
   std::random_device seed;
   HostTensor x({B, C, L}), w({C, K}), bias({C});
   x.fill_uniform(seed());
   w.fill_uniform(seed());
   bias.fill_uniform(seed());
-  Rows<T> x_e(B, C, L, kPoison), y_e(B, C, L, kSentinel);
+  Rows<T> x_e(B, C, L, kPoison, cs.pitch, cs.lead), y_e(B, C, L, kSentinel, cs.pitch, cs.lead);
   x_e.load(x);
   const std::vector<T> w_e = rounded<T>(w), bias_e = rounded<T>(bias);
 
@@ -128,11 +135,17 @@ void run_forward(const Case& cs) {
   p.y = y_e.data();
   x_e.set_strides(p.x_stride);
   y_e.set_strides(p.y_stride);
-  // As launch_window in depthwise_forward.cu.
-  const int64_t span = detail::forward_window_span<T>(), spans_per_row = (L + span - 1) / span;
+  // As launch_window in depthwise_forward.cu: rows off the 16-byte boundaries take the shifted walk.
+  const bool shifted = cs.pitch || cs.lead;
+  const int64_t span = detail::forward_window_span<T>();
+  const int64_t spans_per_row = shifted ? detail::window_spans_per_row<T, true>(L, span)
+                                        : detail::window_spans_per_row<T, false>(L, span);
   const int64_t spans = B * C * spans_per_row;
   launch_window_emulated(spans, K, [&](auto width) {
-    detail::depthwise_forward_window_emulated<T, decltype(width)::value>(p, spans_per_row, spans);
+    if (shifted)
+      detail::depthwise_forward_window_emulated<T, decltype(width)::value, true>(p, spans_per_row, spans);
+    else
+      detail::depthwise_forward_window_emulated<T, decltype(width)::value>(p, spans_per_row, spans);
   });
 
   const HostTensor y_ref = test::reference_forward(x, w, cs.bias ? &bias : nullptr, 1, cs.silu);
@@ -228,6 +241,26 @@ void forward_cases() {
   run_forward<T>({3, 2, 33 * vec + 1, 3, true, true});  // one lane's vector past the first 32
 }
 
+// The shifted walk: rows starting 1 .. kElems - 1 elements past a 16-byte boundary (odd pitches, the
+// first row too), rows shorter than the shift's vector, spans across the row's end; every width.
+template <typename T>
+void shifted_forward_cases() {
+  const int64_t span = detail::forward_window_span<T>(), vec = detail::Vec16<T>::kElems;
+  auto run = [](Case cs, int64_t pitch, int64_t lead) {
+    cs.pitch = pitch;
+    cs.lead = lead;
+    run_forward<T>(cs);
+  };
+  for (int64_t k = 2; k <= 8; ++k) {
+    const int64_t length = span + 5 * vec + k;  // rows of odd length back to back: every shift
+    run({2, 3, length, k, k % 2 == 0, k % 3 == 0}, length, k % vec);
+  }
+  run({1, 3, 1, 4, true, true}, 1, 3);                      // L = 1
+  run({1, 3, 5, 8, true, false}, 7, 1);                     // L < K
+  run({1, 2, 2 * span - 1, 7, false, true}, 2 * span + 1, vec - 1);  // the last span past the row
+  run({2, 2, 33 * vec + 3, 3, true, true}, 33 * vec + 5, 2);
+}
+
 // Runs of one span and of several (the ring wrapping around its slots), the row's last run
 // short; rows shorter than a vector (L = 1, L < K), ending inside a vector, inside a span and on
 // a span's edge (the look-ahead halo of the last is zero); halos across spans and runs (fp32 from
@@ -254,6 +287,9 @@ void backward_cases() {
 TEST(DepthwiseWindowEmulated, ForwardFloat32) { forward_cases<float>(); }
 TEST(DepthwiseWindowEmulated, ForwardFloat16) { forward_cases<__half>(); }
 TEST(DepthwiseWindowEmulated, ForwardBFloat16) { forward_cases<__nv_bfloat16>(); }
+TEST(DepthwiseWindowEmulated, ShiftedForwardFloat32) { shifted_forward_cases<float>(); }
+TEST(DepthwiseWindowEmulated, ShiftedForwardFloat16) { shifted_forward_cases<__half>(); }
+TEST(DepthwiseWindowEmulated, ShiftedForwardBFloat16) { shifted_forward_cases<__nv_bfloat16>(); }
 TEST(DepthwiseWindowEmulated, BackwardFloat32) { backward_cases<float>(); }
 TEST(DepthwiseWindowEmulated, BackwardFloat16) { backward_cases<__half>(); }
 TEST(DepthwiseWindowEmulated, BackwardBFloat16) { backward_cases<__nv_bfloat16>(); }
