@@ -283,6 +283,10 @@ void launch_channel_last(const DepthwiseBackwardParams& p, float* partials, cuda
   depthwise_backward_channel_last<T><<<grid, kChannelLastThreads, smem, stream>>>(p, t, partials);
 }
 
+// Which rows the window kernel takes: none, 16-byte aligned ones, or (kShifted) rows that start
+// the same distance past a 16-byte boundary in x, dy and dx.
+enum class WindowRows { none, aligned, shifted };
+
 // The window kernel's runs per row, and its spans per run.
 struct WindowGrid {
   int64_t runs_per_row;
@@ -290,41 +294,58 @@ struct WindowGrid {
 };
 
 template <typename T>
-WindowGrid window_grid(const DepthwiseBackwardParams& p) {
-  const int64_t span = backward_ring_span<T>(), spans_per_row = (p.length + span - 1) / span;
+WindowGrid window_grid(const DepthwiseBackwardParams& p, WindowRows rows) {
+  const int64_t span = backward_ring_span<T>();
+  const int64_t spans_per_row = rows == WindowRows::shifted ? window_spans_per_row<T, true>(p.length, span)
+                                                            : window_spans_per_row<T, false>(p.length, span);
   const int64_t run = backward_ring_spans_per_run(p.batch * p.channels, spans_per_row);
   return {(spans_per_row + run - 1) / run, int(run)};
 }
 
 template <typename T>
-bool window_applies(const DepthwiseBackwardParams& p) {
-  const int64_t warps = p.batch * p.channels * window_grid<T>(p).runs_per_row;
-  return p.dilation == 1 && p.width <= kMaxWindowWidth && p.x_stride[2] == 1 && p.dy_stride[2] == 1 &&
-         (!p.dx || p.dx_stride[2] == 1) && vector_aligned<T>(p.x, p.x_stride, 2) &&
-         vector_aligned<T>(p.dy, p.dy_stride, 2) && (!p.dx || vector_aligned<T>(p.dx, p.dx_stride, 2)) &&
-         warps / kWarpsPerBlock < kMaxGridX;
+WindowRows window_rows(const DepthwiseBackwardParams& p) {
+  if (p.dilation != 1 || p.width > kMaxWindowWidth || p.x_stride[2] != 1 || p.dy_stride[2] != 1 ||
+      (p.dx && p.dx_stride[2] != 1))
+    return WindowRows::none;
+  const bool aligned = vector_aligned<T>(p.x, p.x_stride, 2) && vector_aligned<T>(p.dy, p.dy_stride, 2) &&
+                       (!p.dx || vector_aligned<T>(p.dx, p.dx_stride, 2));
+  const bool shifted = !aligned && kDepthwiseWindowShiftedRows &&
+                       vector_shifts_match<T>(p.x, p.x_stride, p.dy, p.dy_stride, 2) &&
+                       (!p.dx || vector_shifts_match<T>(p.x, p.x_stride, p.dx, p.dx_stride, 2));
+  const WindowRows rows = aligned ? WindowRows::aligned : shifted ? WindowRows::shifted : WindowRows::none;
+  if (rows != WindowRows::none && p.batch * p.channels * window_grid<T>(p, rows).runs_per_row / kWarpsPerBlock >= kMaxGridX)
+    return WindowRows::none;
+  return rows;
 }
 
-template <typename T, int kWidth>
+template <typename T, int kWidth, bool kShifted>
 void launch_window(const DepthwiseBackwardParams& p, float* partials, cudaStream_t stream) {
-  const WindowGrid grid = window_grid<T>(p);
+  const WindowGrid grid = window_grid<T>(p, kShifted ? WindowRows::shifted : WindowRows::aligned);
   const int64_t warps = p.batch * p.channels * grid.runs_per_row;
   const unsigned blocks = unsigned((warps + kWarpsPerBlock - 1) / kWarpsPerBlock);
-  depthwise_backward_window<T, kWidth><<<blocks, kVectorThreads, backward_ring_smem_bytes(), stream>>>(
+  depthwise_backward_window<T, kWidth, kShifted><<<blocks, kVectorThreads, backward_ring_smem_bytes(), stream>>>(
       p, grid.runs_per_row, warps, grid.spans_per_run, partials);
 }
 
-template <typename T>
-void launch_window(const DepthwiseBackwardParams& p, float* partials, cudaStream_t stream) {
+template <typename T, bool kShifted>
+void launch_window_width(const DepthwiseBackwardParams& p, float* partials, cudaStream_t stream) {
   switch (p.width) {
-    case 2: launch_window<T, 2>(p, partials, stream); break;
-    case 3: launch_window<T, 3>(p, partials, stream); break;
-    case 4: launch_window<T, 4>(p, partials, stream); break;
-    case 5: launch_window<T, 5>(p, partials, stream); break;
-    case 6: launch_window<T, 6>(p, partials, stream); break;
-    case 7: launch_window<T, 7>(p, partials, stream); break;
-    case 8: launch_window<T, 8>(p, partials, stream); break;
+    case 2: launch_window<T, 2, kShifted>(p, partials, stream); break;
+    case 3: launch_window<T, 3, kShifted>(p, partials, stream); break;
+    case 4: launch_window<T, 4, kShifted>(p, partials, stream); break;
+    case 5: launch_window<T, 5, kShifted>(p, partials, stream); break;
+    case 6: launch_window<T, 6, kShifted>(p, partials, stream); break;
+    case 7: launch_window<T, 7, kShifted>(p, partials, stream); break;
+    case 8: launch_window<T, 8, kShifted>(p, partials, stream); break;
   }
+}
+
+template <typename T>
+void launch_window(const DepthwiseBackwardParams& p, WindowRows rows, float* partials, cudaStream_t stream) {
+  if (rows == WindowRows::aligned)
+    launch_window_width<T, false>(p, partials, stream);
+  else if constexpr (kDepthwiseWindowShiftedRows)
+    launch_window_width<T, true>(p, partials, stream);
 }
 
 template <typename T>
@@ -332,7 +353,8 @@ int64_t parts_per_channel(const DepthwiseBackwardParams& p) {
   if (channel_last_applies<T>(p))
     return p.batch * (channel_last_unit_applies<T>(p) ? channel_last_unit_grid<T>(p).ranges
                                                       : make_channel_last_tiling(p).time_tiles);
-  if (window_applies<T>(p)) return p.batch * window_grid<T>(p).runs_per_row;
+  if (const WindowRows rows = window_rows<T>(p); rows != WindowRows::none)
+    return p.batch * window_grid<T>(p, rows).runs_per_row;
   const DepthwiseTiling t =
       make_depthwise_tiling(p.batch, p.channels, p.length, p.width, p.dilation, kBackwardTilesPerBlock);
   return p.batch * t.residues * t.tiles;
@@ -358,9 +380,9 @@ void launch_typed(const DepthwiseBackwardParams& p, float* partials, cudaStream_
     launch_reduce<T>(p, partials, stream);
     return;
   }
-  if (window_applies<T>(p)) {
+  if (const WindowRows rows = window_rows<T>(p); rows != WindowRows::none) {
     if (p.batch * p.channels * p.length > 0) {
-      launch_window<T>(p, partials, stream);
+      launch_window<T>(p, rows, partials, stream);
       check_launch("causal_conv1d backward (depthwise)");
     }
     launch_reduce<T>(p, partials, stream);

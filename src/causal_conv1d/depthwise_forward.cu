@@ -27,12 +27,6 @@ namespace {
 
 using Tile = ForwardTile;
 
-// The window kernel on rows that do not start 16-byte aligned (L not a multiple of 16 bytes),
-// walked from the boundary before each row (kShifted), where they now take the tiled kernel.
-// Written in session 14 after its last GPU run: off until the H200 has timed it against the
-// tiled kernel (emulation-tested).
-constexpr bool kDepthwiseWindowShiftedRows = false;
-
 template <typename T, int kWidth, bool kShifted>
 void launch_window(const DepthwiseForwardParams& p, cudaStream_t stream) {
   const int64_t spans_per_row = window_spans_per_row<T, kShifted>(p.length, forward_window_span<T>());

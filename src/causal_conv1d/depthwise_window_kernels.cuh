@@ -26,6 +26,12 @@ constexpr int kVectorThreads = 128;
 constexpr int kMaxWindowWidth = 8;
 constexpr int kWarpsPerBlock = kVectorThreads / 32;
 
+// The window kernels on rows that do not start 16-byte aligned (L not a multiple of 16 bytes),
+// walked from the boundary before each row (kShifted), forward and backward; such rows take the
+// tiled kernels while it is off. Written in session 14 after its last GPU run: off until the H200
+// has timed both against the tiled kernels (emulation-tested).
+constexpr bool kDepthwiseWindowShiftedRows = false;
+
 // ---- forward (no shared memory) ----
 // All of a thread's loads are issued before any compute. The halo of a vector (the K-1
 // inputs before it) comes from the lanes holding the vectors before it; only lanes at the
@@ -60,11 +66,12 @@ __global__ void __launch_bounds__(kVectorThreads)
   const int64_t span = int64_t(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32;
   if (span >= spans) return;  // whole warps: the shuffles below see full warps
   const int64_t row = div_nonneg(span, spans_per_row);
+  const int64_t span_in_row = (span - row * spans_per_row) * forward_window_span<T>();
   const int64_t b = div_nonneg(row, p.channels), c = row - b * p.channels;
   const int64_t n = p.length;
   const T* x = static_cast<const T*>(p.x) + b * p.x_stride[0] + c * p.x_stride[1];
   T* y = static_cast<T*>(p.y) + b * p.y_stride[0] + c * p.y_stride[1];
-  const int64_t span_start = (span - row * spans_per_row) * forward_window_span<T>() - (kShifted ? row_shift16(x) : 0);
+  const int64_t span_start = kShifted ? span_in_row - row_shift16(x) : span_in_row;
 
   uint4 raw[kVectors];
 #pragma unroll
@@ -154,8 +161,10 @@ __device__ __forceinline__ uint4* window_ring_shared() {
 // Copies span `span` of a run (vectors from run_start + span * kRingVectors * 32 on) into its ring
 // slot; span == spans (the one after the run) only its first kHaloVectors vectors, the run's
 // after-halo; nothing past that. Zero past the row's end. A span inside the row takes a path
-// without per-vector bounds (every span but a row's last).
-template <typename T, int kHaloVectors>
+// without per-vector bounds (every span but a row's last). kShifted: run_start may be negative
+// (the row's walk starts at the 16-byte boundary before it); a vector reaching before the row is
+// loaded and stored by the thread itself, zero before the row (cp.async can zero only a tail).
+template <typename T, int kHaloVectors, bool kShifted = false>
 __device__ __forceinline__ void ring_copy_span(uint4* x_ring, uint4* dy_ring, const T* x, const T* dy,
                                                int64_t run_start, int span, int spans, int64_t n, int lane) {
   constexpr int kVec = Vec16<T>::kElems;
@@ -164,7 +173,8 @@ __device__ __forceinline__ void ring_copy_span(uint4* x_ring, uint4* dy_ring, co
   const int64_t t0 = run_start + int64_t(v0) * kVec;
   uint4* const x_slot = x_ring + (v0 & (kRingVectorsPerWarp - 1));
   uint4* const dy_slot = dy_ring + (v0 & (kRingVectorsPerWarp - 1));
-  if (span < spans && run_start + int64_t(span + 1) * backward_ring_span<T>() <= n) {
+  if (span < spans && run_start + int64_t(span + 1) * backward_ring_span<T>() <= n &&
+      (!kShifted || run_start + int64_t(span) * backward_ring_span<T>() >= 0)) {
 #pragma unroll
     for (int e = 0; e < kRingVectors; ++e) {
       cp_async16(x_slot + e * 32, x + t0 + e * 32 * kVec, 16);
@@ -176,13 +186,20 @@ __device__ __forceinline__ void ring_copy_span(uint4* x_ring, uint4* dy_ring, co
   for (int e = 0; e < kRingVectors; ++e) {
     if (span == spans && (e > 0 || lane >= kHaloVectors)) continue;
     const int64_t t = t0 + e * 32 * kVec;
+    if (kShifted && t < 0) {
+      x_slot[e * 32] = load_span_vector<T, true>(x, t, n);
+      dy_slot[e * 32] = load_span_vector<T, true>(dy, t, n);
+      continue;
+    }
     const int bytes = t >= n ? 0 : n - t >= kVec ? 16 : int(n - t) * int(sizeof(T));
     cp_async16(x_slot + e * 32, bytes ? x + t : x, bytes);
     cp_async16(dy_slot + e * 32, bytes ? dy + t : dy, bytes);
   }
 }
 
-template <typename T, int kWidth>
+// kShifted: x's, dy's and dx's rows need not start 16-byte aligned, but each triple starts the
+// same distance past a 16-byte boundary (row_shift16); the row's walk starts at that boundary.
+template <typename T, int kWidth, bool kShifted = false>
 __global__ void __launch_bounds__(kVectorThreads)
     depthwise_backward_window(DepthwiseBackwardParams p, int64_t runs_per_row, int64_t runs, int spans_per_run,
                             float* partials) {
@@ -195,9 +212,13 @@ __global__ void __launch_bounds__(kVectorThreads)
   if (run >= runs) return;  // whole warps: the shuffles and __syncwarp below see full warps
   const int64_t row = div_nonneg(run, runs_per_row);
   const int64_t run_in_row = run - row * runs_per_row;
-  const int64_t run_start = run_in_row * spans_per_run * backward_ring_span<T>();
+  const int64_t run_offset = run_in_row * spans_per_run * backward_ring_span<T>();
   const int64_t b = div_nonneg(row, p.channels), c = row - b * p.channels;
   const int64_t n = p.length;
+  // Where the run's walk starts: kShifted, from the 16-byte boundary before the row.
+  const int64_t run_start =
+      kShifted ? run_offset - row_shift16(static_cast<const T*>(p.x) + b * p.x_stride[0] + c * p.x_stride[1])
+               : run_offset;
   const int64_t spans_left = (n - run_start + backward_ring_span<T>() - 1) / backward_ring_span<T>();
   const int spans = spans_left < spans_per_run ? int(spans_left) : spans_per_run;  // this run's, the row's last may be short
   const T* x = static_cast<const T*>(p.x) + b * p.x_stride[0] + c * p.x_stride[1];
@@ -208,12 +229,12 @@ __global__ void __launch_bounds__(kVectorThreads)
 
   // The run's before-halo: x's kHaloVectors vectors before it, at ring positions -kHaloVectors .. -1.
   if (lane >= 32 - kHaloVectors) {
-    const int64_t t = run_start - int64_t(32 - lane) * kVec;
+    const int64_t t = run_start - int64_t(32 - lane) * kVec;  // kShifted: never across the row's start
     cp_async16(x_ring + ((lane - 32) & kMask), t >= 0 ? x + t : x, t >= 0 ? 16 : 0);
   }
 #pragma unroll
   for (int s = 0; s < kRingAhead; ++s) {
-    ring_copy_span<T, kHaloVectors>(x_ring, dy_ring, x, dy, run_start, s, spans, n, lane);
+    ring_copy_span<T, kHaloVectors, kShifted>(x_ring, dy_ring, x, dy, run_start, s, spans, n, lane);
     cp_async_commit();
   }
 
@@ -233,7 +254,7 @@ __global__ void __launch_bounds__(kVectorThreads)
 #pragma unroll
     for (int h = 1; h <= kHaloVectors; ++h) x_before0[h - 1] = x_ring[(first - h) & kMask];
     __syncwarp();  // every lane is done with the previous span's slot before it is refilled
-    ring_copy_span<T, kHaloVectors>(x_ring, dy_ring, x, dy, run_start, s + kRingAhead, spans, n, lane);
+    ring_copy_span<T, kHaloVectors, kShifted>(x_ring, dy_ring, x, dy, run_start, s + kRingAhead, spans, n, lane);
     cp_async_commit();
 
 #pragma unroll
@@ -269,7 +290,7 @@ __global__ void __launch_bounds__(kVectorThreads)
           for (int k = 0; k < kWidth; ++k) acc = fmaf(w[k], g[j + (kWidth - 1 - k)], acc);
           out[j] = acc;
         }
-        store_span_vector(dx, t, n, out);
+        store_span_vector<T, kShifted>(dx, t, n, out);
       }
 #pragma unroll
       for (int j = 0; j < kVec; ++j) {

@@ -86,9 +86,9 @@ struct Rows {
 struct Case {
   int64_t batch, channels, length, width;
   bool bias, silu;
-  int64_t pitch = 0, lead = 0;           // forward: rows off the 16-byte boundaries (the shifted walk)
   bool dx = true, weight_grads = true;  // backward: which outputs are asked for
   int spans_per_run = 1;                 // backward: the runs the grid is cut into (not the host's choice)
+  int64_t pitch = 0, lead = 0;           // rows off the 16-byte boundaries (the shifted walk)
 };
 
 // Calls f(std::integral_constant<int, K>) for the kernel's width.
@@ -157,7 +157,8 @@ template <typename T>
 void run_backward(const Case& cs) {
   SCOPED_TRACE(::testing::Message() << "backward B" << cs.batch << " C" << cs.channels << " L" << cs.length << " K"
                                     << cs.width << " bias " << cs.bias << " silu " << cs.silu << " dx " << cs.dx
-                                    << " weight grads " << cs.weight_grads << " spans per run " << cs.spans_per_run);
+                                    << " weight grads " << cs.weight_grads << " spans per run " << cs.spans_per_run
+                                    << " pitch " << cs.pitch << " lead " << cs.lead);
   const int64_t B = cs.batch, C = cs.channels, L = cs.length, K = cs.width;
   std::random_device seed;
   HostTensor x({B, C, L}), w({C, K}), bias({C}), dy({B, C, L});
@@ -165,7 +166,8 @@ void run_backward(const Case& cs) {
   w.fill_uniform(seed());
   bias.fill_uniform(seed());
   dy.fill_uniform(seed());
-  Rows<T> x_e(B, C, L, kPoison), dy_e(B, C, L, kPoison), dx_e(B, C, L, kSentinel);
+  Rows<T> x_e(B, C, L, kPoison, cs.pitch, cs.lead), dy_e(B, C, L, kPoison, cs.pitch, cs.lead),
+      dx_e(B, C, L, kSentinel, cs.pitch, cs.lead);
   x_e.load(x);
   dy_e.load(dy);
   const std::vector<T> w_e = rounded<T>(w), bias_e = rounded<T>(bias);
@@ -178,8 +180,12 @@ void run_backward(const Case& cs) {
   x_e.set_strides(p.x_stride);
   dy_e.set_strides(p.dy_stride);
   dx_e.set_strides(p.dx_stride);
-  // As launch_window in depthwise_backward.cu; partials [c][b][run][K + 1].
-  const int64_t span = detail::backward_ring_span<T>(), spans_per_row = (L + span - 1) / span;
+  // As launch_window in depthwise_backward.cu; partials [c][b][run][K + 1]. Rows off the 16-byte
+  // boundaries take the shifted walk.
+  const bool shifted = cs.pitch || cs.lead;
+  const int64_t span = detail::backward_ring_span<T>();
+  const int64_t spans_per_row = shifted ? detail::window_spans_per_row<T, true>(L, span)
+                                        : detail::window_spans_per_row<T, false>(L, span);
   const int64_t runs_per_row = (spans_per_row + cs.spans_per_run - 1) / cs.spans_per_run;
   const int64_t warps = B * C * runs_per_row, parts = B * runs_per_row;
   std::vector<float> partials(size_t(C * parts * (K + 1)), std::numeric_limits<float>::quiet_NaN());
@@ -187,8 +193,13 @@ void run_backward(const Case& cs) {
   launch_window_emulated(
       warps, K,
       [&](auto width) {
-        detail::depthwise_backward_window_emulated<T, decltype(width)::value>(p, runs_per_row, warps,
-                                                                             cs.spans_per_run, partials_arg);
+        constexpr int kWidth = decltype(width)::value;
+        if (shifted)
+          detail::depthwise_backward_window_emulated<T, kWidth, true>(p, runs_per_row, warps, cs.spans_per_run,
+                                                                      partials_arg);
+        else
+          detail::depthwise_backward_window_emulated<T, kWidth>(p, runs_per_row, warps, cs.spans_per_run,
+                                                                partials_arg);
       },
       detail::backward_ring_smem_bytes());
 
@@ -284,6 +295,29 @@ void backward_cases() {
   run({1, 2, 2 * span + 7, 3, false, true, true, false}, 3);  // dx only
 }
 
+// The shifted walk: rows starting 1 .. kElems - 1 elements past a 16-byte boundary (odd pitches, the
+// first row too), runs of one span and of several, the row's first vector reaching before it,
+// rows shorter than that vector, the last span past the row; every width.
+template <typename T>
+void shifted_backward_cases() {
+  const int64_t vec = detail::Vec16<T>::kElems, span = detail::backward_ring_span<T>();
+  auto run = [](Case cs, int spans_per_run, int64_t pitch, int64_t lead) {
+    cs.spans_per_run = spans_per_run;
+    cs.pitch = pitch;
+    cs.lead = lead;
+    run_backward<T>(cs);
+  };
+  for (int64_t k = 2; k <= 8; ++k) {
+    const int64_t length = 3 * span + 3 * vec + k;  // rows of odd length back to back: every shift
+    run({2, 3, length, k, k % 2 == 0, k % 3 != 0}, int(k % 3 + 1), length, k % vec);
+  }
+  run({1, 3, 1, 4, true, true}, 2, 1, 3);                          // L = 1
+  run({1, 3, 5, 8, true, true}, 1, 7, 1);                          // L < K
+  run({1, 2, 4 * span - 1, 7, false, true}, 16, 4 * span + 1, vec - 1);  // the last span past the row
+  run({1, 2, 2 * span + 7, 6, true, true, false, true}, 2, 2 * span + 9, 2);   // weight gradients only
+  run({1, 2, 2 * span + 7, 3, false, true, true, false}, 3, 2 * span + 9, 5);  // dx only
+}
+
 TEST(DepthwiseWindowEmulated, ForwardFloat32) { forward_cases<float>(); }
 TEST(DepthwiseWindowEmulated, ForwardFloat16) { forward_cases<__half>(); }
 TEST(DepthwiseWindowEmulated, ForwardBFloat16) { forward_cases<__nv_bfloat16>(); }
@@ -293,6 +327,9 @@ TEST(DepthwiseWindowEmulated, ShiftedForwardBFloat16) { shifted_forward_cases<__
 TEST(DepthwiseWindowEmulated, BackwardFloat32) { backward_cases<float>(); }
 TEST(DepthwiseWindowEmulated, BackwardFloat16) { backward_cases<__half>(); }
 TEST(DepthwiseWindowEmulated, BackwardBFloat16) { backward_cases<__nv_bfloat16>(); }
+TEST(DepthwiseWindowEmulated, ShiftedBackwardFloat32) { shifted_backward_cases<float>(); }
+TEST(DepthwiseWindowEmulated, ShiftedBackwardFloat16) { shifted_backward_cases<__half>(); }
+TEST(DepthwiseWindowEmulated, ShiftedBackwardBFloat16) { shifted_backward_cases<__nv_bfloat16>(); }
 
 }  // namespace
 }  // namespace causalconv
