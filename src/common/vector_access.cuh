@@ -192,17 +192,6 @@ __device__ __forceinline__ uint4 span_vector_before(const uint4 (&v)[kVectors], 
   return lane >= s ? same : earlier;
 }
 
-// The vector s positions after vector e of this lane: lane + s of the same e, or
-// lane + s - 32 of e + 1. Lanes from 32 - s at the last e take `outside`.
-template <int kVectors>
-__device__ __forceinline__ uint4 span_vector_after(const uint4 (&v)[kVectors], int e, int s, const uint4& outside,
-                                                   int lane) {
-  const int src = (lane + s) & 31;
-  const uint4 same = shfl_vec16(v[e], src);
-  const uint4 later = e + 1 < kVectors ? shfl_vec16(v[e + 1 < kVectors ? e + 1 : e], src) : outside;
-  return lane + s < 32 ? same : later;
-}
-
 // ---- quads: 4 consecutive elements (8 bytes of 16-bit values, 16 bytes of fp32), one
 // lane's channels in the channel-last kernels (a warp: 128 channels of one time step).
 template <typename T>
