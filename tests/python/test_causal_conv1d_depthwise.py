@@ -265,6 +265,18 @@ def test_grads_awkward_lengths(k, seeded):
 
 
 @requires_cuda
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("k", [2, 3, 5, 7, 8])
+def test_rows_off_the_16_byte_boundaries(dtype, k, seeded):
+    # Odd lengths: contiguous rows start 2, 4, ... bytes past a 16-byte boundary (the window
+    # kernels' shifted walk when kDepthwiseWindowShiftedRows is on, the tiled kernels otherwise).
+    for length in (3, 2051):
+        x, w, bias = make_inputs(2, 7, length, k, dtype, with_bias=True)
+        check(x, w, bias, 1, "silu")
+        check_grads(x, w, bias, 1, "silu")
+
+
+@requires_cuda
 @pytest.mark.parametrize("dtype,batch,channels,length,k", [
     (torch.bfloat16, 1, 8192, 8189, 7),  # 16 spans a row, cut into 2 runs of 8 (the last span short)
     (torch.float32, 2, 8192, 1029, 8),   # 5 spans a row (the last 5 steps long), one run each
