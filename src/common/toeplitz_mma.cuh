@@ -150,20 +150,19 @@ __device__ __forceinline__ void toeplitz_store_outputs(T* row, const T* out_s, i
   }
 }
 
+// The bounded path of toeplitz_stage_units_async (a row's first and last tiles, short rows) with
+// its bounds taken once per call, relative to the span's start in 32 bits, instead of a unit's
+// 64-bit t and n - t (~40 instructions a unit; at L8192 a row is 2 wgmma tiles, so the first
+// tile's bounded copies are ~10 % of the depthwise wgmma forward's instructions). Written in
+// session 14 after its last GPU run: off until timed on the H200 (emulation-tested on both
+// settings: every Toeplitz kernel's emulated tests pass with it on).
+constexpr bool kToeplitzStageRelativeBounds = false;
 
 // Asynchronous staging (cp.async, 16 bytes per unit, L1 bypassed) by the block's
 // ToeplitzTile::kThreads threads: unit u of the tile, at byte unit_offset(u) of in_s, holds steps
 // first_step + 8u .. + 7 of a 16-byte aligned row, zero outside [0, n). first_step is a multiple
 // of 8, so a unit is wholly before the row or starts inside it; the row's last unit is
 // zero-filled past n by the copy itself (src-size < 16). Completes at cp_async_wait.
-// A row's first tile, whose span starts before the row (the causal halo) and ends inside it,
-// through a path of its own: units before the row zero-filled, the rest whole, no bound on n
-// per unit (the general path below spends ~40 instructions a unit on its 64-bit bounds; at L8192
-// a row is 2 wgmma tiles, so this is ~10 % of the depthwise wgmma forward's instructions).
-// Written in session 14 after its last GPU run: off until timed on the H200 (emulation-tested on
-// both settings: every Toeplitz kernel's emulated tests pass with it on).
-constexpr bool kToeplitzStageHeadPath = false;
-
 template <typename T, typename UnitOffset>
 __device__ __forceinline__ void toeplitz_stage_units_async(unsigned char* in_s, const T* row, int64_t first_step,
                                                            int units, int64_t n, UnitOffset unit_offset) {
@@ -172,10 +171,15 @@ __device__ __forceinline__ void toeplitz_stage_units_async(unsigned char* in_s, 
     for (int u = int(threadIdx.x); u < units; u += ToeplitzTile::kThreads) cp_async16(in_s + unit_offset(u), src + 8 * u, 16);
     return;
   }
-  if (kToeplitzStageHeadPath && first_step + 8 * int64_t(units) <= n) {  // from before the row to inside it
-    const int before = int(-first_step / 8);  // units wholly before the row (first_step is a multiple of 8)
-    for (int u = int(threadIdx.x); u < units; u += ToeplitzTile::kThreads)
-      cp_async16(in_s + unit_offset(u), u >= before ? row + (first_step + 8 * u) : row, u >= before ? 16 : 0);
+  if constexpr (kToeplitzStageRelativeBounds) {
+    const int before = first_step < 0 ? int(-first_step / 8) : 0;  // units wholly before the row
+    const int64_t inside = n - first_step;                          // steps of the span before the row's end
+    const int end = inside < 8 * int64_t(units) ? int(inside) : 8 * units;
+    for (int u = int(threadIdx.x); u < units; u += ToeplitzTile::kThreads) {
+      const int valid = end - 8 * u;
+      const int bytes = u < before || valid <= 0 ? 0 : valid >= 8 ? 16 : 2 * valid;
+      cp_async16(in_s + unit_offset(u), bytes > 0 ? row + (first_step + 8 * u) : row, bytes);
+    }
     return;
   }
   for (int u = int(threadIdx.x); u < units; u += ToeplitzTile::kThreads) {
