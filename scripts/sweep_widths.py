@@ -5,7 +5,10 @@ width: microseconds, the share of the device-to-device copy rate measured in the
 inputs read once, output written once), and the relative L2 error against the fp64 reference
 (a variant that is fast and wrong shows here).
 
-    python3 scripts/sweep_widths.py [--b2b] [--length L] [K ...]
+    python3 scripts/sweep_widths.py [--b2b] [--length L] [--batch B] [--backward] [K ...]
+
+--backward times forward + backward instead (depthwise only), against its byte floor of five
+activation passes (x, y; x, dy, dx) at the copy rate.
 
 On the GPU machine, against a variant's build: `gpu-check --variant ... --then
 'PYTHONPATH=/tmp/gpu-check-variant-0/site:$PYTHONPATH python3 scripts/sweep_widths.py'`.
@@ -24,14 +27,19 @@ def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--length", type=int, default=8192, help="8192: aligned rows; 8191: unaligned")
     parser.add_argument("widths", type=int, nargs="*", default=[9, 16, 33, 64, 65, 128, 129, 193, 256])
+    parser.add_argument("--batch", type=int, default=1)
+    parser.add_argument("--backward", action="store_true", help="depthwise forward + backward instead")
     parser.add_argument("--b2b", action="store_true", help="b2b_causal_conv1d's mixer widths instead")
     args = parser.parse_args()
     torch.manual_seed(0)
     if args.b2b:
         sweep_b2b(args)
         return
-    x = torch.randn(1, 4096, args.length, device="cuda", dtype=torch.bfloat16)
+    x = torch.randn(args.batch, 4096, args.length, device="cuda", dtype=torch.bfloat16)
     copy_ms = triton.testing.do_bench(lambda: x.clone())
+    if args.backward:
+        sweep_backward(args, x, copy_ms)
+        return
     for width in args.widths:
         w = torch.randn(4096, width, device="cuda", dtype=torch.bfloat16) / width
         b = torch.randn(4096, device="cuda", dtype=torch.bfloat16)
@@ -41,8 +49,26 @@ def main():
         del y, ref
         ms = triton.testing.do_bench(lambda: causalconv.causal_conv1d(x, w, b))
         verdict = "ok" if rel_l2 < 1e-2 else "WRONG"
-        print(f"bf16 B1 D4096 L{args.length} K{width:3d}: {ms * 1e3:7.1f} us  {100 * copy_ms / ms:5.1f} % of copy"
-              f"  rel_l2 {rel_l2:.1e} {verdict}")
+        print(f"bf16 B{args.batch} D4096 L{args.length} K{width:3d}: {ms * 1e3:7.1f} us"
+              f"  {100 * copy_ms / ms:5.1f} % of copy  rel_l2 {rel_l2:.1e} {verdict}")
+
+
+def sweep_backward(args, x, copy_ms):
+    x = x.detach().requires_grad_()
+    dy = torch.randn_like(x)
+    for width in args.widths:
+        w = (torch.randn(4096, width, device="cuda", dtype=torch.bfloat16) / width).requires_grad_()
+        b = torch.randn(4096, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+        grads = torch.autograd.grad(causalconv.causal_conv1d(x, w, b), (x, w, b), dy)
+        xd, wd, bd = (t.detach().double().requires_grad_() for t in (x, w, b))
+        refs = torch.autograd.grad(reference.causal_conv1d(xd, wd, bd), (xd, wd, bd), dy.double())
+        rel_l2 = max(((g.double() - r).norm() / r.norm()).item() for g, r in zip(grads, refs))
+        del grads, refs, xd, wd, bd
+        ms = triton.testing.do_bench(
+            lambda: torch.autograd.grad(causalconv.causal_conv1d(x, w, b), (x, w, b), dy))
+        verdict = "ok" if rel_l2 < 1e-2 else "WRONG"
+        print(f"fwd+bwd bf16 B{args.batch} D4096 L{args.length} K{width:3d}: {ms * 1e3:7.1f} us"
+              f"  {ms / (copy_ms * 5 / 2):4.2f}x floor  rel_l2 {rel_l2:.1e} {verdict}")
 
 
 
