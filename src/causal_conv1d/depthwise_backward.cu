@@ -309,8 +309,7 @@ WindowRows window_rows(const DepthwiseBackwardParams& p) {
     return WindowRows::none;
   const bool aligned = vector_aligned<T>(p.x, p.x_stride, 2) && vector_aligned<T>(p.dy, p.dy_stride, 2) &&
                        (!p.dx || vector_aligned<T>(p.dx, p.dx_stride, 2));
-  const bool shifted = !aligned && kDepthwiseWindowShiftedRows &&
-                       vector_shifts_match<T>(p.x, p.x_stride, p.dy, p.dy_stride, 2) &&
+  const bool shifted = !aligned && vector_shifts_match<T>(p.x, p.x_stride, p.dy, p.dy_stride, 2) &&
                        (!p.dx || vector_shifts_match<T>(p.x, p.x_stride, p.dx, p.dx_stride, 2));
   const WindowRows rows = aligned ? WindowRows::aligned : shifted ? WindowRows::shifted : WindowRows::none;
   if (rows != WindowRows::none && p.batch * p.channels * window_grid<T>(p, rows).runs_per_row / kWarpsPerBlock >= kMaxGridX)
@@ -344,7 +343,7 @@ template <typename T>
 void launch_window(const DepthwiseBackwardParams& p, WindowRows rows, float* partials, cudaStream_t stream) {
   if (rows == WindowRows::aligned)
     launch_window_width<T, false>(p, partials, stream);
-  else if constexpr (kDepthwiseWindowShiftedRows)
+  else
     launch_window_width<T, true>(p, partials, stream);
 }
 

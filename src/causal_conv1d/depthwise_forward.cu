@@ -54,7 +54,7 @@ bool try_launch_window(const DepthwiseForwardParams& p, bool channel_last, cudaS
       p.y_stride[2] != 1)
     return false;
   const bool aligned = vector_aligned<T>(p.x, p.x_stride, 2) && vector_aligned<T>(p.y, p.y_stride, 2);
-  const bool shifted = !aligned && kDepthwiseWindowShiftedRows && vector_shifts_match<T>(p.x, p.x_stride, p.y, p.y_stride, 2);
+  const bool shifted = !aligned && vector_shifts_match<T>(p.x, p.x_stride, p.y, p.y_stride, 2);
   if (!aligned && !shifted) return false;
   const int64_t spans = p.batch * p.channels *
                         (aligned ? window_spans_per_row<T, false>(p.length, forward_window_span<T>())
@@ -62,7 +62,7 @@ bool try_launch_window(const DepthwiseForwardParams& p, bool channel_last, cudaS
   if (spans / kWarpsPerBlock >= kMaxGridX) return false;
   if (aligned)
     launch_window_width<T, false>(p, stream);
-  else if constexpr (kDepthwiseWindowShiftedRows)
+  else
     launch_window_width<T, true>(p, stream);
   return true;
 }

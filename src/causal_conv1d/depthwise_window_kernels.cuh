@@ -26,12 +26,6 @@ constexpr int kVectorThreads = 128;
 constexpr int kMaxWindowWidth = 8;
 constexpr int kWarpsPerBlock = kVectorThreads / 32;
 
-// The window kernels on rows that do not start 16-byte aligned (L not a multiple of 16 bytes),
-// walked from the boundary before each row (kShifted), forward and backward; such rows take the
-// tiled kernels while it is off. Written in session 14 after its last GPU run: off until the H200
-// has timed both against the tiled kernels (emulation-tested).
-constexpr bool kDepthwiseWindowShiftedRows = false;
-
 // ---- forward (no shared memory) ----
 // All of a thread's loads are issued before any compute. The halo of a vector (the K-1
 // inputs before it) comes from the lanes holding the vectors before it; only lanes at the

@@ -150,14 +150,6 @@ __device__ __forceinline__ void toeplitz_store_outputs(T* row, const T* out_s, i
   }
 }
 
-// The bounded path of toeplitz_stage_units_async (a row's first and last tiles, short rows) with
-// its bounds taken once per call, relative to the span's start in 32 bits, instead of a unit's
-// 64-bit t and n - t (~40 instructions a unit; at L8192 a row is 2 wgmma tiles, so the first
-// tile's bounded copies are ~10 % of the depthwise wgmma forward's instructions). Written in
-// session 14 after its last GPU run: off until timed on the H200 (emulation-tested on both
-// settings: every Toeplitz kernel's emulated tests pass with it on).
-constexpr bool kToeplitzStageRelativeBounds = false;
-
 // Asynchronous staging (cp.async, 16 bytes per unit, L1 bypassed) by the block's
 // ToeplitzTile::kThreads threads: unit u of the tile, at byte unit_offset(u) of in_s, holds steps
 // first_step + 8u .. + 7 of a 16-byte aligned row, zero outside [0, n). first_step is a multiple
@@ -169,17 +161,6 @@ __device__ __forceinline__ void toeplitz_stage_units_async(unsigned char* in_s, 
   if (first_step >= 0 && first_step + 8 * int64_t(units) <= n) {  // all inside the row: no bounds per unit
     const T* const src = row + first_step;
     for (int u = int(threadIdx.x); u < units; u += ToeplitzTile::kThreads) cp_async16(in_s + unit_offset(u), src + 8 * u, 16);
-    return;
-  }
-  if constexpr (kToeplitzStageRelativeBounds) {
-    const int before = first_step < 0 ? int(-first_step / 8) : 0;  // units wholly before the row
-    const int64_t inside = n - first_step;                          // steps of the span before the row's end
-    const int end = inside < 8 * int64_t(units) ? int(inside) : 8 * units;
-    for (int u = int(threadIdx.x); u < units; u += ToeplitzTile::kThreads) {
-      const int valid = end - 8 * u;
-      const int bytes = u < before || valid <= 0 ? 0 : valid >= 8 ? 16 : 2 * valid;
-      cp_async16(in_s + unit_offset(u), bytes > 0 ? row + (first_step + 8 * u) : row, bytes);
-    }
     return;
   }
   for (int u = int(threadIdx.x); u < units; u += ToeplitzTile::kThreads) {

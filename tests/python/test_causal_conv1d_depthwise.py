@@ -269,7 +269,7 @@ def test_grads_awkward_lengths(k, seeded):
 @pytest.mark.parametrize("k", [2, 3, 5, 7, 8])
 def test_rows_off_the_16_byte_boundaries(dtype, k, seeded):
     # Odd lengths: contiguous rows start 2, 4, ... bytes past a 16-byte boundary (the window
-    # kernels' shifted walk when kDepthwiseWindowShiftedRows is on, the tiled kernels otherwise).
+    # kernels' shifted walk, from the boundary before each row).
     for length in (3, 2051):
         x, w, bias = make_inputs(2, 7, length, k, dtype, with_bias=True)
         check(x, w, bias, 1, "silu")
