@@ -475,12 +475,6 @@ struct WgDwLayout {
   size_t x_bytes, bytes;          // staging bytes (the partials live elsewhere)
 };
 
-// The weight-gradient kernel reading one staged-x window per unit for all its taps
-// (dw_window_steps) instead of a 64-step tile per tap: half the staged bytes at K = 4, but no
-// faster on the H200 in session 6 (bf16 seed fwd+bwd 1.189 vs 1.184 ms), where the kernel's
-// SMs sat idle 39 % of the time (docs/performance.md). Try again once they are busy.
-constexpr bool kDenseWeightGradXWindow = false;
-
 WgDwLayout wg_dw_layout(const DenseBackwardParams& b, bool grad_in_place) {
   const DenseGeometry& g = b.g;
   const int64_t S = g.in_per_group(), D = g.out_per_group();
@@ -522,19 +516,14 @@ void launch_wgmma_weight_grad(const DenseBackwardParams& b, const void* grad, bo
   const WgDwLayout l = wg_dw_layout(b, in_place);
   const DType mma_dtype = Tr::kSplit ? DType::bf16 : g.dtype;
 
-  // x staged channel-last (as the forward stages it).
-  // Staged x: boxes of `steps` rows of 64 channels (a tap's tile, or a window of all a launch's taps).
-  auto staged_x_map = [&](const void* x_staged, uint32_t steps) {
-    const uint64_t x_dims[4] = {uint64_t(l.s8), uint64_t(g.groups), uint64_t(g.length),
-                                uint64_t(g.batch * Tr::kCopies)};
-    const uint64_t x_strides[3] = {uint64_t(l.s8) * 2, uint64_t(g.groups * l.s8) * 2,
-                                   uint64_t(g.length * g.groups * l.s8) * 2};
-    const uint32_t x_box[4] = {kBK, 1, steps, 1};
-    return encode_tensor_map(x_staged, mma_dtype, 4, x_dims, x_strides, x_box, what);
-  };
+  // x staged channel-last (as the forward stages it), in boxes of a tap's 64 rows of 64 channels.
   launch_copy_to_channel_last<T>(b.x, false, b.x_stride, g.groups, S, l.s8, g.length, g.batch, l.x_copy_elems,
                                  static_cast<uint16_t*>(workspace), stream, what);
-  const CUtensorMap x_map = staged_x_map(workspace, kDwSteps);
+  const uint64_t x_dims[4] = {uint64_t(l.s8), uint64_t(g.groups), uint64_t(g.length), uint64_t(g.batch * Tr::kCopies)};
+  const uint64_t x_strides[3] = {uint64_t(l.s8) * 2, uint64_t(g.groups * l.s8) * 2,
+                                 uint64_t(g.length * g.groups * l.s8) * 2};
+  const uint32_t x_box[4] = {kBK, 1, kDwSteps, 1};
+  const CUtensorMap x_map = encode_tensor_map(workspace, mma_dtype, 4, x_dims, x_strides, x_box, what);
 
   // The gradient as (L, D, G, B) rows with time innermost.
   const void* g_base = grad;
@@ -579,12 +568,10 @@ void launch_wgmma_weight_grad(const DenseBackwardParams& b, const void* grad, bo
   for (int i = 0, n = dw_launches(int(g.width), launches); i < n; ++i) {
     p.q_base = launches[i].q_base;
     p.q_count = launches[i].q_count;
-    p.x_window = kDenseWeightGradXWindow ? dw_window_steps(launches[i].taps, g.dilation) : 0;
-    const CUtensorMap launch_x_map = p.x_window > 0 ? staged_x_map(workspace, uint32_t(p.x_window)) : x_map;
     auto launch = [&](auto kernel, size_t smem) {
       check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)), what);
       const dim3 grid(unsigned(g.groups * l.o_tiles * l.c_chunks * p.q_count), unsigned(l.parts));
-      kernel<<<grid, kThreads, smem, stream>>>(g_map, launch_x_map, p);
+      kernel<<<grid, kThreads, smem, stream>>>(g_map, x_map, p);
       check_launch(what);
     };
     constexpr size_t smem = Tr::kSmemBytes;

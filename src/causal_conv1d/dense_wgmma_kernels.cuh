@@ -554,9 +554,9 @@ __global__ void __launch_bounds__(kThreads, 1)
 // reduction = time in units of 64 steps of one batch row. Per unit:
 //   A: G[b][o][t0, +64), 128 x 64, K-major (time is G's innermost axis; t0 is a multiple of 64);
 //   B_k: x rows t0 - (K-1-k)d + [0, 64) of the channel-last x staged for the forward, 64 sources
-//        each: N-major (tap shifts land on the outer time axis, any value). Either a 64-row tile
-//        per tap, or (p.x_window) one window of 64 + (kTaps-1)d rows per unit, tap j's operand
-//        from its row j*d: the same rows, a quarter of the bytes at K = 4, d = 1.
+//        each: N-major (tap shifts land on the outer time axis, any value), a 64-row tile per tap.
+//        (One window of 64 + (kTaps-1)d rows per unit for all taps, a quarter of the bytes at K = 4,
+//        was no faster on the H200 in sessions 6 and 15 and was removed.)
 // The two consumer warpgroups keep one m64n64 accumulator set per tap (4 x 32 fp32). CTAs of
 // one part sum a fixed contiguous range of units and write fp32 partials in dense_generic.cu's
 // layout (parts x (C_out*S*K, then C_out)); its ordered reduction makes the result bitwise
@@ -589,18 +589,8 @@ struct DwParams {
   int32_t batch, groups, out_g, in_g, width, dilation;
   int32_t o_tiles, c_chunks, t_units, parts;
   int32_t q_base, q_count;  // this launch's tap chunks: q_base .. q_base + q_count - 1
-  int32_t x_window;         // staged x: rows of one window per unit (dw_window_steps), 0: a tile per tap
   int32_t sum_bias;         // 1: the CTAs of channel chunk 0 and tap chunk 0 also sum dbias
 };
-
-// The staged-x window of a launch whose CTAs take `taps` taps: one TMA box of kDwSteps +
-// (taps-1)d rows per unit serves them all (tap j's N-major operand from row j*d; any row: the
-// swizzle follows absolute addresses), where a 64-row tile per tap moves up to 4x the bytes
-// through L2. 0 when it does not fit the stage's x space of kDwTaps tiles.
-inline int dw_window_steps(int taps, int64_t dilation) {
-  const int64_t steps = kDwSteps + (taps - 1) * dilation;
-  return steps <= kDwTaps * kDwSteps ? int(steps) : 0;
-}
 
 // The launches of a width-`width` weight gradient: {taps per CTA, first tap chunk, chunks}.
 struct DwLaunch {
@@ -653,12 +643,10 @@ __global__ void __launch_bounds__(kThreads, 1)
   uint8_t* const stages = ring.stages;
   uint64_t* const full = ring.full;
   uint64_t* const empty = ring.empty;
-  const int32_t shift0 = -(p.width - 1 - q * kDwTaps) * p.dilation;  // the CTA's first tap's shift
 
   if (warpgroup == 0) {
     if (threadIdx.x == 0) {  // producer: G's tile, and the x rows of the CTA's taps
-      const uint32_t bytes =
-          Tr::kCopies * (kATileBytes + (p.x_window > 0 ? uint32_t(p.x_window) * 128 : kTaps * kDwBBytes));
+      const uint32_t bytes = Tr::kCopies * (kATileBytes + kTaps * kDwBBytes);
       for (int64_t u = u0; u < u1; ++u) {
         const int64_t it = u - u0;
         const int slot = int(it % Tr::kStages);
@@ -669,15 +657,10 @@ __global__ void __launch_bounds__(kThreads, 1)
         sm90::mbarrier_arrive_expect_tx(&full[slot], bytes);
         for (int copy = 0; copy < Tr::kCopies; ++copy) {
           sm90::tma_load_4d(st + copy * kATileBytes, &g_map, &full[slot], t0, m * kBM, g, b + copy * p.batch);
-          if (p.x_window > 0) {
-            sm90::tma_load_4d(st + Tr::kCopies * kATileBytes + copy * kDwTaps * kDwBBytes, &x_map, &full[slot],
-                              c * kBK, g, t0 + shift0, b + copy * p.batch);
-          } else {
-            for (int j = 0; j < kTaps; ++j) {
-              const int32_t k = q * kDwTaps + j;
-              sm90::tma_load_4d(st + Tr::kCopies * kATileBytes + (copy * kDwTaps + j) * kDwBBytes, &x_map,
-                                &full[slot], c * kBK, g, t0 - (p.width - 1 - k) * p.dilation, b + copy * p.batch);
-            }
+          for (int j = 0; j < kTaps; ++j) {
+            const int32_t k = q * kDwTaps + j;
+            sm90::tma_load_4d(st + Tr::kCopies * kATileBytes + (copy * kDwTaps + j) * kDwBBytes, &x_map,
+                              &full[slot], c * kBK, g, t0 - (p.width - 1 - k) * p.dilation, b + copy * p.batch);
           }
         }
       }
@@ -715,19 +698,17 @@ __global__ void __launch_bounds__(kThreads, 1)
     const uint32_t st = sm90::smem_u32(stages + slot * Tr::kStageBytes);
     const uint32_t a_hi = st + cw * 64 * 128, b_hi = st + Tr::kCopies * kATileBytes;
     const uint32_t b_lo = b_hi + kDwTaps * kDwBBytes;  // fp32: the lo copy's x
-    // Tap j's x rows: its own tile, or the window from row j*d.
-    const uint32_t b_step = p.x_window > 0 ? uint32_t(p.dilation) * 128 : kDwBBytes;
     sm90::wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < kDwSteps / 16; ++kk) {
       const uint64_t da = sm90::smem_descriptor(a_hi + kk * 32, 16, 1024);
 #pragma unroll
       for (int j = 0; j < kTaps; ++j) {
-        const uint64_t db = sm90::smem_descriptor(b_hi + j * b_step + kk * 2048, kDwBBytes, 1024);
+        const uint64_t db = sm90::smem_descriptor(b_hi + j * kDwBBytes + kk * 2048, kDwBBytes, 1024);
         sm90::wgmma_m64n64k16_bt<Mma>(acc[j], da, db, 1);
         if constexpr (Tr::kSplit) {
           const uint64_t da_lo = sm90::smem_descriptor(a_hi + kATileBytes + kk * 32, 16, 1024);
-          const uint64_t db_lo = sm90::smem_descriptor(b_lo + j * b_step + kk * 2048, kDwBBytes, 1024);
+          const uint64_t db_lo = sm90::smem_descriptor(b_lo + j * kDwBBytes + kk * 2048, kDwBBytes, 1024);
           sm90::wgmma_m64n64k16_bt<Mma>(acc[j], da, db_lo, 1);
           sm90::wgmma_m64n64k16_bt<Mma>(acc[j], da_lo, db, 1);
         }

@@ -308,15 +308,10 @@ struct DwCase {
   bool dbias = true;   // false: no dbias (its warps stay idle and out of the ring)
 };
 
-// How the weight-gradient kernel reads x, staged channel-last as the forward stages it: a
-// 64-step tile per tap, or one window per unit for all the CTA's taps (x_window).
-enum class DwX { staged_taps, staged_window };
-
 template <typename T>
-void run_weight_grad(const DwCase& cs, DwX mode = DwX::staged_taps) {
+void run_weight_grad(const DwCase& cs) {
   using Tr = detail::DwTraits<T>;
-  const char* const x_name = mode == DwX::staged_window ? "x staged window" : "x staged";
-  SCOPED_TRACE(::testing::Message() << name_of<T>() << " " << x_name << " dweight B"
+  SCOPED_TRACE(::testing::Message() << name_of<T>() << " dweight B"
                                     << cs.batch << " G" << cs.groups << " Cin/g "
                                     << cs.cin_g << " Cout/g " << cs.cout_g << " K" << cs.width << " d"
                                     << cs.dilation << " L" << cs.length << " in place " << cs.grad_in_place
@@ -334,13 +329,10 @@ void run_weight_grad(const DwCase& cs, DwX mode = DwX::staged_taps) {
   // x, channel-last as the forward stages it.
   const int64_t s8 = (S + 7) / 8 * 8;
   const std::vector<uint16_t> x_staged = channel_last<T>(x_e, B, G, S, L, s8);
-  auto staged_map = [&](uint32_t steps) {  // boxes of `steps` rows (a tap's tile, or a window)
-    return sm90::emulated_tensor_map(
-        tensor_map(x_staged.data(), 4, {uint64_t(s8), uint64_t(G), uint64_t(L), uint64_t(B * kCopies<T>)},
-                   {uint64_t(s8) * 2, uint64_t(G * s8) * 2, uint64_t(L * G * s8) * 2},
-                   {uint32_t(detail::kBK), 1, steps, 1}));
-  };
-  const CUtensorMap x_map = staged_map(detail::kDwSteps);
+  const CUtensorMap x_map = sm90::emulated_tensor_map(
+      tensor_map(x_staged.data(), 4, {uint64_t(s8), uint64_t(G), uint64_t(L), uint64_t(B * kCopies<T>)},
+                 {uint64_t(s8) * 2, uint64_t(G * s8) * 2, uint64_t(L * G * s8) * 2},
+                 {uint32_t(detail::kBK), 1, uint32_t(detail::kDwSteps), 1}));
 
   // The gradient rows, time innermost: in place (a row pitch past L, padding NaN), or staged as
   // stage_rows writes them (pitch rounded up to 8; the padding is never written there: NaN here).
@@ -388,12 +380,9 @@ void run_weight_grad(const DwCase& cs, DwX mode = DwX::staged_taps) {
   for (int i = 0, n = detail::dw_launches(int(K), launches); i < n; ++i) {
     p.q_base = launches[i].q_base;
     p.q_count = launches[i].q_count;
-    p.x_window = mode == DwX::staged_window ? detail::dw_window_steps(launches[i].taps, dil) : 0;
-    if (mode == DwX::staged_window) EXPECT_GT(p.x_window, 0) << "the case's window fits a stage";
-    const CUtensorMap launch_x_map = p.x_window > 0 ? staged_map(uint32_t(p.x_window)) : x_map;
     const unsigned grid = unsigned(G * o_tiles * c_chunks * p.q_count);
     auto launch = [&](auto kernel, size_t smem) {
-      emu::launch({grid, unsigned(parts), 1}, detail::kThreads, smem, [&] { kernel(g_map, launch_x_map, p); });
+      emu::launch({grid, unsigned(parts), 1}, detail::kThreads, smem, [&] { kernel(g_map, x_map, p); });
     };
     constexpr size_t smem = Tr::kSmemBytes;
     switch (launches[i].taps) {
@@ -429,8 +418,8 @@ void run_weight_grad(const DwCase& cs, DwX mode = DwX::staged_taps) {
   if (cs.dbias)
     for (int64_t o = 0; o < cout; ++o) check("dbias", cout * S * K + o, o, db_ref(o), db_mag(o));
   EXPECT_EQ(bad, 0);
-  std::printf("[ dense_wgmma ] %s %s dweight/dbias (%lld parts): max |error| / magnitude %.3g\n", name_of<T>(),
-              x_name, static_cast<long long>(parts), worst);
+  std::printf("[ dense_wgmma ] %s dweight/dbias (%lld parts): max |error| / magnitude %.3g\n", name_of<T>(),
+              static_cast<long long>(parts), worst);
 }
 
 // Channels per group not multiples of 64/128 (and above them: two source chunks, two output
@@ -500,15 +489,7 @@ TEST(DenseWgmmaEmulated, DxFp16) { run_conv<__half>(kDx[1]); }
 TEST(DenseWgmmaEmulated, DxFp32) { run_conv<float>(kDx[0]); }
 TEST(DenseWgmmaEmulated, WeightGradBf16) {
   for (const auto& cs : kWeightGrad) run_weight_grad<__nv_bfloat16>(cs);
-}
-// One staged window per unit: the cases above, and the widest window (64 + 3 * 64 = 256 rows).
-TEST(DenseWgmmaEmulated, WeightGradStagedWindowBf16) {
-  for (const auto& cs : kWeightGrad) run_weight_grad<__nv_bfloat16>(cs, DwX::staged_window);
-  run_weight_grad<__nv_bfloat16>({1, 1, 40, 48, 4, 64, 300, false}, DwX::staged_window);
-}
-TEST(DenseWgmmaEmulated, WeightGradStagedWindowFp32) {
-  run_weight_grad<float>(kWeightGrad[1], DwX::staged_window);
-  run_weight_grad<float>(kWeightGrad[4], DwX::staged_window);
+  run_weight_grad<__nv_bfloat16>({1, 1, 40, 48, 4, 64, 300, false});  // taps 64 steps apart
 }
 TEST(DenseWgmmaEmulated, WeightGradFp16) {
   run_weight_grad<__half>(kWeightGrad[0]);
