@@ -175,15 +175,8 @@ __global__ void __launch_bounds__(WgmmaToeplitzTile::kThreads, wgmma_min_blocks_
     wgmma_toeplitz_stage(stages + slot * Smem::kStageBytes, x, (tile * Tile::kChunks - kHalo) * Tile::kChunk, units, n);
   };
 
-  // Every stage filled before the set-up, each refilled as soon as its tile's MMAs are done: a
-  // row of L8192 is two tiles, so the block's whole input is in flight at once (one stage ahead
-  // left 4 blocks/SM with ~33 KB in flight, about what the SM's share of DRAM bandwidth needs
-  // at ~1 us latency).
-#pragma unroll
-  for (int s = 0; s < Smem::kStages; ++s) {
-    if (int64_t(blockIdx.y) + s * int64_t(gridDim.y) < tiles) stage(s, blockIdx.y + s * int64_t(gridDim.y));
-    cp_async_commit();
-  }
+  if (int64_t(blockIdx.y) < tiles) stage(0, blockIdx.y);
+  cp_async_commit();
   const float bias = toeplitz64_filter<kBlocks, T>(pairs_s, p, c);
   __syncthreads();
   uint32_t a[kBlocks][4][4];
@@ -191,21 +184,20 @@ __global__ void __launch_bounds__(WgmmaToeplitzTile::kThreads, wgmma_min_blocks_
 
   int slot = 0;
 #pragma unroll 1
-  for (int64_t tile = blockIdx.y; tile < tiles; tile += gridDim.y, slot = (slot + 1) % Smem::kStages) {
+  for (int64_t tile = blockIdx.y; tile < tiles; tile += gridDim.y, slot ^= 1) {
     const int64_t j0 = tile * Tile::kOutputs;  // < n
-    cp_async_wait<Smem::kStages - 1>();  // this thread's copies of the tile are done (younger ones may not be)
-    sm90::fence_proxy_async_shared();    // ... and visible to wgmma's reads
-    __syncthreads();                     // every thread's; out_s is free
+    cp_async_wait<0>();                 // this thread's copies of the tile are done
+    sm90::fence_proxy_async_shared();   // ... and visible to wgmma's reads
+    __syncthreads();                    // every thread's; the other stage and out_s are free
+    if (tile + gridDim.y < tiles) stage(slot ^ 1, tile + gridDim.y);
+    cp_async_commit();
 
     float acc[32] = {};  // (the first MMA overwrites it)
     wgmma_toeplitz_issue<T, kBlocks>(acc, a, sm90::smem_u32(stages + slot * Smem::kStageBytes));
     sm90::wgmma_wait<0>();
     sm90::fence_registers(acc);
     wgmma_toeplitz_outputs_to_shared<T>(out_s, acc, bias, p.silu);
-    __syncthreads();  // out_s written, and every thread's MMAs done with the stage: refill it
-    const int64_t next = tile + Smem::kStages * int64_t(gridDim.y);
-    if (next < tiles) stage(slot, next);
-    cp_async_commit();
+    __syncthreads();
     wgmma_toeplitz_store_tile(y, out_s, 0, j0, n);
   }
 #endif
