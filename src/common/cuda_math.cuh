@@ -61,11 +61,24 @@ __device__ __forceinline__ int64_t div_nonneg(int64_t a, int64_t b) {
   return a / b;
 }
 
-__device__ __forceinline__ float silu(float v) { return v / (1.0f + expf(-v)); }
+// silu's division by 1 + e^-v. As an IEEE division it is ~12 instructions and a slow-path
+// branch per value (SASS of the depthwise wgmma epilogue: MUFU.RCP, Newton steps, FCHK, a CALL),
+// about as many as the 16-bit wide-filter kernels spend per output without silu; __fdividef is
+// MUFU.RCP and a multiply, within 2 ulp (0 when the divisor passes 2^126, i.e. v < -87, where
+// silu(v) is below 1e-36). Written in session 15 after its last GPU run: off until the H200 has
+// timed the bias+silu cases both ways (emulated tests pass on both settings).
+constexpr bool kSiluFastDivision = false;
+
+__device__ __forceinline__ float silu_divide(float num, float den) {
+  if constexpr (kSiluFastDivision) return __fdividef(num, den);
+  return num / den;
+}
+
+__device__ __forceinline__ float silu(float v) { return silu_divide(v, 1.0f + expf(-v)); }
 
 // d silu(u) / du = s (1 + u (1 - s)), s = sigmoid(u).
 __device__ __forceinline__ float silu_derivative(float u) {
-  const float s = 1.0f / (1.0f + expf(-u));
+  const float s = silu_divide(1.0f, 1.0f + expf(-u));
   return s * (1.0f + u * (1.0f - s));
 }
 

@@ -173,6 +173,11 @@ inline void __syncwarp(unsigned /*mask*/ = 0xffffffffu) {
 inline unsigned __shfl_sync(unsigned /*mask*/, unsigned v, int src_lane) {
   return causalconv::emulation::shfl_index(v, src_lane);
 }
+// The device's fast division: a / b within 2 ulp (here exact), 0 for 2^126 < |b| < 2^128.
+inline float __fdividef(float a, float b) {
+  const float m = fabsf(b);
+  return m > 0x1p126f && m <= 0x1.fffffep127f ? 0.0f : a / b;
+}
 inline float __uint_as_float(unsigned bits) {
   float v;
   std::memcpy(&v, &bits, 4);

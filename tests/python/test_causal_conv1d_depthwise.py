@@ -239,6 +239,37 @@ def check_grads(x, w, bias=None, dilation=1, activation=None):
 
 
 @requires_cuda
+@pytest.mark.parametrize("k", [4, 64])
+@pytest.mark.parametrize("layout", ["channel_first", "channel_last"])
+def test_silu_at_extreme_pre_activations(k, layout):
+    # fp32 with the identity filter (last tap 1: y = silu(x)), x from -100 to 100: silu's division
+    # by 1 + e^-x, whose divisor overflows past x = -88.7 and passes 2^126 from x = -87.3, checked
+    # per element, forward and through silu' backward.
+    c, length = 3, 2048
+    x = torch.linspace(-100.0, 100.0, c * length, device="cuda", dtype=torch.float32).reshape(1, c, length)
+    if layout == "channel_last":
+        x = x.transpose(1, 2).contiguous().transpose(1, 2)
+        assert x.stride(1) == 1
+    x.requires_grad_(True)
+    w = torch.zeros(c, k, device="cuda", dtype=torch.float32)
+    w[:, -1] = 1.0
+    y = causalconv.causal_conv1d(x, w, activation="silu")
+    dy = torch.ones_like(y)
+    (dx,) = torch.autograd.grad(y, x, dy)
+    xd = x.detach().double()
+    ref_y = torch.nn.functional.silu(xd)
+    s = torch.sigmoid(xd)
+    ref_dx = s * (1 + xd * (1 - s))
+    # fp32: expf within 1 ulp, the division within 2, the products' roundings: a few ulp of the
+    # value, or (where silu falls below 1e-30) nothing that matters. silu' = s (1 + x (1 - s))
+    # loses the rounding of s near 1, |x| ulp(1) / 2 (5e-7 at x = 16, numpy's fp32 model of the
+    # kernel), and cancels to 0 near x = -1.28: hence its atol.
+    torch.testing.assert_close(y.double(), ref_y, rtol=1e-6, atol=1e-30)
+    torch.testing.assert_close(dx.double(), ref_dx, rtol=1e-6, atol=2e-6)
+    assert torch.isfinite(y).all() and torch.isfinite(dx).all()
+
+
+@requires_cuda
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("k", [2, 3, 4, 7, 16, 31, 128, 256])
 @pytest.mark.parametrize("dilation", [1, 2, 5])

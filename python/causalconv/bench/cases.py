@@ -262,6 +262,12 @@ for _dtype in (torch.bfloat16, torch.float32):
             register(depthwise(_b, _c, _l, _k, _dtype, backward=_backward,
                                quick=(_b, _c, _l, _k) == (8, 2048, 2048, 4) and _dtype == torch.bfloat16))
         register(depthwise(4, 4096, 8192, 4, _dtype, backward=_backward, channel_last=True))
+# The Mamba block's call (bias and silu, both layouts): the activation is per output, on the
+# kernels' critical path, and what users compare against Dao with.
+for _backward in (False, True):
+    for _channel_last in (False, True):
+        register(depthwise(4, 4096, 8192, 4, torch.bfloat16, bias=True, activation="silu", backward=_backward,
+                           channel_last=_channel_last))
 
 
 # ---- b2b_causal_conv1d (the fused Hyena operator) ------------------------------
