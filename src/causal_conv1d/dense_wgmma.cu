@@ -468,7 +468,17 @@ bool grad_rows_in_place(DType dtype, const void* grad, bool grad_fp32, const int
          gs[1] > 0 && gs[1] % 8 == 0 && gs[0] >= 0 && gs[0] % 8 == 0;
 }
 
+// The weight gradient's CTAs over 256 sources of one tap (m64n256k16) instead of 64 sources of
+// four taps (m64n64k16), where the group has more than 192 sources: 37.5 % fewer shared-memory
+// operand bytes per FLOP (dense_wgmma_kernels.cuh). Written in session 15 after its last GPU
+// run: off until the H200 has timed it (emulation-tested; the wide N-major operand's GPU test,
+// Sm90PrimitivesCuda.WgmmaReadsAWideNMajorOperand..., has not run either).
+constexpr bool kDenseWeightGradSourceWide = false;
+
+bool weight_grad_source_wide(int64_t sources) { return kDenseWeightGradSourceWide && sources > 3 * kBK; }
+
 struct WgDwLayout {
+  bool source_wide;
   int64_t o_tiles, c_chunks, k_chunks, t_units, units, parts, part_elems;
   int64_t s8, x_copy_elems;       // channel-last x, always staged
   int64_t g_pitch, g_copy_elems;  // gradient rows (0: read in place)
@@ -480,9 +490,10 @@ WgDwLayout wg_dw_layout(const DenseBackwardParams& b, bool grad_in_place) {
   const int64_t S = g.in_per_group(), D = g.out_per_group();
   const int copies = g.dtype == DType::f32 ? 2 : 1;
   WgDwLayout l{};
+  l.source_wide = weight_grad_source_wide(S);
   l.o_tiles = (D + kBM - 1) / kBM;
-  l.c_chunks = (S + kBK - 1) / kBK;
-  l.k_chunks = (g.width + kDwTaps - 1) / kDwTaps;
+  l.c_chunks = (S + dw_chunks(l.source_wide) * kBK - 1) / (dw_chunks(l.source_wide) * kBK);
+  l.k_chunks = dw_tap_groups(g.width, l.source_wide);
   l.t_units = (g.length + kDwSteps - 1) / kDwSteps;
   l.units = g.batch * l.t_units;
   l.part_elems = g.c_out * S * g.width + g.c_out;
@@ -565,7 +576,7 @@ void launch_wgmma_weight_grad(const DenseBackwardParams& b, const void* grad, bo
   p.parts = int32_t(l.parts);
   p.sum_bias = b.dbias != nullptr;  // without it the dbias warps of those CTAs stay idle
   DwLaunch launches[2];
-  for (int i = 0, n = dw_launches(int(g.width), launches); i < n; ++i) {
+  for (int i = 0, n = dw_launches(int(g.width), l.source_wide, launches); i < n; ++i) {
     p.q_base = launches[i].q_base;
     p.q_count = launches[i].q_count;
     auto launch = [&](auto kernel, size_t smem) {
@@ -575,11 +586,17 @@ void launch_wgmma_weight_grad(const DenseBackwardParams& b, const void* grad, bo
       check_launch(what);
     };
     constexpr size_t smem = Tr::kSmemBytes;
+    if constexpr (kDenseWeightGradSourceWide) {
+      if (l.source_wide) {
+        launch(dense_wgmma_weight_grad<T, 1, kDwWideChunks>, smem);
+        continue;
+      }
+    }
     switch (launches[i].taps) {
-      case 1: launch(dense_wgmma_weight_grad<T, 1>, smem); break;
-      case 2: launch(dense_wgmma_weight_grad<T, 2>, smem); break;
-      case 3: launch(dense_wgmma_weight_grad<T, 3>, smem); break;
-      default: launch(dense_wgmma_weight_grad<T, 4>, smem); break;
+      case 1: launch(dense_wgmma_weight_grad<T, 1, 1>, smem); break;
+      case 2: launch(dense_wgmma_weight_grad<T, 2, 1>, smem); break;
+      case 3: launch(dense_wgmma_weight_grad<T, 3, 1>, smem); break;
+      default: launch(dense_wgmma_weight_grad<T, 4, 1>, smem); break;
     }
   }
 }

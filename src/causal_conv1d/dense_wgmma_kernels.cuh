@@ -550,14 +550,19 @@ __global__ void __launch_bounds__(kThreads, 1)
 //
 //   dW[g*D + o, s, k] = sum_{b, t} G[b, g*D + o, t] * X[b, g*S + s, t - (K-1-k) d],   dbias[o] = sum G[b, o, t]
 //
-// A GEMM over B x L per (group, 128 outputs, 64 sources, kTaps <= 4 taps): M = o, N = s per tap,
-// reduction = time in units of 64 steps of one batch row. Per unit:
+// A GEMM over B x L per (group, 128 outputs, kChunks x 64 sources, kTaps taps; kTaps x kChunks
+// <= 4): M = o, N = s per tap, reduction = time in units of 64 steps of one batch row. Per unit:
 //   A: G[b][o][t0, +64), 128 x 64, K-major (time is G's innermost axis; t0 is a multiple of 64);
 //   B_k: x rows t0 - (K-1-k)d + [0, 64) of the channel-last x staged for the forward, 64 sources
-//        each: N-major (tap shifts land on the outer time axis, any value), a 64-row tile per tap.
+//        per TMA box: N-major (tap shifts land on the outer time axis, any value); a tap's
+//        kChunks boxes lie one after another, the N-major groups of one m64n(64 kChunks)k16.
+// Two shapes are launched (dw_launches): 4 taps of one 64-source chunk (kChunks 1, N = 64), or
+// (kDenseWeightGradSourceWide, dense_wgmma.cu) one tap of 4 chunks (N = 256): per m64n256k16 10 KB
+// of shared-memory operands for 128 cycles of tensor work, against 4 KB per 32 at N = 64, which
+// alone is the SM's 128 bytes per cycle (A is read once per tap there, B once per consumer).
 //        (One window of 64 + (kTaps-1)d rows per unit for all taps, a quarter of the bytes at K = 4,
 //        was no faster on the H200 in sessions 6 and 15 and was removed.)
-// The two consumer warpgroups keep one m64n64 accumulator set per tap (4 x 32 fp32). CTAs of
+// The two consumer warpgroups keep one accumulator set per tap (kTaps x 32 kChunks fp32). CTAs of
 // one part sum a fixed contiguous range of units and write fp32 partials in dense_generic.cu's
 // layout (parts x (C_out*S*K, then C_out)); its ordered reduction makes the result bitwise
 // reproducible. In the CTAs of the first source chunk and tap chunk, two idle producer warps
@@ -569,8 +574,9 @@ __global__ void __launch_bounds__(kThreads, 1)
 // (A variant that read 16-bit x from its own rows and transposed it in shared memory, as
 // dense_wgmma_conv_rows does, was slower on the H200 in sessions 5 and 6 and was removed.)
 constexpr int kDwSteps = 64;
-constexpr int kDwTaps = 4;
-constexpr uint32_t kDwBBytes = kDwSteps * kBK * 2;  // 8 KiB: one tap's x rows
+constexpr int kDwTaps = 4;                          // TMA boxes of x per stage (taps x chunks)
+constexpr int kDwWideChunks = 4;                    // 64-source chunks of a source-wide CTA
+constexpr uint32_t kDwBBytes = kDwSteps * kBK * 2;  // 8 KiB: one box of x rows
 
 // CTAs the weight-gradient grid aims for (the time units are split into parts to reach it): four
 // waves of one CTA per SM on an H100/H200. Side by side on the seed case (H200, session 6),
@@ -587,20 +593,32 @@ struct DwParams {
   int64_t part_elems;  // C_out*S*K + C_out
   int64_t units;       // batch * t_units
   int32_t batch, groups, out_g, in_g, width, dilation;
-  int32_t o_tiles, c_chunks, t_units, parts;
+  int32_t o_tiles, c_chunks, t_units, parts;  // c_chunks: CTAs along the sources (kChunks x 64 each)
   int32_t q_base, q_count;  // this launch's tap chunks: q_base .. q_base + q_count - 1
   int32_t sum_bias;         // 1: the CTAs of channel chunk 0 and tap chunk 0 also sum dbias
 };
 
 // The launches of a width-`width` weight gradient: {taps per CTA, first tap chunk, chunks}.
+// 64-source CTAs: full 4-tap chunks, then one launch of the last K % 4 taps (chunk q's taps
+// start at 4q); source-wide CTAs: one tap each (chunk q is tap q).
 struct DwLaunch {
   int taps, q_base, q_count;
 };
-inline int dw_launches(int width, DwLaunch (&out)[2]) {
+inline int dw_launches(int width, bool source_wide, DwLaunch (&out)[2]) {
+  if (source_wide) {
+    out[0] = {1, 0, width};
+    return 1;
+  }
   int n = 0;
   if (width / kDwTaps > 0) out[n++] = {kDwTaps, 0, width / kDwTaps};
   if (width % kDwTaps > 0) out[n++] = {width % kDwTaps, width / kDwTaps, 1};
   return n;
+}
+
+// 64-source chunks per CTA, and CTAs along the taps, of the launches above.
+inline int dw_chunks(bool source_wide) { return source_wide ? kDwWideChunks : 1; }
+inline int64_t dw_tap_groups(int64_t width, bool source_wide) {
+  return source_wide ? width : (width + kDwTaps - 1) / kDwTaps;
 }
 
 // Sum of the 64 16-bit values of one 128-byte row of a staged tile (any order: the swizzle only
@@ -618,7 +636,7 @@ __device__ __forceinline__ float row_sum(const uint8_t* row) {
   return sum;
 }
 
-template <typename T, int kTaps>
+template <typename T, int kTaps, int kChunks>
 __global__ void __launch_bounds__(kThreads, 1)
     dense_wgmma_weight_grad(const __grid_constant__ CUtensorMap g_map, const __grid_constant__ CUtensorMap x_map,
                             const DwParams p) {
@@ -627,13 +645,15 @@ __global__ void __launch_bounds__(kThreads, 1)
   using Mma = typename Tr::Mma;
   uint8_t* const smem_raw = sm90::dynamic_shared();
   int32_t rest = blockIdx.x;
+  constexpr int kQTaps = kChunks == 1 ? kDwTaps : 1;  // dw_launches: tap chunk q's first tap is q kQTaps
   const int32_t q = p.q_base + rest % p.q_count;
   rest /= p.q_count;
   const int32_t c = rest % p.c_chunks;
   rest /= p.c_chunks;
   const int32_t m = rest % p.o_tiles, g = rest / p.o_tiles;
   const int32_t part = blockIdx.y;
-  static_assert(kTaps >= 1 && kTaps <= kDwTaps, "1 to 4 taps per CTA");
+  static_assert(kTaps >= 1 && (kChunks == 1 || kChunks == kDwWideChunks) && kTaps * kChunks <= kDwTaps,
+                "up to 4 boxes of x per stage; N = 64 or 256 per wgmma");
   const bool bias_tile = p.sum_bias && c == 0 && q == 0;
   const int64_t u0 = part * p.units / p.parts, u1 = (part + 1) * p.units / p.parts;
 
@@ -646,7 +666,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 
   if (warpgroup == 0) {
     if (threadIdx.x == 0) {  // producer: G's tile, and the x rows of the CTA's taps
-      const uint32_t bytes = Tr::kCopies * (kATileBytes + kTaps * kDwBBytes);
+      const uint32_t bytes = Tr::kCopies * (kATileBytes + kTaps * kChunks * kDwBBytes);
       for (int64_t u = u0; u < u1; ++u) {
         const int64_t it = u - u0;
         const int slot = int(it % Tr::kStages);
@@ -657,11 +677,13 @@ __global__ void __launch_bounds__(kThreads, 1)
         sm90::mbarrier_arrive_expect_tx(&full[slot], bytes);
         for (int copy = 0; copy < Tr::kCopies; ++copy) {
           sm90::tma_load_4d(st + copy * kATileBytes, &g_map, &full[slot], t0, m * kBM, g, b + copy * p.batch);
-          for (int j = 0; j < kTaps; ++j) {
-            const int32_t k = q * kDwTaps + j;
-            sm90::tma_load_4d(st + Tr::kCopies * kATileBytes + (copy * kDwTaps + j) * kDwBBytes, &x_map,
-                              &full[slot], c * kBK, g, t0 - (p.width - 1 - k) * p.dilation, b + copy * p.batch);
-          }
+          for (int j = 0; j < kTaps; ++j)
+            for (int i = 0; i < kChunks; ++i) {
+              const int32_t k = q * kQTaps + j;
+              sm90::tma_load_4d(st + Tr::kCopies * kATileBytes + (copy * kDwTaps + j * kChunks + i) * kDwBBytes,
+                                &x_map, &full[slot], (c * kChunks + i) * kBK, g, t0 - (p.width - 1 - k) * p.dilation,
+                                b + copy * p.batch);
+            }
         }
       }
     } else if (bias_tile && (warp == 1 || warp == 2)) {  // dbias: 64 threads x 2 rows of G
@@ -688,7 +710,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
 
   const int cw = warpgroup - 1;
-  float acc[kTaps][32];
+  float acc[kTaps][32 * kChunks];
 #pragma unroll
   for (int j = 0; j < kTaps; ++j) clear_accumulators(acc[j]);
   for (int64_t u = u0; u < u1; ++u) {
@@ -704,13 +726,20 @@ __global__ void __launch_bounds__(kThreads, 1)
       const uint64_t da = sm90::smem_descriptor(a_hi + kk * 32, 16, 1024);
 #pragma unroll
       for (int j = 0; j < kTaps; ++j) {
-        const uint64_t db = sm90::smem_descriptor(b_hi + j * kDwBBytes + kk * 2048, kDwBBytes, 1024);
-        sm90::wgmma_m64n64k16_bt<Mma>(acc[j], da, db, 1);
+        // Tap j's boxes, the N-major groups kDwBBytes apart (the descriptor's leading offset).
+        const uint32_t b_tap = j * kChunks * kDwBBytes + kk * 2048;
+        auto mma = [&](uint64_t da_, uint32_t b_) {
+          const uint64_t db = sm90::smem_descriptor(b_ + b_tap, kDwBBytes, 1024);
+          if constexpr (kChunks == 1)
+            sm90::wgmma_m64n64k16_bt<Mma>(acc[j], da_, db, 1);
+          else
+            sm90::wgmma_m64n256k16_bt<Mma>(acc[j], da_, db, 1);
+        };
+        mma(da, b_hi);
         if constexpr (Tr::kSplit) {
           const uint64_t da_lo = sm90::smem_descriptor(a_hi + kATileBytes + kk * 32, 16, 1024);
-          const uint64_t db_lo = sm90::smem_descriptor(b_lo + j * kDwBBytes + kk * 2048, kDwBBytes, 1024);
-          sm90::wgmma_m64n64k16_bt<Mma>(acc[j], da, db_lo, 1);
-          sm90::wgmma_m64n64k16_bt<Mma>(acc[j], da_lo, db, 1);
+          mma(da, b_lo);
+          mma(da_lo, b_hi);
         }
       }
     }
@@ -723,21 +752,22 @@ __global__ void __launch_bounds__(kThreads, 1)
   for (int j = 0; j < kTaps; ++j) sm90::fence_registers(acc[j]);
   if (u1 > u0 && lane == 0) sm90::mbarrier_arrive(&empty[int((u1 - u0 - 1) % Tr::kStages)]);
 
-  // Accumulator 4i + 2h + e of tap j: output row 16*warp + lane/4 + 8h, source 8i + 2*(lane%4) + e.
+  // Accumulator 4i + 2h + e of tap j: output row 16*warp + lane/4 + 8h, source 8i + 2*(lane%4) + e
+  // of the CTA's kChunks x 64.
   float* out = p.partials + part * p.part_elems;
 #pragma unroll
   for (int j = 0; j < kTaps; ++j) {
-    const int32_t k = q * kDwTaps + j;
+    const int32_t k = q * kQTaps + j;
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       const int32_t o = m * kBM + cw * 64 + warp * 16 + lane / 4 + 8 * h;
       if (o >= p.out_g) continue;
       float* row = out + (int64_t(g) * p.out_g + o) * p.in_g * p.width + k;
 #pragma unroll
-      for (int i = 0; i < 8; ++i)
+      for (int i = 0; i < 8 * kChunks; ++i)
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
-          const int32_t s = c * kBK + 8 * i + 2 * (lane % 4) + e;
+          const int32_t s = c * kChunks * kBK + 8 * i + 2 * (lane % 4) + e;
           if (s < p.in_g) row[int64_t(s) * p.width] = acc[j][4 * i + 2 * h + e];
         }
     }

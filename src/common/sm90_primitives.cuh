@@ -147,7 +147,7 @@ __device__ __forceinline__ void fence_registers(float (&d)[N]) {
   asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"                                             \
                "wgmma.mma_async.sync.aligned.m64n256k16.f32." TYPE "." TYPE " "                                \
                "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, %96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, %112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127}, "                                                                             \
-               "%128, %129, p, 1, 1, 0, 0;\n}\n"                                                           \
+               "%128, %129, p, 1, 1, %131, %132;\n}\n"                                                           \
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), \
       "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), \
       "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), \
@@ -164,7 +164,7 @@ __device__ __forceinline__ void fence_registers(float (&d)[N]) {
       "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]), \
       "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]), \
       "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127]) \
-      : "l"(desc_a), "l"(desc_b), "r"(accumulate))
+      : "l"(desc_a), "l"(desc_b), "r"(accumulate), "n"(kTransposeA), "n"(kTransposeB))
 
 // The transpose flags are immediates %35 (A) and %36 (B): 0 K-major, 1 MN-major.
 #define CAUSALCONV_WGMMA_M64N64K16_SS(TYPE)                                                                 \
@@ -178,17 +178,33 @@ __device__ __forceinline__ void fence_registers(float (&d)[N]) {
       "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]) \
       : "l"(desc_a), "l"(desc_b), "r"(accumulate), "n"(kTransposeA), "n"(kTransposeB))
 
-// D[64 x 256] (+)= A[64 x 16] * B[16 x 256], both operands K-major in shared memory, fp32
-// accumulators in the m64nNk16 fragment layout. accumulate == 0 overwrites D.
-template <typename T>
-__device__ __forceinline__ void wgmma_m64n256k16(float (&d)[128], uint64_t desc_a, uint64_t desc_b,
-                                                  uint32_t accumulate) {
+// D[64 x 256] (+)= A[64 x 16] * B[16 x 256] with both operands in shared memory, each K-major
+// (0) or MN-major (1), fp32 accumulators in the m64nNk16 fragment layout. accumulate == 0
+// overwrites D.
+template <typename T, int kTransposeA, int kTransposeB>
+__device__ __forceinline__ void wgmma_m64n256k16_ss(float (&d)[128], uint64_t desc_a, uint64_t desc_b,
+                                                     uint32_t accumulate) {
 #ifdef CAUSALCONV_SM90A
   if constexpr (std::is_same_v<T, __half>)
     CAUSALCONV_WGMMA_M64N256K16("f16");
   else
     CAUSALCONV_WGMMA_M64N256K16("bf16");
 #endif
+}
+
+// Both operands K-major.
+template <typename T>
+__device__ __forceinline__ void wgmma_m64n256k16(float (&d)[128], uint64_t desc_a, uint64_t desc_b,
+                                                  uint32_t accumulate) {
+  wgmma_m64n256k16_ss<T, 0, 0>(d, desc_a, desc_b, accumulate);
+}
+
+// A K-major; B N-major as wgmma_m64n64k16_bt's, its four 64-wide groups along N `leading` bytes
+// apart (e.g. four TMA boxes of 64 channels, one after another).
+template <typename T>
+__device__ __forceinline__ void wgmma_m64n256k16_bt(float (&d)[128], uint64_t desc_a, uint64_t desc_b,
+                                                     uint32_t accumulate) {
+  wgmma_m64n256k16_ss<T, 0, 1>(d, desc_a, desc_b, accumulate);
 }
 
 // D[64 x 64] (+)= A[64 x 16] * B[16 x 64] with both operands in shared memory, each K-major
@@ -626,6 +642,11 @@ inline void fence_registers(float (&)[N]) {}
 template <typename T>
 inline void wgmma_m64n256k16(float (&d)[128], uint64_t desc_a, uint64_t desc_b, uint32_t accumulate) {
   wgmma_emulated<T, 256, false>(d, desc_a, desc_b, accumulate);
+}
+
+template <typename T>
+inline void wgmma_m64n256k16_bt(float (&d)[128], uint64_t desc_a, uint64_t desc_b, uint32_t accumulate) {
+  wgmma_emulated<T, 256, true>(d, desc_a, desc_b, accumulate);
 }
 
 template <typename T>

@@ -308,10 +308,12 @@ struct DwCase {
   bool dbias = true;   // false: no dbias (its warps stay idle and out of the ring)
 };
 
+// source_wide: CTAs over 4 x 64 sources of one tap (m64n256k16), as kDenseWeightGradSourceWide
+// launches them; else 64 sources of up to 4 taps.
 template <typename T>
-void run_weight_grad(const DwCase& cs) {
+void run_weight_grad(const DwCase& cs, bool source_wide = false) {
   using Tr = detail::DwTraits<T>;
-  SCOPED_TRACE(::testing::Message() << name_of<T>() << " dweight B"
+  SCOPED_TRACE(::testing::Message() << name_of<T>() << (source_wide ? " source-wide" : "") << " dweight B"
                                     << cs.batch << " G" << cs.groups << " Cin/g "
                                     << cs.cin_g << " Cout/g " << cs.cout_g << " K" << cs.width << " d"
                                     << cs.dilation << " L" << cs.length << " in place " << cs.grad_in_place
@@ -353,8 +355,9 @@ void run_weight_grad(const DwCase& cs) {
                  {uint32_t(detail::kDwSteps), uint32_t(detail::kBM), 1, 1}));
 
   // wg_dw_layout's partition.
-  const int64_t o_tiles = (D + detail::kBM - 1) / detail::kBM, c_chunks = (S + detail::kBK - 1) / detail::kBK;
-  const int64_t k_chunks = (K + detail::kDwTaps - 1) / detail::kDwTaps;
+  const int64_t chunk_sources = detail::dw_chunks(source_wide) * detail::kBK;
+  const int64_t o_tiles = (D + detail::kBM - 1) / detail::kBM, c_chunks = (S + chunk_sources - 1) / chunk_sources;
+  const int64_t k_chunks = detail::dw_tap_groups(K, source_wide);
   const int64_t t_units = (L + detail::kDwSteps - 1) / detail::kDwSteps, units = B * t_units;
   const int64_t part_elems = cout * S * K + cout;
   const int64_t ctas = G * o_tiles * c_chunks * k_chunks;
@@ -376,8 +379,8 @@ void run_weight_grad(const DwCase& cs) {
   p.t_units = int32_t(t_units);
   p.parts = int32_t(parts);
   p.sum_bias = cs.dbias;
-  detail::DwLaunch launches[2];  // as launch_wgmma_weight_grad: full 4-tap chunks, then the rest
-  for (int i = 0, n = detail::dw_launches(int(K), launches); i < n; ++i) {
+  detail::DwLaunch launches[2];  // as launch_wgmma_weight_grad
+  for (int i = 0, n = detail::dw_launches(int(K), source_wide, launches); i < n; ++i) {
     p.q_base = launches[i].q_base;
     p.q_count = launches[i].q_count;
     const unsigned grid = unsigned(G * o_tiles * c_chunks * p.q_count);
@@ -385,11 +388,15 @@ void run_weight_grad(const DwCase& cs) {
       emu::launch({grid, unsigned(parts), 1}, detail::kThreads, smem, [&] { kernel(g_map, x_map, p); });
     };
     constexpr size_t smem = Tr::kSmemBytes;
+    if (source_wide) {
+      launch(detail::dense_wgmma_weight_grad_emulated<T, 1, detail::kDwWideChunks>, smem);
+      continue;
+    }
     switch (launches[i].taps) {
-      case 1: launch(detail::dense_wgmma_weight_grad_emulated<T, 1>, smem); break;
-      case 2: launch(detail::dense_wgmma_weight_grad_emulated<T, 2>, smem); break;
-      case 3: launch(detail::dense_wgmma_weight_grad_emulated<T, 3>, smem); break;
-      default: launch(detail::dense_wgmma_weight_grad_emulated<T, 4>, smem); break;
+      case 1: launch(detail::dense_wgmma_weight_grad_emulated<T, 1, 1>, smem); break;
+      case 2: launch(detail::dense_wgmma_weight_grad_emulated<T, 2, 1>, smem); break;
+      case 3: launch(detail::dense_wgmma_weight_grad_emulated<T, 3, 1>, smem); break;
+      default: launch(detail::dense_wgmma_weight_grad_emulated<T, 4, 1>, smem); break;
     }
   }
 
@@ -418,8 +425,8 @@ void run_weight_grad(const DwCase& cs) {
   if (cs.dbias)
     for (int64_t o = 0; o < cout; ++o) check("dbias", cout * S * K + o, o, db_ref(o), db_mag(o));
   EXPECT_EQ(bad, 0);
-  std::printf("[ dense_wgmma ] %s dweight/dbias (%lld parts): max |error| / magnitude %.3g\n", name_of<T>(),
-              static_cast<long long>(parts), worst);
+  std::printf("[ dense_wgmma ] %s%s dweight/dbias (%lld parts): max |error| / magnitude %.3g\n", name_of<T>(),
+              source_wide ? " source-wide" : "", static_cast<long long>(parts), worst);
 }
 
 // Channels per group not multiples of 64/128 (and above them: two source chunks, two output
@@ -490,6 +497,21 @@ TEST(DenseWgmmaEmulated, DxFp32) { run_conv<float>(kDx[0]); }
 TEST(DenseWgmmaEmulated, WeightGradBf16) {
   for (const auto& cs : kWeightGrad) run_weight_grad<__nv_bfloat16>(cs);
   run_weight_grad<__nv_bfloat16>({1, 1, 40, 48, 4, 64, 300, false});  // taps 64 steps apart
+}
+// Source-wide CTAs (one tap, 4 x 64 sources, N = 256): 256 sources exactly, a last group cut
+// inside a box (its other boxes wholly past the channels, zero-filled), two groups.
+const DwCase kWeightGradSourceWide[] = {
+    {1, 1, 256, 136, 4, 1, 130, true},
+    {2, 2, 200, 48, 3, 2, 100, false},
+    {1, 1, 300, 40, 2, 1, 90, true},
+};
+TEST(DenseWgmmaEmulated, WeightGradSourceWideBf16) {
+  for (const auto& cs : kWeightGradSourceWide) run_weight_grad<__nv_bfloat16>(cs, true);
+}
+TEST(DenseWgmmaEmulated, WeightGradSourceWideFp16AndFp32) {
+  run_weight_grad<__half>(kWeightGradSourceWide[0], true);
+  run_weight_grad<float>(kWeightGradSourceWide[1], true);
+  run_weight_grad<float>({1, 1, 256, 48, 5, 1, 80, false, false}, true);
 }
 TEST(DenseWgmmaEmulated, WeightGradFp16) {
   run_weight_grad<__half>(kWeightGrad[0]);

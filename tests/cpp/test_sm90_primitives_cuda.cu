@@ -6,6 +6,9 @@
 //    the H200: setting the base offset to the period's phase, r % 8, reads the wrong rows;
 //  * the same for an N-major B operand (rows = reduction index), as the weight-gradient kernel
 //    reads x rows from its window (not yet run on a GPU when written);
+//  * an N-major B operand 256 wide whose four 64-wide groups lie the descriptor's leading byte
+//    offset apart (the weight gradient's source-wide CTAs: four TMA boxes of 64 channels; written
+//    in session 15, not yet run on a GPU);
 //  * ldmatrix.trans + stmatrix turning a channel-row tile into a step-row tile, both swizzled;
 //  * both operands MN-major (M-major A, N-major B), as the b2b wgmma backward's weight
 //    gradients read two staged rows along time;
@@ -88,19 +91,24 @@ __global__ void wgmma_from_row_kernel(int r0, float* out, int* ran) {
 #endif
 }
 
-// D[64 x 64] = A[64 x 16] B[16 x 64] with B N-major: reduction rows r0 .. r0+15 of a swizzled
-// tile of 64-value rows (dense_wgmma_weight_grad reads each tap's x rows this way from its window).
+// D[64 x kN] = A[64 x 16] B[16 x kN] with B N-major: reduction rows r0 .. r0+15 of a swizzled
+// tile of 64-value rows (dense_wgmma_weight_grad reads each tap's x rows this way), its 64-wide
+// group j (kN = 256) starting 64 j rows (8 KiB, the descriptor's leading byte offset) later.
+template <int kN>
 __global__ void wgmma_n_major_from_row_kernel(int r0, float* out, int* ran) {
 #ifdef CAUSALCONV_SM90A
   uint8_t* const a = aligned_shared();
   uint8_t* const b = a + kARows * 128;
   fill_operands(a, b);
-  float acc[32];
+  float acc[kN / 2];
   zero_accumulators(acc);
   const uint64_t da = sm90::smem_descriptor(sm90::smem_u32(a), 16, 1024);
   const uint64_t db = sm90::smem_descriptor(sm90::smem_u32(b) + uint32_t(r0) * 128, 8192, 1024);
   sm90::wgmma_fence();
-  sm90::wgmma_m64n64k16_bt<__nv_bfloat16>(acc, da, db, 0);
+  if constexpr (kN == 64)
+    sm90::wgmma_m64n64k16_bt<__nv_bfloat16>(acc, da, db, 0);
+  else
+    sm90::wgmma_m64n256k16_bt<__nv_bfloat16>(acc, da, db, 0);
   store_accumulators(acc, out, ran);
 #endif
 }
@@ -231,7 +239,7 @@ int64_t wgmma_mismatches(int r0, bool& ran, bool n_major = false, UnswizzledCore
     if (unswizzled)
       wgmma_unswizzled_kernel<<<1, 128, smem>>>(unswizzled_cores.leading, unswizzled_cores.stride, out, ran_flag);
     else if (n_major)
-      wgmma_n_major_from_row_kernel<<<1, 128, smem>>>(r0, out, ran_flag);
+      wgmma_n_major_from_row_kernel<64><<<1, 128, smem>>>(r0, out, ran_flag);
     else
       wgmma_from_row_kernel<<<1, 128, smem>>>(r0, out, ran_flag);
   };
@@ -257,6 +265,23 @@ TEST(Sm90PrimitivesCuda, WgmmaReadsAnNMajorOperandStartingInsideASwizzlePeriod) 
   for (int r0 : {0, 1, 3, 7, 8, 13, 57}) {
     bool ran = false;
     const int64_t bad = wgmma_mismatches(r0, ran, true);
+    if (!ran) GTEST_SKIP() << "this build has no sm_90a code (CMAKE_CUDA_ARCHITECTURES without 90a)";
+    EXPECT_EQ(bad, 0) << "N-major operand from reduction row " << r0;
+  }
+}
+
+TEST(Sm90PrimitivesCuda, WgmmaReadsAWideNMajorOperandWhoseGroupsAreTheLeadingOffsetApart) {
+  REQUIRE_SM90();
+  for (int r0 : {0, 3, 8, 57}) {
+    bool ran = false;
+    auto launch = [&](float* out, int* ran_flag) {
+      wgmma_n_major_from_row_kernel<256><<<1, 128, 1024 + (kARows + kBRows) * 128>>>(r0, out, ran_flag);
+    };
+    const int64_t bad = product_mismatches(128, ran, launch, [&](int m, int col) {
+      float want = 0.0f;
+      for (int k = 0; k < 16; ++k) want += a_value(m, k) * b_value(r0 + 64 * (col / 64) + k, col % 64);
+      return want;
+    });
     if (!ran) GTEST_SKIP() << "this build has no sm_90a code (CMAKE_CUDA_ARCHITECTURES without 90a)";
     EXPECT_EQ(bad, 0) << "N-major operand from reduction row " << r0;
   }
