@@ -143,6 +143,7 @@ __device__ __forceinline__ void fence_registers(float (&d)[N]) {
 
 // The wgmma instructions with their accumulator operand lists spelled out (inline asm needs
 // literal lists); TYPE is the PTX operand type, "bf16" or "f16".
+// The transpose flags are immediates %131 (A) and %132 (B): 0 K-major, 1 MN-major.
 #define CAUSALCONV_WGMMA_M64N256K16(TYPE)                                                                          \
   asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"                                             \
                "wgmma.mma_async.sync.aligned.m64n256k16.f32." TYPE "." TYPE " "                                \
@@ -178,42 +179,20 @@ __device__ __forceinline__ void fence_registers(float (&d)[N]) {
       "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]) \
       : "l"(desc_a), "l"(desc_b), "r"(accumulate), "n"(kTransposeA), "n"(kTransposeB))
 
-// D[64 x 256] (+)= A[64 x 16] * B[16 x 256] with both operands in shared memory, each K-major
-// (0) or MN-major (1), fp32 accumulators in the m64nNk16 fragment layout. accumulate == 0
-// overwrites D.
-template <typename T, int kTransposeA, int kTransposeB>
-__device__ __forceinline__ void wgmma_m64n256k16_ss(float (&d)[128], uint64_t desc_a, uint64_t desc_b,
-                                                     uint32_t accumulate) {
+// D[64 x N] (+)= A[64 x 16] * B[16 x N], N = 64 or 256, with both operands in shared memory,
+// each K-major (0) or MN-major (1), fp32 accumulators in the m64nNk16 fragment layout (N / 2 a
+// thread). accumulate == 0 overwrites D. The named forms below.
+template <typename T, int kTransposeA, int kTransposeB, int N>
+__device__ __forceinline__ void wgmma_m64k16_ss(float (&d)[N / 2], uint64_t desc_a, uint64_t desc_b,
+                                                uint32_t accumulate) {
+  static_assert(N == 64 || N == 256, "the shapes spelled out above");
 #ifdef CAUSALCONV_SM90A
-  if constexpr (std::is_same_v<T, __half>)
+  constexpr bool kHalf = std::is_same_v<T, __half>;
+  if constexpr (N == 256 && kHalf)
     CAUSALCONV_WGMMA_M64N256K16("f16");
-  else
+  else if constexpr (N == 256)
     CAUSALCONV_WGMMA_M64N256K16("bf16");
-#endif
-}
-
-// Both operands K-major.
-template <typename T>
-__device__ __forceinline__ void wgmma_m64n256k16(float (&d)[128], uint64_t desc_a, uint64_t desc_b,
-                                                  uint32_t accumulate) {
-  wgmma_m64n256k16_ss<T, 0, 0>(d, desc_a, desc_b, accumulate);
-}
-
-// A K-major; B N-major as wgmma_m64n64k16_bt's, its four 64-wide groups along N `leading` bytes
-// apart (e.g. four TMA boxes of 64 channels, one after another).
-template <typename T>
-__device__ __forceinline__ void wgmma_m64n256k16_bt(float (&d)[128], uint64_t desc_a, uint64_t desc_b,
-                                                     uint32_t accumulate) {
-  wgmma_m64n256k16_ss<T, 0, 1>(d, desc_a, desc_b, accumulate);
-}
-
-// D[64 x 64] (+)= A[64 x 16] * B[16 x 64] with both operands in shared memory, each K-major
-// (0) or MN-major (1): the named forms below.
-template <typename T, int kTransposeA, int kTransposeB>
-__device__ __forceinline__ void wgmma_m64n64k16_ss(float (&d)[32], uint64_t desc_a, uint64_t desc_b,
-                                                    uint32_t accumulate) {
-#ifdef CAUSALCONV_SM90A
-  if constexpr (std::is_same_v<T, __half>)
+  else if constexpr (kHalf)
     CAUSALCONV_WGMMA_M64N64K16_SS("f16");
   else
     CAUSALCONV_WGMMA_M64N64K16_SS("bf16");
@@ -222,9 +201,24 @@ __device__ __forceinline__ void wgmma_m64n64k16_ss(float (&d)[32], uint64_t desc
 
 // Both operands K-major.
 template <typename T>
+__device__ __forceinline__ void wgmma_m64n256k16(float (&d)[128], uint64_t desc_a, uint64_t desc_b,
+                                                  uint32_t accumulate) {
+  wgmma_m64k16_ss<T, 0, 0, 256>(d, desc_a, desc_b, accumulate);
+}
+
+// A K-major; B N-major as wgmma_m64n64k16_bt's, its four 64-wide groups along N `leading` bytes
+// apart (e.g. four TMA boxes of 64 channels, one after another).
+template <typename T>
+__device__ __forceinline__ void wgmma_m64n256k16_bt(float (&d)[128], uint64_t desc_a, uint64_t desc_b,
+                                                     uint32_t accumulate) {
+  wgmma_m64k16_ss<T, 0, 1, 256>(d, desc_a, desc_b, accumulate);
+}
+
+// Both operands K-major.
+template <typename T>
 __device__ __forceinline__ void wgmma_m64n64k16(float (&d)[32], uint64_t desc_a, uint64_t desc_b,
                                                  uint32_t accumulate) {
-  wgmma_m64n64k16_ss<T, 0, 0>(d, desc_a, desc_b, accumulate);
+  wgmma_m64k16_ss<T, 0, 0, 64>(d, desc_a, desc_b, accumulate);
 }
 
 // A K-major; B N-major (rows of 64 N values, one per reduction index, 8-row groups 1024 bytes
@@ -233,7 +227,7 @@ __device__ __forceinline__ void wgmma_m64n64k16(float (&d)[32], uint64_t desc_a,
 template <typename T>
 __device__ __forceinline__ void wgmma_m64n64k16_bt(float (&d)[32], uint64_t desc_a, uint64_t desc_b,
                                                     uint32_t accumulate) {
-  wgmma_m64n64k16_ss<T, 0, 1>(d, desc_a, desc_b, accumulate);
+  wgmma_m64k16_ss<T, 0, 1, 64>(d, desc_a, desc_b, accumulate);
 }
 
 // Both operands MN-major: A as rows of 64 M values, one per reduction index (the layout of
@@ -242,7 +236,7 @@ __device__ __forceinline__ void wgmma_m64n64k16_bt(float (&d)[32], uint64_t desc
 template <typename T>
 __device__ __forceinline__ void wgmma_m64n64k16_tt(float (&d)[32], uint64_t desc_a, uint64_t desc_b,
                                                     uint32_t accumulate) {
-  wgmma_m64n64k16_ss<T, 1, 1>(d, desc_a, desc_b, accumulate);
+  wgmma_m64k16_ss<T, 1, 1, 64>(d, desc_a, desc_b, accumulate);
 }
 
 #define CAUSALCONV_WGMMA_M64N64K16_RS(TYPE)                                                                          \
