@@ -556,12 +556,12 @@ __global__ void __launch_bounds__(kThreads, 1)
 //   B_k: x rows t0 - (K-1-k)d + [0, 64) of the channel-last x staged for the forward, 64 sources
 //        per TMA box: N-major (tap shifts land on the outer time axis, any value); a tap's
 //        kChunks boxes lie one after another, the N-major groups of one m64n(64 kChunks)k16.
+//        (One window of 64 + (kTaps-1)d rows per unit for all taps, a quarter of the bytes at
+//        K = 4, was no faster on the H200 in sessions 6 and 15 and was removed.)
 // Two shapes are launched (dw_launches): 4 taps of one 64-source chunk (kChunks 1, N = 64), or
 // (kDenseWeightGradSourceWide, dense_wgmma.cu) one tap of 4 chunks (N = 256): per m64n256k16 10 KB
 // of shared-memory operands for 128 cycles of tensor work, against 4 KB per 32 at N = 64, which
 // alone is the SM's 128 bytes per cycle (A is read once per tap there, B once per consumer).
-//        (One window of 64 + (kTaps-1)d rows per unit for all taps, a quarter of the bytes at K = 4,
-//        was no faster on the H200 in sessions 6 and 15 and was removed.)
 // The two consumer warpgroups keep one accumulator set per tap (kTaps x 32 kChunks fp32). CTAs of
 // one part sum a fixed contiguous range of units and write fp32 partials in dense_generic.cu's
 // layout (parts x (C_out*S*K, then C_out)); its ordered reduction makes the result bitwise
