@@ -492,7 +492,7 @@ WgDwLayout wg_dw_layout(const DenseBackwardParams& b, bool grad_in_place) {
   WgDwLayout l{};
   l.source_wide = weight_grad_source_wide(S);
   l.o_tiles = (D + kBM - 1) / kBM;
-  l.c_chunks = (S + dw_chunks(l.source_wide) * kBK - 1) / (dw_chunks(l.source_wide) * kBK);
+  l.c_chunks = dw_source_groups(S, l.source_wide);
   l.k_chunks = dw_tap_groups(g.width, l.source_wide);
   l.t_units = (g.length + kDwSteps - 1) / kDwSteps;
   l.units = g.batch * l.t_units;

@@ -615,8 +615,11 @@ inline int dw_launches(int width, bool source_wide, DwLaunch (&out)[2]) {
   return n;
 }
 
-// 64-source chunks per CTA, and CTAs along the taps, of the launches above.
-inline int dw_chunks(bool source_wide) { return source_wide ? kDwWideChunks : 1; }
+// CTAs along the sources (64 or kDwWideChunks x 64 each) and along the taps, of the launches above.
+inline int64_t dw_source_groups(int64_t sources, bool source_wide) {
+  const int64_t per_cta = int64_t(source_wide ? kDwWideChunks : 1) * kBK;
+  return (sources + per_cta - 1) / per_cta;
+}
 inline int64_t dw_tap_groups(int64_t width, bool source_wide) {
   return source_wide ? width : (width + kDwTaps - 1) / kDwTaps;
 }

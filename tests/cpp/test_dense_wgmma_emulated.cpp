@@ -355,8 +355,7 @@ void run_weight_grad(const DwCase& cs, bool source_wide = false) {
                  {uint32_t(detail::kDwSteps), uint32_t(detail::kBM), 1, 1}));
 
   // wg_dw_layout's partition.
-  const int64_t chunk_sources = detail::dw_chunks(source_wide) * detail::kBK;
-  const int64_t o_tiles = (D + detail::kBM - 1) / detail::kBM, c_chunks = (S + chunk_sources - 1) / chunk_sources;
+  const int64_t o_tiles = (D + detail::kBM - 1) / detail::kBM, c_chunks = detail::dw_source_groups(S, source_wide);
   const int64_t k_chunks = detail::dw_tap_groups(K, source_wide);
   const int64_t t_units = (L + detail::kDwSteps - 1) / detail::kDwSteps, units = B * t_units;
   const int64_t part_elems = cout * S * K + cout;
