@@ -308,8 +308,8 @@ struct DwCase {
   bool dbias = true;   // false: no dbias (its warps stay idle and out of the ring)
 };
 
-// source_wide: CTAs over 4 x 64 sources of one tap (m64n256k16), as kDenseWeightGradSourceWide
-// launches them; else 64 sources of up to 4 taps.
+// source_wide: CTAs over 4 x 64 sources of one tap (m64n256k16), as the launcher runs groups of
+// more than 192 sources; else 64 sources of up to 4 taps.
 template <typename T>
 void run_weight_grad(const DwCase& cs, bool source_wide = false) {
   using Tr = detail::DwTraits<T>;
