@@ -143,9 +143,9 @@ __global__ void __launch_bounds__(kConvThreads) dense_tile_conv(TileConvArgs p) 
           if (t >= n) continue;
           float v = acc[m][e] + bias;
           if (p.mode == TileMode::silu_grad)
-            v = to_float(dy[t * p.dy_stride[2]]) * silu_derivative(v);
+            v = to_float(dy[t * p.dy_stride[2]]) * silu_derivative<T>(v);
           else if (p.silu)
-            v = silu(v);
+            v = silu<T>(v);
           dst[t * p.dst_stride[2]] = from_float<TDst>(v);
         }
       }

@@ -400,9 +400,9 @@ __global__ void __launch_bounds__(kThreads, 1) dense_tc_kernel(TcParams p) {
               const float v = acc[i][j][h * 2 + e] + bias;
               if (p.silu_grad) {
                 static_cast<float*>(p.dst)[y_row + t * p.dst_stride[2]] =
-                    to_float(dy[t * p.dy_stride[2]]) * silu_derivative(v);
+                    to_float(dy[t * p.dy_stride[2]]) * silu_derivative<T>(v);
               } else {
-                static_cast<T*>(p.dst)[y_row + t * p.dst_stride[2]] = from_float<T>(p.silu ? silu(v) : v);
+                static_cast<T*>(p.dst)[y_row + t * p.dst_stride[2]] = from_float<T>(p.silu ? silu<T>(v) : v);
               }
             }
           }

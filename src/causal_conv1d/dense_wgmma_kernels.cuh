@@ -175,8 +175,8 @@ __device__ __forceinline__ void store_conv_tile(const WgParams& p, const TileCoo
       if (t >= p.length) continue;
       float v0 = acc[4 * j + 2 * h] + bias, v1 = acc[4 * j + 2 * h + 1] + bias;
       if (p.silu) {
-        v0 = silu(v0);
-        v1 = silu(v1);
+        v0 = silu<T>(v0);
+        v1 = silu<T>(v1);
       }
       store_two_steps<T>(row + t * p.y_stride[2], p.y_stride[2], v0, v1, t + 1 < p.length, paired);
     }
@@ -559,7 +559,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 //        (One window of 64 + (kTaps-1)d rows per unit for all taps, a quarter of the bytes at
 //        K = 4, was no faster on the H200 in sessions 6 and 15 and was removed.)
 // Two shapes are launched (dw_launches): 4 taps of one 64-source chunk (kChunks 1, N = 64), or
-// (kDenseWeightGradSourceWide, dense_wgmma.cu) one tap of 4 chunks (N = 256): per m64n256k16 10 KB
+// (groups of more than 192 sources, dense_wgmma.cu) one tap of 4 chunks (N = 256): per m64n256k16 10 KB
 // of shared-memory operands for 128 cycles of tensor work, against 4 KB per 32 at N = 64, which
 // alone is the SM's 128 bytes per cycle (A is read once per tap there, B once per consumer).
 // The two consumer warpgroups keep one accumulator set per tap (kTaps x 32 kChunks fp32). CTAs of

@@ -73,7 +73,7 @@ __global__ void __launch_bounds__(Tile::kThreads)
       for (int i = threadIdx.x; i < halo + kTileOutputs; i += Tile::kThreads) {
         float u = bias;
         for (int k = 0; k < width; ++k) u = fmaf(w_s[k], x_s[i + k * dil], u);  // x_s[H + i - (K-1-k)d]
-        g_s[i] *= silu_derivative(u);
+        g_s[i] *= silu_derivative<T>(u);
       }
       __syncthreads();
     }
@@ -194,7 +194,7 @@ __global__ void __launch_bounds__(kChannelLastThreads)
       for (int r = warp; r < g_rows; r += kChannelLastWarps) {
         float u = bias;
         for (int k = 0; k < width; ++k) u = fmaf(w_c[k], x_s[(r + halo - (width - 1 - k) * dil) * kC + lane], u);
-        g_s[r * kC + lane] *= silu_derivative(u);
+        g_s[r * kC + lane] *= silu_derivative<T>(u);
       }
       __syncthreads();
     }

@@ -110,7 +110,7 @@ __global__ void __launch_bounds__(ToeplitzTile::kThreads)
             const int chunk = 16 * pair + 8 * t + 2 * q + (e & 1), step = g + 8 * (e >> 1);
             if (chunk >= Tile::kChunks + halo) continue;
             T* gp = reinterpret_cast<T*>(g_s + toeplitz_element_offset(chunk, step));
-            const float gv = to_float(*gp) * silu_derivative(acc[t][e] + bias);
+            const float gv = to_float(*gp) * silu_derivative<T>(acc[t][e] + bias);
             *gp = from_float<T>(gv);
             if (chunk < Tile::kChunks) bias_grad += gv;
           }

@@ -241,7 +241,7 @@ __global__ void __launch_bounds__(ChannelLastTile::kThreads, channel_last_forwar
         float acc = bias[i];
 #pragma unroll
         for (int k = 0; k < kWidth; ++k) acc = fmaf(w[k][i], win[k][i], acc);
-        out[i] = p.silu ? silu(acc) : acc;
+        out[i] = p.silu ? silu<T>(acc) : acc;
       }
       if (s < steps) store_channel_last(y + s * p.y_stride[2], out, lane_valid, g.vectors);
     }
@@ -271,91 +271,10 @@ __global__ void __launch_bounds__(ChannelLastTile::kThreads, channel_last_forwar
     for (int s = 0; s < kRun; ++s) {
       if (p.silu) {
 #pragma unroll
-        for (int i = 0; i < 4; ++i) acc[s][i] = silu(acc[s][i]);
+        for (int i = 0; i < 4; ++i) acc[s][i] = silu<T>(acc[s][i]);
       }
       if (s < steps) store_channel_last(y + s * p.y_stride[2], acc[s], lane_valid, g.vectors);
     }
-  }
-}
-
-// ---- forward, column walk (dilation 1, K <= kMaxWalkWidth, 16-byte aligned steps) ----
-// A thread owns one 16-byte vector of channels (8 at 16-bit, 4 at fp32) and walks kWalkSteps
-// consecutive steps of it, the last K inputs in registers: no shared memory, no halo exchange,
-// each input loaded once (plus K-1 halo steps per walk). Lane l of a warp takes the vector after
-// lane l-1's, so each warp load or store covers 512 contiguous bytes of one step; kWalkBatch
-// loads are issued before their steps are computed (128 bytes in flight per thread).
-// The staged kernel above waits for a whole tile in shared memory before computing and stores
-// 8 bytes per lane (bf16 B4 D4096 L8192 K4: 0.164 ms, 76 % of copy, 1 % behind Dao's 0.162).
-constexpr int kWalkThreads = 128;
-constexpr int kWalkSteps = 64;
-constexpr int kWalkBatch = 8;
-constexpr int kMaxWalkWidth = 4;
-
-// Blocks along the channels (kWalkThreads vectors each) and along a sequence (kWalkSteps each).
-template <typename T>
-inline int64_t channel_last_walk_groups(int64_t channels) {
-  constexpr int64_t kChannelsPerBlock = int64_t(kWalkThreads) * Vec16<T>::kElems;
-  return (channels + kChannelsPerBlock - 1) / kChannelsPerBlock;
-}
-inline int64_t channel_last_walk_runs(int64_t length) { return (length + kWalkSteps - 1) / kWalkSteps; }
-
-// Block -> (batch, walk along the sequence, channel group), channel groups fastest.
-template <typename T, int kWidth>
-__global__ void __launch_bounds__(kWalkThreads)
-    depthwise_forward_channel_last_walk(DepthwiseForwardParams p, int64_t groups, int64_t runs) {
-  constexpr int kV = Vec16<T>::kElems;
-  static_assert(kWidth >= 1 && kWidth <= kMaxWalkWidth, "taps and window in registers");
-  const int64_t block = blockIdx.x;
-  const int64_t rest = div_nonneg(block, groups);
-  const int64_t b = div_nonneg(rest, runs), run = rest - b * runs;
-  const int64_t c = ((block - rest * groups) * kWalkThreads + int64_t(threadIdx.x)) * kV;
-  if (c >= p.channels) return;  // channels % kV == 0: a thread's vector is whole or absent
-  const T* x = static_cast<const T*>(p.x) + b * p.x_stride[0] + c;
-  T* y = static_cast<T*>(p.y) + b * p.y_stride[0] + c;
-  const int64_t xs = p.x_stride[2], ys = p.y_stride[2], n = p.length, t0 = run * kWalkSteps;
-
-  float w[kWidth][kV], bias[kV];
-  const T* weight = static_cast<const T*>(p.weight);
-#pragma unroll
-  for (int i = 0; i < kV; ++i) {
-#pragma unroll
-    for (int k = 0; k < kWidth; ++k) w[k][i] = to_float(weight[(c + i) * p.w_stride[0] + k * p.w_stride[1]]);
-    bias[i] = p.bias ? to_float(static_cast<const T*>(p.bias)[(c + i) * p.bias_stride]) : 0.0f;
-  }
-  // win[k]: input step t - (kWidth - 1) + k of the output step t being computed.
-  float win[kWidth][kV];
-#pragma unroll
-  for (int k = 1; k < kWidth; ++k) {
-    const int64_t t = t0 - kWidth + k;
-    decode16<T>(t >= 0 ? load_raw16(x + t * xs) : make_uint4(0, 0, 0, 0), win[k]);
-  }
-#pragma unroll 1
-  for (int s0 = 0; s0 < kWalkSteps; s0 += kWalkBatch) {
-    uint4 raw[kWalkBatch];
-#pragma unroll
-    for (int u = 0; u < kWalkBatch; ++u) {
-      const int64_t t = t0 + s0 + u;
-      raw[u] = t < n ? load_raw16(x + t * xs) : make_uint4(0, 0, 0, 0);
-    }
-#pragma unroll
-    for (int u = 0; u < kWalkBatch; ++u) {
-#pragma unroll
-      for (int k = 0; k + 1 < kWidth; ++k)
-#pragma unroll
-        for (int i = 0; i < kV; ++i) win[k][i] = win[k + 1][i];
-      decode16<T>(raw[u], win[kWidth - 1]);
-      float out[kV];
-#pragma unroll
-      for (int i = 0; i < kV; ++i) {
-        float acc = bias[i];
-#pragma unroll
-        for (int k = 0; k < kWidth; ++k) acc = fmaf(w[k][i], win[k][i], acc);
-        out[i] = p.silu ? silu(acc) : acc;
-      }
-      const int64_t t = t0 + s0 + u;
-      if (t < n) store_raw16(y + t * ys, encode16<T>(out));
-    }
-    if (t0 + s0 + kWalkBatch >= n) break;
   }
 }
 
@@ -433,7 +352,7 @@ __global__ void __launch_bounds__(ChannelLastTile::kThreads, 2)
           float pre = bias[i];
 #pragma unroll
           for (int k = 0; k < kWidth; ++k) pre = fmaf(w[k][i], xw[k][i], pre);
-          gv[i] *= silu_derivative(pre);
+          gv[i] *= silu_derivative<T>(pre);
         }
       }
 #pragma unroll

@@ -79,32 +79,6 @@ void launch_channel_last(const DepthwiseForwardParams& p, const ChannelLastGrid&
       <<<unsigned(p.batch * g.blocks()), ChannelLastTile::kThreads, smem, stream>>>(p, g);
 }
 
-// The column-walk kernel for channel-last K <= 4, dilation 1, 16-byte aligned steps and C a
-// multiple of the vector (depthwise_channel_last_kernel.cuh), instead of the staged one. Written
-// in session 15 after its last GPU run: off until the H200 has timed both (emulation-tested).
-constexpr bool kDepthwiseChannelLastWalk = false;
-
-template <typename T, int kWidth>
-void launch_channel_last_walk(const DepthwiseForwardParams& p, cudaStream_t stream) {
-  const int64_t groups = channel_last_walk_groups<T>(p.channels), runs = channel_last_walk_runs(p.length);
-  depthwise_forward_channel_last_walk<T, kWidth>
-      <<<unsigned(p.batch * runs * groups), kWalkThreads, 0, stream>>>(p, groups, runs);
-}
-
-template <typename T>
-bool try_launch_channel_last_walk(const DepthwiseForwardParams& p, bool vectors, cudaStream_t stream) {
-  if (!vectors || p.dilation != 1 || p.width > kMaxWalkWidth || p.channels % Vec16<T>::kElems != 0 ||
-      p.batch * channel_last_walk_runs(p.length) * channel_last_walk_groups<T>(p.channels) > kMaxGridX)
-    return false;
-  switch (p.width) {
-    case 2: launch_channel_last_walk<T, 2>(p, stream); break;
-    case 3: launch_channel_last_walk<T, 3>(p, stream); break;
-    case 4: launch_channel_last_walk<T, 4>(p, stream); break;
-    default: return false;
-  }
-  return true;
-}
-
 // Unit channel stride of x and y and reach (K-1)*d <= kMaxChannelLastReach (the staged
 // halo); any alignment (unaligned rows or C % Vec16 != 0 stage element by element).
 template <typename T>
@@ -112,8 +86,6 @@ bool try_launch_channel_last(const DepthwiseForwardParams& p, bool channel_last,
   if (!channel_last || (p.width - 1) * p.dilation > kMaxChannelLastReach) return false;
   const int64_t strides_x[2] = {p.x_stride[0], p.x_stride[2]}, strides_y[2] = {p.y_stride[0], p.y_stride[2]};
   const bool vectors = vector_aligned<T>(p.x, strides_x, 2) && vector_aligned<T>(p.y, strides_y, 2);
-  if constexpr (kDepthwiseChannelLastWalk)
-    if (try_launch_channel_last_walk<T>(p, vectors, stream)) return true;
   const ChannelLastGrid g =
       make_channel_last_grid<T>(p.batch, p.channels, p.length, p.width, p.dilation, vectors, false);
   if (p.batch * g.blocks() > kMaxGridX) return false;
@@ -177,7 +149,7 @@ __global__ void __launch_bounds__(Tile::kThreads, 4)
     }
     if (p.silu) {
 #pragma unroll
-      for (int e = 0; e < Tile::kPerThread; ++e) acc[e] = silu(acc[e]);
+      for (int e = 0; e < Tile::kPerThread; ++e) acc[e] = silu<T>(acc[e]);
     }
     store_tile<Tile, kUnitStride>(y + j0 * ys, ys, n - j0, acc);
   }
@@ -212,7 +184,7 @@ __global__ void __launch_bounds__(kDirectThreads) depthwise_forward_direct(Depth
         const int64_t src = t - (p.width - 1 - k) * p.dilation;
         acc = fmaf(to_float(wc[k * p.w_stride[1]]), to_float(xc[src * p.x_stride[2]]), acc);
       }
-      if (p.silu) acc = silu(acc);
+      if (p.silu) acc = silu<T>(acc);
       y[b * p.y_stride[0] + c * p.y_stride[1] + t * p.y_stride[2]] = from_float<T>(acc);
     }
   }

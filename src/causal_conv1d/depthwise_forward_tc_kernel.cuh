@@ -26,7 +26,7 @@ template <typename T>
 __device__ __forceinline__ void depthwise_tc_outputs_to_shared(T* out_s, const float (&acc)[ToeplitzTile::kWarpTiles][4],
                                                                float bias, bool apply_silu, int warp, int lane) {
   using Tile = ToeplitzTile;
-  auto value = [&](float v) { return apply_silu ? silu(v + bias) : v + bias; };
+  auto value = [&](float v) { return apply_silu ? silu<T>(v + bias) : v + bias; };
 #if defined(CAUSALCONV_CUDA_EMULATION) || (defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900)
   constexpr bool kHalf = std::is_same_v<T, __half>;
   // Lane l gives row l % 8 (chunk) of matrix l / 8 = 2 (tile - 2x) + half of stmatrix x.

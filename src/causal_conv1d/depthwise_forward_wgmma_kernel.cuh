@@ -136,8 +136,8 @@ __device__ __forceinline__ void wgmma_toeplitz_outputs_to_shared(unsigned char* 
       const int j = 2 * x + (i >> 1), hh = i & 1;
       float v0 = acc[4 * j + 2 * hh] + bias, v1 = acc[4 * j + 2 * hh + 1] + bias;
       if (apply_silu) {
-        v0 = silu(v0);
-        v1 = silu(v1);
+        v0 = silu<T>(v0);
+        v1 = silu<T>(v1);
       }
       r[i] = pack2<kHalf>(v0, v1);
     }

@@ -100,7 +100,7 @@ __global__ void __launch_bounds__(kVectorThreads)
       float acc = bias;
 #pragma unroll
       for (int k = 0; k < kWidth; ++k) acc = fmaf(w[k], win[kHalo + i - (kWidth - 1 - k)], acc);
-      out[i] = p.silu ? silu(acc) : acc;
+      out[i] = p.silu ? silu<T>(acc) : acc;
     }
     const int64_t t = span_start + int64_t(e * 32 + lane) * kVec;
     store_span_vector<T, kShifted>(y, t, n, out);
@@ -272,7 +272,7 @@ __global__ void __launch_bounds__(kVectorThreads)
           float u = bias;
 #pragma unroll
           for (int k = 0; k < kWidth; ++k) u = fmaf(w[k], xw[kHalo + j - (kWidth - 1 - k)], u);
-          g[j] *= silu_derivative(u);
+          g[j] *= silu_derivative<T>(u);
         }
       }
       if (dx) {

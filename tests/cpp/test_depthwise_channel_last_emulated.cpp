@@ -6,11 +6,9 @@
 #include "cuda_emulation.h"  // first: it sets up the emulated CUDA built-ins
 
 #define depthwise_forward_channel_last depthwise_forward_channel_last_emulated
-#define depthwise_forward_channel_last_walk depthwise_forward_channel_last_walk_emulated
 #define depthwise_backward_channel_last_unit depthwise_backward_channel_last_unit_emulated
 #include "causal_conv1d/depthwise_channel_last_kernel.cuh"
 #undef depthwise_forward_channel_last
-#undef depthwise_forward_channel_last_walk
 #undef depthwise_backward_channel_last_unit
 
 #include <gtest/gtest.h>
@@ -87,11 +85,9 @@ bool aligned_rows(const T* base, int64_t stride_b, int64_t stride_t) {
   return detail::vector_aligned<T>(base, strides, 2);
 }
 
-// walk: the column-walk kernel (K <= 4, dilation 1, aligned steps, C a multiple of the vector),
-// as launch_channel_last_walk launches it; else the staged kernel.
 template <typename T>
-void run_forward(const Case& cs, bool walk = false) {
-  SCOPED_TRACE(::testing::Message() << (walk ? "walk " : "") << "forward B" << cs.batch << " C" << cs.channels << " L" << cs.length << " K"
+void run_forward(const Case& cs) {
+  SCOPED_TRACE(::testing::Message() << "forward B" << cs.batch << " C" << cs.channels << " L" << cs.length << " K"
                                     << cs.width << " d" << cs.dilation << " bias " << cs.bias << " silu " << cs.silu
                                     << " aligned " << cs.aligned);
   const int64_t B = cs.batch, C = cs.channels, L = cs.length, K = cs.width;
@@ -113,21 +109,10 @@ void run_forward(const Case& cs, bool walk = false) {
   p.x_stride[2] = p.y_stride[2] = x_e.stride_t;
   const bool vectors = aligned_rows(x_e.data(), x_e.stride_b, x_e.stride_t);
   EXPECT_EQ(vectors, cs.aligned);
-  if (walk) {
-    ASSERT_TRUE(vectors && cs.dilation == 1 && K <= detail::kMaxWalkWidth && C % detail::Vec16<T>::kElems == 0);
-    const int64_t groups = detail::channel_last_walk_groups<T>(C), runs = detail::channel_last_walk_runs(L);
-    emu::launch({unsigned(B * runs * groups), 1, 1}, detail::kWalkThreads, 0, [&] {
-      switch (K) {
-        case 2: detail::depthwise_forward_channel_last_walk_emulated<T, 2>(p, groups, runs); break;
-        case 3: detail::depthwise_forward_channel_last_walk_emulated<T, 3>(p, groups, runs); break;
-        default: detail::depthwise_forward_channel_last_walk_emulated<T, 4>(p, groups, runs); break;
-      }
-    });
-  }
   const detail::ChannelLastGrid g = detail::make_channel_last_grid<T>(B, C, L, K, cs.dilation, vectors, false);
   const bool unrolled = cs.dilation == 1 && K <= detail::ChannelLastTile::kMaxUnrolledWidth;
   const size_t smem = detail::channel_last_forward_smem_bytes<T>(K, g.halo);
-  if (!walk) emu::launch({unsigned(B * g.blocks()), 1, 1}, detail::ChannelLastTile::kThreads, smem, [&] {
+  emu::launch({unsigned(B * g.blocks()), 1, 1}, detail::ChannelLastTile::kThreads, smem, [&] {
     switch (unrolled ? K : 0) {
       case 2: detail::depthwise_forward_channel_last_emulated<T, 2>(p, g); break;
       case 3: detail::depthwise_forward_channel_last_emulated<T, 3>(p, g); break;
@@ -228,21 +213,6 @@ void forward_cases() {
   run_forward<T>({1, 8, 30, 52, 5, true, true});         // reach 255: the longest staged halo
 }
 
-// The column walk: K 2-4, L = 1, L < K, one walk, several walks with a partial last one, a
-// partial last block of channels (C = 136: 17 or 34 vectors of 128 per block), two channel
-// blocks, bias and silu on and off.
-template <typename T>
-void forward_walk_cases() {
-  constexpr int64_t kV = detail::Vec16<T>::kElems;
-  for (int64_t k : {2, 3, 4}) {
-    run_forward<T>({1, 136, 1, k, 1, true, true}, true);
-    run_forward<T>({2, 136, k - 1, k, 1, false, true}, true);
-    run_forward<T>({1, 136, detail::kWalkSteps, k, 1, true, false}, true);
-    run_forward<T>({2, 136, 2 * detail::kWalkSteps + 5, k, 1, k != 3, k == 3}, true);
-  }
-  run_forward<T>({1, detail::kWalkThreads * kV + kV, 70, 4, 1, true, true}, true);  // a second block, one vector
-}
-
 // Backward (dilation 1, K <= 4): tile walks (several tiles per block, a partial last
 // tile), L = 1, L < K, partial channel tiles, unaligned rows.
 template <typename T>
@@ -263,9 +233,6 @@ void backward_cases() {
 TEST(DepthwiseChannelLastEmulated, ForwardFloat32) { forward_cases<float>(); }
 TEST(DepthwiseChannelLastEmulated, ForwardFloat16) { forward_cases<__half>(); }
 TEST(DepthwiseChannelLastEmulated, ForwardBFloat16) { forward_cases<__nv_bfloat16>(); }
-TEST(DepthwiseChannelLastEmulated, ForwardWalkFloat32) { forward_walk_cases<float>(); }
-TEST(DepthwiseChannelLastEmulated, ForwardWalkFloat16) { forward_walk_cases<__half>(); }
-TEST(DepthwiseChannelLastEmulated, ForwardWalkBFloat16) { forward_walk_cases<__nv_bfloat16>(); }
 TEST(DepthwiseChannelLastEmulated, BackwardFloat32) { backward_cases<float>(); }
 TEST(DepthwiseChannelLastEmulated, BackwardFloat16) { backward_cases<__half>(); }
 TEST(DepthwiseChannelLastEmulated, BackwardBFloat16) { backward_cases<__nv_bfloat16>(); }

@@ -238,20 +238,26 @@ def check_grads(x, w, bias=None, dilation=1, activation=None):
     return x.grad, w.grad
 
 
+# Per element: fp32 within a few ulp (below); 16-bit within one ulp of the correctly rounded
+# value (the fast __expf's ~2^-17 relative error at |x| = 100 can tip a rounding at most one ulp).
+SILU_EXTREME_RTOL = {torch.float32: 1e-6, torch.float16: 2.0**-10, torch.bfloat16: 2.0**-7}
+
+
 @requires_cuda
+@pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("k", [4, 64])
 @pytest.mark.parametrize("layout", ["channel_first", "channel_last"])
-def test_silu_at_extreme_pre_activations(k, layout):
-    # fp32 with the identity filter (last tap 1: y = silu(x)), x from -100 to 100: silu's division
-    # by 1 + e^-x, whose divisor overflows past x = -88.7 and passes 2^126 from x = -87.3, checked
+def test_silu_at_extreme_pre_activations(dtype, k, layout):
+    # The identity filter (last tap 1: y = silu(x)), x from -100 to 100: silu's division by
+    # 1 + e^-x, whose divisor overflows past x = -88.7 and passes 2^126 from x = -87.3, checked
     # per element, forward and through silu' backward.
     c, length = 3, 2048
-    x = torch.linspace(-100.0, 100.0, c * length, device="cuda", dtype=torch.float32).reshape(1, c, length)
+    x = torch.linspace(-100.0, 100.0, c * length, device="cuda").to(dtype).reshape(1, c, length)
     if layout == "channel_last":
         x = x.transpose(1, 2).contiguous().transpose(1, 2)
         assert x.stride(1) == 1
     x.requires_grad_(True)
-    w = torch.zeros(c, k, device="cuda", dtype=torch.float32)
+    w = torch.zeros(c, k, device="cuda", dtype=dtype)
     w[:, -1] = 1.0
     y = causalconv.causal_conv1d(x, w, activation="silu")
     dy = torch.ones_like(y)
@@ -263,9 +269,11 @@ def test_silu_at_extreme_pre_activations(k, layout):
     # fp32: expf within 1 ulp, the division within 2, the products' roundings: a few ulp of the
     # value, or (where silu falls below 1e-30) nothing that matters. silu' = s (1 + x (1 - s))
     # loses the rounding of s near 1, |x| ulp(1) / 2 (5e-7 at x = 16, numpy's fp32 model of the
-    # kernel), and cancels to 0 near x = -1.28: hence its atol.
-    torch.testing.assert_close(y.double(), ref_y, rtol=1e-6, atol=1e-30)
-    torch.testing.assert_close(dx.double(), ref_dx, rtol=1e-6, atol=2e-6)
+    # kernel), and cancels to 0 near x = -1.28: hence its atol. fp16's smallest subnormal is 6e-8.
+    rtol = SILU_EXTREME_RTOL[dtype]
+    atol = 6e-8 if dtype == torch.float16 else 1e-30
+    torch.testing.assert_close(y.double(), ref_y, rtol=rtol, atol=atol)
+    torch.testing.assert_close(dx.double(), ref_dx, rtol=rtol, atol=2e-6)
     assert torch.isfinite(y).all() and torch.isfinite(dx).all()
 
 
