@@ -12,7 +12,7 @@ dw-k4-odd / dw-k7-odd (as dw-k4 / dw-k7 at L8191: rows that do not start 16-byte
 dense-seed (bf16 B32 C256->256 L8192 K4), dense-seed-fp32, dense-d8 (bf16 B16 C64->64 L16000 K2
 dilation 8), b2b-km7 / b2b-km128 / b2b-km256
 (bf16 B1 D4096 L8192, Kp 3 / 3 / 4). A "+bias" suffix on a causal_conv1d case adds a bias (as
-the benchmark's cases have).
+the benchmark's cases have), "+silu" the activation (the Mamba block's call: dw-k4+bias+silu).
 """
 
 import sys
@@ -53,21 +53,22 @@ def make_b2b_case(name: str, backward: bool):
 
 
 def make_case(name: str, backward: bool):
-    with_bias = name.endswith("+bias")
-    dtype, batch, c_in, c_out, length, width, channel_last, *dilation = CASES[name.removesuffix("+bias")]
+    base, *suffixes = name.split("+")
+    with_bias, activation = "bias" in suffixes, "silu" if "silu" in suffixes else None
+    dtype, batch, c_in, c_out, length, width, channel_last, *dilation = CASES[base]
     shape = (batch, length, c_in) if channel_last else (batch, c_in, length)
     x = torch.randn(*shape, device="cuda", dtype=dtype)
     x = (x.transpose(1, 2) if channel_last else x).requires_grad_(backward)
     w_shape = (c_in, width) if c_out is None else (c_out, c_in, width)
     w = (torch.randn(*w_shape, device="cuda", dtype=dtype) / width).requires_grad_(backward)
     bias = torch.randn(w_shape[0], device="cuda", dtype=dtype).requires_grad_(backward) if with_bias else None
-    return x, w, bias, (dilation[0] if dilation else 1)
+    return x, w, bias, {"dilation": dilation[0] if dilation else 1, "activation": activation}
 
 
 def run(inputs, backward: bool):
-    if isinstance(inputs[-1], int):
-        x, w, bias, dilation = inputs
-        y = causalconv.causal_conv1d(x, w, bias, dilation=dilation)
+    if isinstance(inputs[-1], dict):
+        x, w, bias, options = inputs
+        y = causalconv.causal_conv1d(x, w, bias, **options)
     else:
         y = causalconv.b2b_causal_conv1d(*inputs)
     if backward:  # autograd.grad, as the benchmark: no gradient accumulates across calls

@@ -135,6 +135,14 @@ constexpr int64_t backward_ring_span() {
   return int64_t(32) * kRingVectors * Vec16<T>::kElems;
 }
 
+// With silu, g = dy * silu'(pre) at the K-1 steps after each vector (dx's look-ahead) is taken
+// from the lanes that computed it for their own vectors (shuffles), instead of every lane
+// recomputing it: kVec g per vector instead of kVec + K - 1 (bf16 K4: 8 instead of 11, each two
+// MUFU operations and K FMAs). Only the steps after lane 31's last vector of a span (the next
+// span's first) are computed once more, one step per lane h < K-1, from the ring's elements.
+// Written in session 16 after its last GPU run: off until the H200 has timed it (emulation-tested).
+constexpr bool kWindowBackwardSiluHaloByShuffle = false;
+
 constexpr size_t backward_ring_smem_bytes() { return size_t(kWarpsPerBlock) * 2 * kRingVectorsPerWarp * 16; }
 
 // Spans per run for rows of spans_per_row spans (the host's grid and the partials' layout use it).
@@ -251,6 +259,60 @@ __global__ void __launch_bounds__(kVectorThreads)
     ring_copy_span<T, kHaloVectors, kShifted>(x_ring, dy_ring, x, dy, run_start, s + kRingAhead, spans, n, lane);
     cp_async_commit();
 
+    // kWindowBackwardSiluHaloByShuffle: g of this lane's vectors, and of the K-1 steps after each.
+    constexpr int kAfter = kWidth - 1;
+    float g_own[kRingVectors][kVec];
+    float g_after[kRingVectors][kAfter];
+    const bool silu_by_shuffle = kWindowBackwardSiluHaloByShuffle && p.silu;
+    if (silu_by_shuffle) {
+#pragma unroll
+      for (int e = 0; e < kRingVectors; ++e) {
+        const int i = first + e * 32;
+        float xw[kHalo + kVec];  // x[t - kHalo + i]
+#pragma unroll
+        for (int h = 1; h <= kHaloVectors; ++h)
+          decode16<T>(e == 0 ? x_before0[h - 1] : x_ring[(i - h) & kMask], xw + kHalo - h * kVec);
+        decode16<T>(x_ring[i], xw + kHalo);
+        decode16<T>(dy_ring[i], g_own[e]);
+#pragma unroll
+        for (int j = 0; j < kVec; ++j) {
+          float u = bias;
+#pragma unroll
+          for (int k = 0; k < kWidth; ++k) u = fmaf(w[k], xw[kHalo + j - (kWidth - 1 - k)], u);
+          g_own[e][j] *= silu_derivative<T>(u);
+        }
+      }
+      // The steps after lane 31's last vector: the next span's first (in the ring: spans s and
+      // s + 1 have landed), lane h < K-1 taking step h, element by element.
+      float g_next_span = 0.0f;
+      if (lane < kAfter) {
+        constexpr int kElemMask = kRingVectorsPerWarp * kVec - 1;
+        const T* x_elems = reinterpret_cast<const T*>(x_ring);
+        const int at = (s + 1) * kRingVectors * 32 * kVec + lane;
+        float u = bias;
+#pragma unroll
+        for (int k = 0; k < kWidth; ++k) u = fmaf(w[k], to_float(x_elems[(at - (kWidth - 1 - k)) & kElemMask]), u);
+        g_next_span = to_float(reinterpret_cast<const T*>(dy_ring)[at & kElemMask]) * silu_derivative<T>(u);
+      }
+      // Step h after lane l's vector e lies in the vector d = 1 + h / kVec after it (d = 2 only for
+      // fp32 from K6): lane l + d's vector e, or past lane 31 the next e's of lane l + d - 32, or
+      // past the span the next span's step (l + d - 32) kVec + h % kVec.
+#pragma unroll
+      for (int h = 0; h < kAfter; ++h) {
+        const int d = 1 + h / kVec, src = (lane + d) & 31;
+        float from_src[kRingVectors];
+#pragma unroll
+        for (int e = 0; e < kRingVectors; ++e)
+          from_src[e] = __uint_as_float(__shfl_sync(0xffffffffu, __float_as_uint(g_own[e][h % kVec]), src));
+        const int next_span_step = ((lane + d - 32) * kVec + h % kVec) & 31;
+        const float next_span = __uint_as_float(__shfl_sync(0xffffffffu, __float_as_uint(g_next_span), next_span_step));
+        const bool wraps = lane + d >= 32;
+#pragma unroll
+        for (int e = 0; e < kRingVectors; ++e)
+          g_after[e][h] = !wraps ? from_src[e] : e + 1 < kRingVectors ? from_src[e + 1] : next_span;
+      }
+    }
+
 #pragma unroll
     for (int e = 0; e < kRingVectors; ++e) {
       const int i = first + e * 32;
@@ -260,11 +322,18 @@ __global__ void __launch_bounds__(kVectorThreads)
 #pragma unroll
       for (int h = 1; h <= kHaloVectors; ++h) {
         decode16<T>(e == 0 ? x_before0[h - 1] : x_ring[(i - h) & kMask], xw + kHalo - h * kVec);
-        decode16<T>(dy_ring[(i + h) & kMask], g + h * kVec);
+        if (!silu_by_shuffle) decode16<T>(dy_ring[(i + h) & kMask], g + h * kVec);
       }
       decode16<T>(x_ring[i], xw + kHalo);
-      decode16<T>(dy_ring[i], g);
-      if (p.silu) {
+      if (!silu_by_shuffle) {
+        decode16<T>(dy_ring[i], g);
+      } else {
+#pragma unroll
+        for (int j = 0; j < kVec; ++j) g[j] = g_own[e][j];
+#pragma unroll
+        for (int h = 0; h < kAfter; ++h) g[kVec + h] = g_after[e][h];
+      }
+      if (p.silu && !silu_by_shuffle) {
 #pragma unroll
         for (int h = 1; h <= kHaloVectors; ++h) decode16<T>(x_ring[(i + h) & kMask], xw + kHalo + h * kVec);
 #pragma unroll
