@@ -141,10 +141,12 @@ constexpr int64_t backward_ring_span() {
 // MUFU operations and K FMAs). Only the steps after lane 31's last vector of a span (the next
 // span's first) are computed once more, one step per lane h < K-1, from the ring's elements.
 // H200, session 16 (side by side): bf16 B4 C4096 L8192 K4 bias + silu backward kernel 237.9 ->
-// 217.6 us, fwd+bwd 0.374 -> 0.355 ms; tests and memcheck pass with it on. Still off: the kernel
-// takes silu at run time, so the path's registers are every call's (ptxas: bf16 K4 72 -> 96,
-// 5 blocks/SM instead of 7; fp32 K8 96 -> 148), and the calls without silu were not timed with it.
-// Next: silu as a template argument of this kernel, then both kinds of call timed.
+// 217.6 us, fwd+bwd 0.374 -> 0.355 ms; tests and memcheck pass with it on. That build took silu at
+// run time, so the path's registers were every call's (ptxas: bf16 K4 72 -> 96, 5 blocks/SM
+// instead of 7; fp32 K8 96 -> 148), and the calls without silu were not timed with it. So the flag
+// now also makes silu a template argument (kSilu): silu calls get the shuffle path's kernel, the
+// others one without silu. Written after session 16's last GPU run: off until the H200 has timed
+// both kinds of call (emulation-tested on and off).
 constexpr bool kWindowBackwardSiluHaloByShuffle = false;
 
 constexpr size_t backward_ring_smem_bytes() { return size_t(kWarpsPerBlock) * 2 * kRingVectorsPerWarp * 16; }
@@ -205,7 +207,9 @@ __device__ __forceinline__ void ring_copy_span(uint4* x_ring, uint4* dy_ring, co
 
 // kShifted: x's, dy's and dx's rows need not start 16-byte aligned, but each triple starts the
 // same distance past a 16-byte boundary (row_shift16); the row's walk starts at that boundary.
-template <typename T, int kWidth, bool kShifted = false>
+// kSilu: with kWindowBackwardSiluHaloByShuffle, whether the call applies silu (without the flag
+// it is false and p.silu decides at run time).
+template <typename T, int kWidth, bool kShifted = false, bool kSilu = false>
 __global__ void __launch_bounds__(kVectorThreads)
     depthwise_backward_window(DepthwiseBackwardParams p, int64_t runs_per_row, int64_t runs, int spans_per_run,
                             float* partials) {
@@ -267,7 +271,7 @@ __global__ void __launch_bounds__(kVectorThreads)
     constexpr int kAfter = kWidth - 1;
     float g_own[kRingVectors][kVec];
     float g_after[kRingVectors][kAfter];
-    const bool silu_by_shuffle = kWindowBackwardSiluHaloByShuffle && p.silu;
+    const bool silu_by_shuffle = kWindowBackwardSiluHaloByShuffle && kSilu;
     if (silu_by_shuffle) {
 #pragma unroll
       for (int e = 0; e < kRingVectors; ++e) {
@@ -337,7 +341,7 @@ __global__ void __launch_bounds__(kVectorThreads)
 #pragma unroll
         for (int h = 0; h < kAfter; ++h) g[kVec + h] = g_after[e][h];
       }
-      if (p.silu && !silu_by_shuffle) {
+      if (p.silu && !kWindowBackwardSiluHaloByShuffle) {  // with the flag, silu calls take kSilu's kernel
 #pragma unroll
         for (int h = 1; h <= kHaloVectors; ++h) decode16<T>(x_ring[(i + h) & kMask], xw + kHalo + h * kVec);
 #pragma unroll
