@@ -322,12 +322,10 @@ void launch_window(const DepthwiseBackwardParams& p, float* partials, cudaStream
   const WindowGrid grid = window_grid<T>(p, kShifted ? WindowRows::shifted : WindowRows::aligned);
   const int64_t warps = p.batch * p.channels * grid.runs_per_row;
   const unsigned blocks = unsigned((warps + kWarpsPerBlock - 1) / kWarpsPerBlock);
-  if constexpr (kWindowBackwardSiluHaloByShuffle) {
-    if (p.silu) {
-      depthwise_backward_window<T, kWidth, kShifted, true><<<blocks, kVectorThreads, backward_ring_smem_bytes(), stream>>>(
-          p, grid.runs_per_row, warps, grid.spans_per_run, partials);
-      return;
-    }
+  if (p.silu) {
+    depthwise_backward_window<T, kWidth, kShifted, true><<<blocks, kVectorThreads, backward_ring_smem_bytes(), stream>>>(
+        p, grid.runs_per_row, warps, grid.spans_per_run, partials);
+    return;
   }
   depthwise_backward_window<T, kWidth, kShifted><<<blocks, kVectorThreads, backward_ring_smem_bytes(), stream>>>(
       p, grid.runs_per_row, warps, grid.spans_per_run, partials);

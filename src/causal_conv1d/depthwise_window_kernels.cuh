@@ -135,20 +135,6 @@ constexpr int64_t backward_ring_span() {
   return int64_t(32) * kRingVectors * Vec16<T>::kElems;
 }
 
-// With silu, g = dy * silu'(pre) at the K-1 steps after each vector (dx's look-ahead) is taken
-// from the lanes that computed it for their own vectors (shuffles), instead of every lane
-// recomputing it: kVec g per vector instead of kVec + K - 1 (bf16 K4: 8 instead of 11, each two
-// MUFU operations and K FMAs). Only the steps after lane 31's last vector of a span (the next
-// span's first) are computed once more, one step per lane h < K-1, from the ring's elements.
-// H200, session 16 (side by side): bf16 B4 C4096 L8192 K4 bias + silu backward kernel 237.9 ->
-// 217.6 us, fwd+bwd 0.374 -> 0.355 ms; tests and memcheck pass with it on. That build took silu at
-// run time, so the path's registers were every call's (ptxas: bf16 K4 72 -> 96, 5 blocks/SM
-// instead of 7; fp32 K8 96 -> 148), and the calls without silu were not timed with it. So the flag
-// now also makes silu a template argument (kSilu): silu calls get the shuffle path's kernel, the
-// others one without silu. Written after session 16's last GPU run: off until the H200 has timed
-// both kinds of call (emulation-tested on and off).
-constexpr bool kWindowBackwardSiluHaloByShuffle = false;
-
 constexpr size_t backward_ring_smem_bytes() { return size_t(kWarpsPerBlock) * 2 * kRingVectorsPerWarp * 16; }
 
 // Spans per run for rows of spans_per_row spans (the host's grid and the partials' layout use it).
@@ -207,8 +193,14 @@ __device__ __forceinline__ void ring_copy_span(uint4* x_ring, uint4* dy_ring, co
 
 // kShifted: x's, dy's and dx's rows need not start 16-byte aligned, but each triple starts the
 // same distance past a 16-byte boundary (row_shift16); the row's walk starts at that boundary.
-// kSilu: with kWindowBackwardSiluHaloByShuffle, whether the call applies silu (without the flag
-// it is false and p.silu decides at run time).
+// kSilu: the call applies silu (a template argument: the silu path's registers would otherwise be
+// every call's; session 16, bf16 K4 72 -> 96). With silu, g = dy * silu'(pre) at the K-1 steps
+// after each vector (dx's look-ahead) is taken from the lanes that computed it for their own
+// vectors (shuffles) instead of every lane recomputing it: kVec g per vector instead of
+// kVec + K - 1 (bf16 K4: 8 instead of 11, each two MUFU operations and K FMAs). Only the steps
+// after lane 31's last vector of a span (the next span's first) are computed once more, one step
+// per lane h < K-1, from the ring's elements. H200, session 17 (side by side with recomputing):
+// bf16 B4 C4096 L8192 K4 bias + silu fwd+bwd 0.374 -> 0.350 ms, the calls without silu unchanged.
 template <typename T, int kWidth, bool kShifted = false, bool kSilu = false>
 __global__ void __launch_bounds__(kVectorThreads)
     depthwise_backward_window(DepthwiseBackwardParams p, int64_t runs_per_row, int64_t runs, int spans_per_run,
@@ -267,12 +259,11 @@ __global__ void __launch_bounds__(kVectorThreads)
     ring_copy_span<T, kHaloVectors, kShifted>(x_ring, dy_ring, x, dy, run_start, s + kRingAhead, spans, n, lane);
     cp_async_commit();
 
-    // kWindowBackwardSiluHaloByShuffle: g of this lane's vectors, and of the K-1 steps after each.
+    // kSilu: g of this lane's vectors, and of the K-1 steps after each.
     constexpr int kAfter = kWidth - 1;
     float g_own[kRingVectors][kVec];
     float g_after[kRingVectors][kAfter];
-    const bool silu_by_shuffle = kWindowBackwardSiluHaloByShuffle && kSilu;
-    if (silu_by_shuffle) {
+    if constexpr (kSilu) {
 #pragma unroll
       for (int e = 0; e < kRingVectors; ++e) {
         const int i = first + e * 32;
@@ -325,32 +316,21 @@ __global__ void __launch_bounds__(kVectorThreads)
     for (int e = 0; e < kRingVectors; ++e) {
       const int i = first + e * 32;
       const int64_t t = run_start + (int64_t(s) * kRingVectors * 32 + e * 32 + lane) * kVec;
-      float xw[kHalo + kVec + kHalo];  // x[t - kHalo + i]; the part after t + kVec feeds the silu input of g's halo
-      float g[kVec + kHalo];           // g[t + i]: dy through the activation, zero past the row's end
+      float xw[kHalo + kVec];  // x[t - kHalo + i]
+      float g[kVec + kHalo];   // g[t + i]: dy through the activation, zero past the row's end
 #pragma unroll
       for (int h = 1; h <= kHaloVectors; ++h) {
         decode16<T>(e == 0 ? x_before0[h - 1] : x_ring[(i - h) & kMask], xw + kHalo - h * kVec);
-        if (!silu_by_shuffle) decode16<T>(dy_ring[(i + h) & kMask], g + h * kVec);
+        if (!kSilu) decode16<T>(dy_ring[(i + h) & kMask], g + h * kVec);
       }
       decode16<T>(x_ring[i], xw + kHalo);
-      if (!silu_by_shuffle) {
+      if constexpr (!kSilu) {
         decode16<T>(dy_ring[i], g);
       } else {
 #pragma unroll
         for (int j = 0; j < kVec; ++j) g[j] = g_own[e][j];
 #pragma unroll
         for (int h = 0; h < kAfter; ++h) g[kVec + h] = g_after[e][h];
-      }
-      if (p.silu && !kWindowBackwardSiluHaloByShuffle) {  // with the flag, silu calls take kSilu's kernel
-#pragma unroll
-        for (int h = 1; h <= kHaloVectors; ++h) decode16<T>(x_ring[(i + h) & kMask], xw + kHalo + h * kVec);
-#pragma unroll
-        for (int j = 0; j < kVec + kWidth - 1; ++j) {
-          float u = bias;
-#pragma unroll
-          for (int k = 0; k < kWidth; ++k) u = fmaf(w[k], xw[kHalo + j - (kWidth - 1 - k)], u);
-          g[j] *= silu_derivative<T>(u);
-        }
       }
       if (dx) {
         float out[kVec];

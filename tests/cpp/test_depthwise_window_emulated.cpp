@@ -194,16 +194,14 @@ void run_backward(const Case& cs) {
       warps, K,
       [&](auto width) {
         constexpr int kWidth = decltype(width)::value;
-        if constexpr (detail::kWindowBackwardSiluHaloByShuffle) {  // as launch_window picks the kernel
-          if (cs.silu) {
-            if (shifted)
-              detail::depthwise_backward_window_emulated<T, kWidth, true, true>(p, runs_per_row, warps,
-                                                                                cs.spans_per_run, partials_arg);
-            else
-              detail::depthwise_backward_window_emulated<T, kWidth, false, true>(p, runs_per_row, warps,
-                                                                                 cs.spans_per_run, partials_arg);
-            return;
-          }
+        if (cs.silu) {  // as launch_window picks the kernel
+          if (shifted)
+            detail::depthwise_backward_window_emulated<T, kWidth, true, true>(p, runs_per_row, warps,
+                                                                              cs.spans_per_run, partials_arg);
+          else
+            detail::depthwise_backward_window_emulated<T, kWidth, false, true>(p, runs_per_row, warps,
+                                                                               cs.spans_per_run, partials_arg);
+          return;
         }
         if (shifted)
           detail::depthwise_backward_window_emulated<T, kWidth, true>(p, runs_per_row, warps, cs.spans_per_run,
