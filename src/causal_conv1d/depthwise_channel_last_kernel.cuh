@@ -42,7 +42,23 @@ struct ChannelLastTile {
   // the weight gradients' bits, depend only on the shape).
   static constexpr int64_t kMaxTilesPerBlock = 8;
   static constexpr int64_t kMinBackwardBlocks = 1024;
+  // Pipelined forward: at most this many time tiles per block (fewer while the grid has fewer
+  // than kMinBackwardBlocks blocks).
+  static constexpr int64_t kMaxForwardTilesPerBlock = 4;
 };
+
+// The forward at dilation 1 and widths 2..8 on a two-tile ring: a block walks consecutive time
+// tiles, its copies of tile i + 1 in flight while it computes tile i. The staged kernel (off)
+// stages one tile and waits for it before any compute, so within a block nothing overlaps its
+// compute phase: with silu (2 MUFU per output, ~72 us of the SMs' MUFU time at bf16 B4 C4096
+// L8192) that phase lengthens the kernel from 0.143 to 0.179 ms (session 16). Predicted: the
+// silu call near the no-silu time, the no-silu call a few percent faster. Written in session 17
+// after its first GPU call: off until the H200 has timed it side by side (emulation-tested).
+constexpr bool kChannelLastForwardPipelined = false;
+
+inline bool channel_last_forward_pipelined(int64_t width, int64_t dilation) {
+  return kChannelLastForwardPipelined && dilation == 1 && width >= 2 && width <= ChannelLastTile::kMaxUnrolledWidth;
+}
 
 // Steps per thread: 16 for 16-bit types, 8 for fp32 (tiles of 128 or 64 steps, 32 KB).
 template <typename T>
@@ -70,7 +86,9 @@ inline ChannelLastGrid make_channel_last_grid(int64_t batch, int64_t channels, i
   ChannelLastGrid g{};
   g.channel_tiles = (channels + ChannelLastTile::kChannels - 1) / ChannelLastTile::kChannels;
   g.time_tiles = (length + channel_last_tile_steps<T>() - 1) / channel_last_tile_steps<T>();
-  g.tiles_per_block = backward ? ChannelLastTile::kMaxTilesPerBlock : 1;
+  g.tiles_per_block = backward                                          ? ChannelLastTile::kMaxTilesPerBlock
+                      : channel_last_forward_pipelined(width, dilation) ? ChannelLastTile::kMaxForwardTilesPerBlock
+                                                                        : 1;
   const auto ranges = [&] { return (g.time_tiles + g.tiles_per_block - 1) / g.tiles_per_block; };
   while (g.tiles_per_block > 1 && batch * g.channel_tiles * ranges() < ChannelLastTile::kMinBackwardBlocks)
     g.tiles_per_block /= 2;
@@ -87,6 +105,14 @@ inline size_t channel_last_forward_smem_bytes(int64_t width, int64_t halo) {
   const int64_t w = width <= ChannelLastTile::kMaxUnrolledWidth ? width : 0;
   return size_t(ChannelLastTile::kChannels) *
          (sizeof(float) * size_t(w) + sizeof(T) * size_t(halo + channel_last_tile_steps<T>()));
+}
+
+// Pipelined forward shared memory: weights [K][128] fp32, then two buffers of the input steps
+// [K-1 + tile][128] as stored.
+template <typename T>
+inline size_t channel_last_forward_pipelined_smem_bytes(int64_t width) {
+  return size_t(ChannelLastTile::kChannels) *
+         (sizeof(float) * size_t(width) + sizeof(T) * 2 * size_t(width - 1 + channel_last_tile_steps<T>()));
 }
 
 // Backward shared memory (dilation 1, H = K-1): weights [K][128] fp32, x [H + tile + H][128]
@@ -126,6 +152,30 @@ __device__ __forceinline__ void stage_channel_last(T* dst, const T* src, int64_t
         *reinterpret_cast<uint4*>(d) = make_uint4(0, 0, 0, 0);
     }
     copy_async_wait_all();
+  } else {
+    for (int i = int(threadIdx.x); i < rows * kC; i += ChannelLastTile::kThreads) {
+      const int r = i / kC, c = i % kC;
+      const int64_t t = first + r;
+      dst[r * kC + c] = t >= 0 && t < n && c < valid_channels ? src[t * t_stride + c] : from_float<T>(0.0f);
+    }
+  }
+}
+
+// As stage_channel_last, but the vector copies stay in flight (this thread's cp.async group,
+// committed by the caller; zero-filled outside the sequence and the block's channels); element
+// staging (rows not 16-byte aligned) is done on return.
+template <typename T>
+__device__ __forceinline__ void issue_channel_last_stage(T* dst, const T* src, int64_t t_stride, int64_t first,
+                                                         int rows, int64_t n, int valid_channels, bool vectors) {
+  constexpr int kC = ChannelLastTile::kChannels;
+  if (vectors) {  // valid_channels is a multiple of the vector
+    constexpr int kVec = Vec16<T>::kElems, kRowVectors = kC / kVec;
+    for (int i = int(threadIdx.x); i < rows * kRowVectors; i += ChannelLastTile::kThreads) {
+      const int r = i / kRowVectors, c = (i % kRowVectors) * kVec;
+      const int64_t t = first + r;
+      const bool inside = t >= 0 && t < n && c < valid_channels;
+      cp_async16(dst + r * kC + c, inside ? src + t * t_stride + c : src, inside ? 16 : 0);
+    }
   } else {
     for (int i = int(threadIdx.x); i < rows * kC; i += ChannelLastTile::kThreads) {
       const int r = i / kC, c = i % kC;
@@ -275,6 +325,81 @@ __global__ void __launch_bounds__(ChannelLastTile::kThreads, channel_last_forwar
       }
       if (s < steps) store_channel_last(y + s * p.y_stride[2], acc[s], lane_valid, g.vectors);
     }
+  }
+}
+
+// kChannelLastForwardPipelined: dilation 1, width kWidth in 2..8. Block = (batch, range of up to
+// g.tiles_per_block time tiles, channel tile); tile i is staged into buffer i % 2 (its K-1 halo
+// steps copied again, from L2) while tile i - 1 is computed from the other.
+template <typename T>
+constexpr int channel_last_forward_pipelined_min_blocks() {
+  return 3;  // two 33 KB buffers per block: 3 blocks fill 207 of the SM's 228 KB
+}
+
+template <typename T, int kWidth>
+__global__ void __launch_bounds__(ChannelLastTile::kThreads, channel_last_forward_pipelined_min_blocks<T>())
+    depthwise_forward_channel_last_pipelined(DepthwiseForwardParams p, ChannelLastGrid g) {
+  using Tile = ChannelLastTile;
+  constexpr int kC = Tile::kChannels, kRun = channel_last_run<T>(), kSteps = channel_last_tile_steps<T>();
+  constexpr int kRows = kWidth - 1 + kSteps;  // a buffer: steps t0 - (K-1) .. t0 + kSteps - 1
+  const int lane = int(threadIdx.x) % 32, warp = int(threadIdx.x) / 32;
+  const ChannelLastBlock blk = locate_channel_last_block(g, p.channels, g.ranges);
+  float* w_s = channel_last_shared();                // [kWidth][kC]
+  T* x_s = reinterpret_cast<T*>(w_s + kWidth * kC);  // [2][kRows][kC]
+  const T* x = static_cast<const T*>(p.x) + blk.batch * p.x_stride[0] + blk.c0;
+  const int64_t first_tile = blk.along * g.tiles_per_block;
+  const int64_t end_tile = std::min(g.time_tiles, first_tile + g.tiles_per_block);
+  issue_channel_last_stage(x_s, x, p.x_stride[2], first_tile * kSteps - (kWidth - 1), kRows, p.length,
+                           blk.valid_channels, g.vectors);
+  cp_async_commit();
+  stage_channel_last_weights<T, kWidth>(w_s, p.weight, p.w_stride, blk.c0, blk.valid_channels);
+  __syncthreads();
+
+  const int lane_valid = blk.valid_channels - 4 * lane;
+  float bias[4], w[kWidth][4];
+  load_channel_last_bias<T>(bias, p.bias, p.bias_stride, blk.c0 + 4 * lane, lane_valid);
+#pragma unroll
+  for (int k = 0; k < kWidth; ++k)
+#pragma unroll
+    for (int i = 0; i < 4; ++i) w[k][i] = w_s[k * kC + 4 * lane + i];
+  const int j0 = warp * kRun;  // this thread's first step in a tile
+  T* const y_lane = static_cast<T*>(p.y) + blk.batch * p.y_stride[0] + blk.c0 + 4 * lane;
+
+#pragma unroll 1
+  for (int64_t tile = first_tile; tile < end_tile; ++tile) {
+    const int buffer = int(tile - first_tile) & 1;
+    if (tile + 1 < end_tile)  // the other buffer: read by the previous tile, released by its barrier below
+      issue_channel_last_stage(x_s + (buffer ^ 1) * kRows * kC, x, p.x_stride[2], (tile + 1) * kSteps - (kWidth - 1),
+                               kRows, p.length, blk.valid_channels, g.vectors);
+    cp_async_commit();  // possibly empty: one group per tile either way
+    cp_async_wait<1>();  // this thread's copies of this tile have landed
+    __syncthreads();     // ... and every thread's
+
+    const int64_t t0 = tile * kSteps;
+    const T* xr = x_s + buffer * kRows * kC + j0 * kC + 4 * lane;  // output j0 + s, tap k: row j0 + s + k
+    T* y = y_lane + (t0 + j0) * p.y_stride[2];
+    const int steps = int(std::min(int64_t(kRun), p.length - t0 - j0));  // outputs inside the sequence
+    float win[kWidth][4];  // win[k]: row j0 + s + k
+#pragma unroll
+    for (int k = 1; k < kWidth; ++k) load_quad(xr + (k - 1) * kC, win[k]);
+#pragma unroll
+    for (int s = 0; s < kRun; ++s) {
+#pragma unroll
+      for (int k = 0; k + 1 < kWidth; ++k)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) win[k][i] = win[k + 1][i];
+      load_quad(xr + (s + kWidth - 1) * kC, win[kWidth - 1]);
+      float out[4];
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        float acc = bias[i];
+#pragma unroll
+        for (int k = 0; k < kWidth; ++k) acc = fmaf(w[k][i], win[k][i], acc);
+        out[i] = p.silu ? silu<T>(acc) : acc;
+      }
+      if (s < steps) store_channel_last(y + s * p.y_stride[2], out, lane_valid, g.vectors);
+    }
+    __syncthreads();  // every thread is done with this buffer before the next tile refills it
   }
 }
 

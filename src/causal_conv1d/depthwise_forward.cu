@@ -70,6 +70,17 @@ bool try_launch_window(const DepthwiseForwardParams& p, bool channel_last, cudaS
 // ---- channel-last kernel (depthwise_channel_last_kernel.cuh) ----
 template <typename T, int kWidth>
 void launch_channel_last(const DepthwiseForwardParams& p, const ChannelLastGrid& g, cudaStream_t stream) {
+  if constexpr (kWidth > 0) {
+    if (channel_last_forward_pipelined(p.width, p.dilation)) {
+      const size_t smem = channel_last_forward_pipelined_smem_bytes<T>(kWidth);
+      check_cuda(cudaFuncSetAttribute(depthwise_forward_channel_last_pipelined<T, kWidth>,
+                                      cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)),
+                 "causal_conv1d forward (depthwise, channel-last)");
+      depthwise_forward_channel_last_pipelined<T, kWidth>
+          <<<unsigned(p.batch * g.blocks()), ChannelLastTile::kThreads, smem, stream>>>(p, g);
+      return;
+    }
+  }
   const size_t smem = channel_last_forward_smem_bytes<T>(kWidth, g.halo);
   if (smem > 48 * 1024)
     check_cuda(cudaFuncSetAttribute(depthwise_forward_channel_last<T, kWidth>,

@@ -6,9 +6,11 @@
 #include "cuda_emulation.h"  // first: it sets up the emulated CUDA built-ins
 
 #define depthwise_forward_channel_last depthwise_forward_channel_last_emulated
+#define depthwise_forward_channel_last_pipelined depthwise_forward_channel_last_pipelined_emulated
 #define depthwise_backward_channel_last_unit depthwise_backward_channel_last_unit_emulated
 #include "causal_conv1d/depthwise_channel_last_kernel.cuh"
 #undef depthwise_forward_channel_last
+#undef depthwise_forward_channel_last_pipelined
 #undef depthwise_backward_channel_last_unit
 
 #include <gtest/gtest.h>
@@ -41,7 +43,9 @@ struct Case {
   int64_t batch, channels, length, width, dilation;
   bool bias, silu;
   bool aligned = true;              // 16-byte aligned rows (cp.async staging) where C allows
-  int64_t tiles_per_block = 0;      // backward: 0 = the launcher's choice
+  // 0: the launcher's choice; forward > 0: the pipelined kernel (dilation 1, K 2..8) walking that
+  // many tiles per block, whatever kChannelLastForwardPipelined says.
+  int64_t tiles_per_block = 0;
 };
 
 // A channel-last (B, C, L) tensor in storage type T: element (b, c, t) at
@@ -109,10 +113,30 @@ void run_forward(const Case& cs) {
   p.x_stride[2] = p.y_stride[2] = x_e.stride_t;
   const bool vectors = aligned_rows(x_e.data(), x_e.stride_b, x_e.stride_t);
   EXPECT_EQ(vectors, cs.aligned);
-  const detail::ChannelLastGrid g = detail::make_channel_last_grid<T>(B, C, L, K, cs.dilation, vectors, false);
+  detail::ChannelLastGrid g = detail::make_channel_last_grid<T>(B, C, L, K, cs.dilation, vectors, false);
+  if (cs.tiles_per_block > 0) {
+    g.tiles_per_block = cs.tiles_per_block;
+    g.ranges = (g.time_tiles + g.tiles_per_block - 1) / g.tiles_per_block;
+  }
+  // As launch_channel_last in depthwise_forward.cu picks the kernel.
   const bool unrolled = cs.dilation == 1 && K <= detail::ChannelLastTile::kMaxUnrolledWidth;
-  const size_t smem = detail::channel_last_forward_smem_bytes<T>(K, g.halo);
+  const bool pipelined = cs.tiles_per_block > 0 || detail::channel_last_forward_pipelined(K, cs.dilation);
+  ASSERT_TRUE(!pipelined || (unrolled && K >= 2));
+  const size_t smem = pipelined ? detail::channel_last_forward_pipelined_smem_bytes<T>(K)
+                                : detail::channel_last_forward_smem_bytes<T>(K, g.halo);
   emu::launch({unsigned(B * g.blocks()), 1, 1}, detail::ChannelLastTile::kThreads, smem, [&] {
+    if (pipelined) {
+      switch (K) {
+        case 2: detail::depthwise_forward_channel_last_pipelined_emulated<T, 2>(p, g); break;
+        case 3: detail::depthwise_forward_channel_last_pipelined_emulated<T, 3>(p, g); break;
+        case 4: detail::depthwise_forward_channel_last_pipelined_emulated<T, 4>(p, g); break;
+        case 5: detail::depthwise_forward_channel_last_pipelined_emulated<T, 5>(p, g); break;
+        case 6: detail::depthwise_forward_channel_last_pipelined_emulated<T, 6>(p, g); break;
+        case 7: detail::depthwise_forward_channel_last_pipelined_emulated<T, 7>(p, g); break;
+        case 8: detail::depthwise_forward_channel_last_pipelined_emulated<T, 8>(p, g); break;
+      }
+      return;
+    }
     switch (unrolled ? K : 0) {
       case 2: detail::depthwise_forward_channel_last_emulated<T, 2>(p, g); break;
       case 3: detail::depthwise_forward_channel_last_emulated<T, 3>(p, g); break;
@@ -213,6 +237,21 @@ void forward_cases() {
   run_forward<T>({1, 8, 30, 52, 5, true, true});         // reach 255: the longest staged halo
 }
 
+// The pipelined forward (dilation 1, K 2..8): ranges of tiles per block with a partial last range
+// and a partial last tile, a range of one tile, element staging, L = 1, L < K, C % 8 != 0.
+template <typename T>
+void pipelined_forward_cases() {
+  const int64_t tile = detail::channel_last_tile_steps<T>();
+  for (int64_t k : {2, 3, 4, 5, 6, 7, 8}) {
+    run_forward<T>({2, 136, 5 * tile + 3, k, 1, true, k % 2 == 1, true, 2});  // ranges of 2, 2, 2 (the last partial)
+    run_forward<T>({1, 24, 3 * tile + 1, k, 1, k % 2 == 0, true, false, 4});   // element staging, 4 tiles in one range
+  }
+  run_forward<T>({1, 16, 1, 4, 1, true, true, true, 4});          // L = 1
+  run_forward<T>({2, 40, 3, 8, 1, true, false, true, 4});         // L < K
+  run_forward<T>({1, 21, 2 * tile + 40, 3, 1, true, true, true, 4});  // C % 8 != 0: element staging, partial quads
+  run_forward<T>({1, 256, 2 * tile, 4, 1, false, true, true, 1});     // one tile per block, two channel tiles
+}
+
 // Backward (dilation 1, K <= 4): tile walks (several tiles per block, a partial last
 // tile), L = 1, L < K, partial channel tiles, unaligned rows.
 template <typename T>
@@ -233,6 +272,9 @@ void backward_cases() {
 TEST(DepthwiseChannelLastEmulated, ForwardFloat32) { forward_cases<float>(); }
 TEST(DepthwiseChannelLastEmulated, ForwardFloat16) { forward_cases<__half>(); }
 TEST(DepthwiseChannelLastEmulated, ForwardBFloat16) { forward_cases<__nv_bfloat16>(); }
+TEST(DepthwiseChannelLastEmulated, PipelinedForwardFloat32) { pipelined_forward_cases<float>(); }
+TEST(DepthwiseChannelLastEmulated, PipelinedForwardFloat16) { pipelined_forward_cases<__half>(); }
+TEST(DepthwiseChannelLastEmulated, PipelinedForwardBFloat16) { pipelined_forward_cases<__nv_bfloat16>(); }
 TEST(DepthwiseChannelLastEmulated, BackwardFloat32) { backward_cases<float>(); }
 TEST(DepthwiseChannelLastEmulated, BackwardFloat16) { backward_cases<__half>(); }
 TEST(DepthwiseChannelLastEmulated, BackwardBFloat16) { backward_cases<__nv_bfloat16>(); }

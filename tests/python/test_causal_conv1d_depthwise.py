@@ -135,6 +135,18 @@ def test_channel_last_forward_paths(dtype, k, dilation, seeded):
 
 
 @requires_cuda
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("k", [2, 4, 7])
+def test_channel_last_forward_tile_walks(dtype, k, seeded):
+    # Enough blocks that the pipelined forward walks several time tiles per block (bf16: 2, fp32:
+    # 4), the last range of each sequence one partial tile; into a NaN-filled output.
+    x, w, bias = make_inputs(2, 1024, 126 * 128 + 5, k, dtype, "channel_last", with_bias=True)
+    y = forward_into_poisoned(x, w, bias, 1, "silu", True)
+    ref = causalconv.reference.causal_conv1d(x, w, bias, 1, None, "silu")
+    assert_close_to_reference(y, ref, dtype)
+
+
+@requires_cuda
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("k", [2, 3, 4])
 def test_channel_last_backward_unit_dilation(dtype, k, seeded):
