@@ -9,7 +9,8 @@
 // or fp32 values): 16-byte cp.async copies, all in flight at once, when rows are 16-byte
 // aligned; element copies otherwise. Each thread then slides its taps down its run of
 // steps: with the width a template argument and dilation 1, every staged step is read
-// from shared memory and decoded once per thread.
+// from shared memory and decoded once per thread. The 16-bit forward at K 2..8 (dilation 1)
+// walks several tiles per block, staging the next while it computes one.
 //
 // Device code only (plus host-side sizing), so tests/cpp compiles it as host C++ under
 // cuda_emulation.h and checks it on machines without a GPU.
@@ -42,22 +43,21 @@ struct ChannelLastTile {
   // the weight gradients' bits, depend only on the shape).
   static constexpr int64_t kMaxTilesPerBlock = 8;
   static constexpr int64_t kMinBackwardBlocks = 1024;
-  // Pipelined forward: at most this many time tiles per block (fewer while the grid has fewer
-  // than kMinBackwardBlocks blocks).
+  // Pipelined forward (16-bit): at most this many time tiles per block (fewer while the grid has
+  // fewer than kMinBackwardBlocks blocks).
   static constexpr int64_t kMaxForwardTilesPerBlock = 4;
 };
 
-// The forward at dilation 1 and widths 2..8 on a two-tile ring: a block walks consecutive time
-// tiles, its copies of tile i + 1 in flight while it computes tile i. The staged kernel (off)
-// stages one tile and waits for it before any compute, so within a block nothing overlaps its
-// compute phase: with silu (2 MUFU per output, ~72 us of the SMs' MUFU time at bf16 B4 C4096
-// L8192) that phase lengthens the kernel from 0.143 to 0.179 ms (session 16). Predicted: the
-// silu call near the no-silu time, the no-silu call a few percent faster. Written in session 17
-// after its first GPU call: off until the H200 has timed it side by side (emulation-tested).
-constexpr bool kChannelLastForwardPipelined = false;
-
+// The 16-bit forward at dilation 1 and widths 2..8 runs on a two-tile ring: a block walks
+// consecutive time tiles, its copies of tile i + 1 in flight while it computes tile i (the staged
+// kernel waits for its one tile before any compute, so nothing overlaps a block's compute phase).
+// H200, session 17, side by side with the staged kernel (bf16 B4 C4096 L8192 K4): 0.144 -> 0.142
+// ms, with bias + silu 0.179 -> 0.174; 8 tiles per block instead of 4: 0.147 / 0.172. Not for fp32:
+// 0.284 -> 0.322 ms (not profiled; likely fewer bytes in flight: the ring's 69 KB fit 3 blocks per
+// SM, the staged kernel's 34 KB up to 6).
+template <typename T>
 inline bool channel_last_forward_pipelined(int64_t width, int64_t dilation) {
-  return kChannelLastForwardPipelined && dilation == 1 && width >= 2 && width <= ChannelLastTile::kMaxUnrolledWidth;
+  return sizeof(T) == 2 && dilation == 1 && width >= 2 && width <= ChannelLastTile::kMaxUnrolledWidth;
 }
 
 // Steps per thread: 16 for 16-bit types, 8 for fp32 (tiles of 128 or 64 steps, 32 KB).
@@ -87,7 +87,7 @@ inline ChannelLastGrid make_channel_last_grid(int64_t batch, int64_t channels, i
   g.channel_tiles = (channels + ChannelLastTile::kChannels - 1) / ChannelLastTile::kChannels;
   g.time_tiles = (length + channel_last_tile_steps<T>() - 1) / channel_last_tile_steps<T>();
   g.tiles_per_block = backward                                          ? ChannelLastTile::kMaxTilesPerBlock
-                      : channel_last_forward_pipelined(width, dilation) ? ChannelLastTile::kMaxForwardTilesPerBlock
+                      : channel_last_forward_pipelined<T>(width, dilation) ? ChannelLastTile::kMaxForwardTilesPerBlock
                                                                         : 1;
   const auto ranges = [&] { return (g.time_tiles + g.tiles_per_block - 1) / g.tiles_per_block; };
   while (g.tiles_per_block > 1 && batch * g.channel_tiles * ranges() < ChannelLastTile::kMinBackwardBlocks)
@@ -233,20 +233,12 @@ __device__ __forceinline__ void load_channel_last_bias(float (&bias)[4], const v
 }
 
 // ---- forward ----
-// Blocks per SM the forward asks the register allocator for: a whole tile is staged and waited
-// for before any compute, so the overlap of loads with compute comes from other blocks on the
-// SM. 16-bit, up to 4 taps: at most 64 registers, so 4 blocks of 256 threads (K = 4 took 75, 3
-// blocks, before; now 59-61, no spills). Everything else: 0, the compiler's own choice (1 would
-// change it). Measured on the H200 in session 5: bf16 B4 D4096 L8192 K4 0.175 -> 0.164 ms.
-template <typename T>
-constexpr int channel_last_forward_min_blocks(int width) {
-  return sizeof(T) == 2 && width >= 1 && width <= 4 ? 4 : 0;
-}
-
+// The staged kernel: one tile per block, staged and waited for before any compute; the overlap of
+// loads with compute comes from other blocks on the SM. Serves fp32 and the tap loop.
 // kWidth > 0: that width with dilation 1, taps and the input window in registers.
 // kWidth == 0: any width and dilation; taps in an outer loop, weights read per tap.
 template <typename T, int kWidth>
-__global__ void __launch_bounds__(ChannelLastTile::kThreads, channel_last_forward_min_blocks<T>(kWidth))
+__global__ void __launch_bounds__(ChannelLastTile::kThreads)
     depthwise_forward_channel_last(DepthwiseForwardParams p, ChannelLastGrid g) {
   using Tile = ChannelLastTile;
   constexpr int kC = Tile::kChannels, kRun = channel_last_run<T>(), kSteps = channel_last_tile_steps<T>();
@@ -328,16 +320,12 @@ __global__ void __launch_bounds__(ChannelLastTile::kThreads, channel_last_forwar
   }
 }
 
-// kChannelLastForwardPipelined: dilation 1, width kWidth in 2..8. Block = (batch, range of up to
+// 16-bit, dilation 1, width kWidth in 2..8. Block = (batch, range of up to
 // g.tiles_per_block time tiles, channel tile); tile i is staged into buffer i % 2 (its K-1 halo
-// steps copied again, from L2) while tile i - 1 is computed from the other.
-template <typename T>
-constexpr int channel_last_forward_pipelined_min_blocks() {
-  return 3;  // two 33 KB buffers per block: 3 blocks fill 207 of the SM's 228 KB
-}
-
+// steps copied again, from L2) while tile i - 1 is computed from the other. Two 33 KB buffers per
+// block: 3 blocks fill 207 of the SM's 228 KB, so registers are bounded for 3.
 template <typename T, int kWidth>
-__global__ void __launch_bounds__(ChannelLastTile::kThreads, channel_last_forward_pipelined_min_blocks<T>())
+__global__ void __launch_bounds__(ChannelLastTile::kThreads, 3)
     depthwise_forward_channel_last_pipelined(DepthwiseForwardParams p, ChannelLastGrid g) {
   using Tile = ChannelLastTile;
   constexpr int kC = Tile::kChannels, kRun = channel_last_run<T>(), kSteps = channel_last_tile_steps<T>();

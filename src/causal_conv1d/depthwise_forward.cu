@@ -5,7 +5,8 @@
 // registers and slides the K taps over them (K is a template argument).
 // Channel-last kernel (stride(1) == 1, reach <= kMaxChannelLastReach): a block stages a
 // time tile x 128 channels plus the causal halo in shared memory; each thread slides the
-// taps down a run of steps of 4 channels (depthwise_channel_last_kernel.cuh).
+// taps down a run of steps of 4 channels (depthwise_channel_last_kernel.cuh). 16-bit types at
+// K 2..8, dilation 1: a block walks several tiles on a two-tile ring instead.
 // Tiled kernel (other rows with unit time stride): a block stages one time tile of
 // one sequence plus its causal halo in shared memory as fp32, then each thread makes
 // Tile::kPerThread outputs, interleaved so that neighbouring threads touch
@@ -70,24 +71,24 @@ bool try_launch_window(const DepthwiseForwardParams& p, bool channel_last, cudaS
 // ---- channel-last kernel (depthwise_channel_last_kernel.cuh) ----
 template <typename T, int kWidth>
 void launch_channel_last(const DepthwiseForwardParams& p, const ChannelLastGrid& g, cudaStream_t stream) {
-  if constexpr (kWidth > 0) {
-    if (channel_last_forward_pipelined(p.width, p.dilation)) {
-      const size_t smem = channel_last_forward_pipelined_smem_bytes<T>(kWidth);
-      check_cuda(cudaFuncSetAttribute(depthwise_forward_channel_last_pipelined<T, kWidth>,
-                                      cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)),
-                 "causal_conv1d forward (depthwise, channel-last)");
-      depthwise_forward_channel_last_pipelined<T, kWidth>
-          <<<unsigned(p.batch * g.blocks()), ChannelLastTile::kThreads, smem, stream>>>(p, g);
-      return;
-    }
-  }
-  const size_t smem = channel_last_forward_smem_bytes<T>(kWidth, g.halo);
-  if (smem > 48 * 1024)
-    check_cuda(cudaFuncSetAttribute(depthwise_forward_channel_last<T, kWidth>,
+  // kWidth > 0 only at dilation 1: for 16-bit types, channel_last_forward_pipelined<T> holds (and
+  // sized the grid); the staged kernel is not instantiated for them.
+  if constexpr (kWidth > 0 && sizeof(T) == 2) {
+    const size_t smem = channel_last_forward_pipelined_smem_bytes<T>(kWidth);
+    check_cuda(cudaFuncSetAttribute(depthwise_forward_channel_last_pipelined<T, kWidth>,
                                     cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)),
                "causal_conv1d forward (depthwise, channel-last)");
-  depthwise_forward_channel_last<T, kWidth>
-      <<<unsigned(p.batch * g.blocks()), ChannelLastTile::kThreads, smem, stream>>>(p, g);
+    depthwise_forward_channel_last_pipelined<T, kWidth>
+        <<<unsigned(p.batch * g.blocks()), ChannelLastTile::kThreads, smem, stream>>>(p, g);
+  } else {
+    const size_t smem = channel_last_forward_smem_bytes<T>(kWidth, g.halo);
+    if (smem > 48 * 1024)
+      check_cuda(cudaFuncSetAttribute(depthwise_forward_channel_last<T, kWidth>,
+                                      cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)),
+                 "causal_conv1d forward (depthwise, channel-last)");
+    depthwise_forward_channel_last<T, kWidth>
+        <<<unsigned(p.batch * g.blocks()), ChannelLastTile::kThreads, smem, stream>>>(p, g);
+  }
 }
 
 // Unit channel stride of x and y and reach (K-1)*d <= kMaxChannelLastReach (the staged

@@ -44,7 +44,7 @@ struct Case {
   bool bias, silu;
   bool aligned = true;              // 16-byte aligned rows (cp.async staging) where C allows
   // 0: the launcher's choice; forward > 0: the pipelined kernel (dilation 1, K 2..8) walking that
-  // many tiles per block, whatever kChannelLastForwardPipelined says.
+  // many tiles per block, for fp32 too (the launcher takes it for 16-bit types only).
   int64_t tiles_per_block = 0;
 };
 
@@ -120,7 +120,7 @@ void run_forward(const Case& cs) {
   }
   // As launch_channel_last in depthwise_forward.cu picks the kernel.
   const bool unrolled = cs.dilation == 1 && K <= detail::ChannelLastTile::kMaxUnrolledWidth;
-  const bool pipelined = cs.tiles_per_block > 0 || detail::channel_last_forward_pipelined(K, cs.dilation);
+  const bool pipelined = cs.tiles_per_block > 0 || detail::channel_last_forward_pipelined<T>(K, cs.dilation);
   ASSERT_TRUE(!pipelined || (unrolled && K >= 2));
   const size_t smem = pipelined ? detail::channel_last_forward_pipelined_smem_bytes<T>(K)
                                 : detail::channel_last_forward_smem_bytes<T>(K, g.halo);
