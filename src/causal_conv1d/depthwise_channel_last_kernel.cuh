@@ -233,6 +233,36 @@ __device__ __forceinline__ void load_channel_last_bias(float (&bias)[4], const v
 }
 
 // ---- forward ----
+// One thread's run of kRun outputs of its 4 channels at dilation 1, taps and input window in
+// registers: xr is the run's first staged row (K-1 rows before its first output), rows kC apart;
+// outputs y, y + y_step, ...; only the first `steps` are stored (the rest lie past the sequence).
+template <typename T, int kWidth>
+__device__ __forceinline__ void channel_last_forward_run(const T* xr, T* y, int64_t y_step, int steps,
+                                                         const float (&w)[kWidth][4], const float (&bias)[4],
+                                                         bool apply_silu, int lane_valid, bool vectors) {
+  constexpr int kC = ChannelLastTile::kChannels, kRun = channel_last_run<T>();
+  float win[kWidth][4];  // win[k]: row s + k
+#pragma unroll
+  for (int k = 1; k < kWidth; ++k) load_quad(xr + (k - 1) * kC, win[k]);
+#pragma unroll
+  for (int s = 0; s < kRun; ++s) {
+#pragma unroll
+    for (int k = 0; k + 1 < kWidth; ++k)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) win[k][i] = win[k + 1][i];
+    load_quad(xr + (s + kWidth - 1) * kC, win[kWidth - 1]);
+    float out[4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      float acc = bias[i];
+#pragma unroll
+      for (int k = 0; k < kWidth; ++k) acc = fmaf(w[k][i], win[k][i], acc);
+      out[i] = apply_silu ? silu<T>(acc) : acc;
+    }
+    if (s < steps) store_channel_last(y + s * y_step, out, lane_valid, vectors);
+  }
+}
+
 // The staged kernel: one tile per block, staged and waited for before any compute; the overlap of
 // loads with compute comes from other blocks on the SM. Serves fp32 and the tap loop.
 // kWidth > 0: that width with dilation 1, taps and the input window in registers.
@@ -267,26 +297,7 @@ __global__ void __launch_bounds__(ChannelLastTile::kThreads)
     for (int k = 0; k < kWidth; ++k)
 #pragma unroll
       for (int i = 0; i < 4; ++i) w[k][i] = w_s[k * kC + 4 * lane + i];
-    float win[kWidth][4];  // win[k]: x_s row j0 + s + k
-#pragma unroll
-    for (int k = 1; k < kWidth; ++k) load_quad(xr + (k - 1) * kC, win[k]);
-#pragma unroll
-    for (int s = 0; s < kRun; ++s) {
-#pragma unroll
-      for (int k = 0; k + 1 < kWidth; ++k)
-#pragma unroll
-        for (int i = 0; i < 4; ++i) win[k][i] = win[k + 1][i];
-      load_quad(xr + (s + kWidth - 1) * kC, win[kWidth - 1]);
-      float out[4];
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        float acc = bias[i];
-#pragma unroll
-        for (int k = 0; k < kWidth; ++k) acc = fmaf(w[k][i], win[k][i], acc);
-        out[i] = p.silu ? silu<T>(acc) : acc;
-      }
-      if (s < steps) store_channel_last(y + s * p.y_stride[2], out, lane_valid, g.vectors);
-    }
+    channel_last_forward_run<T, kWidth>(xr, y, p.y_stride[2], steps, w, bias, p.silu, lane_valid, g.vectors);
   } else {
     float acc[kRun][4];
 #pragma unroll
@@ -367,26 +378,7 @@ __global__ void __launch_bounds__(ChannelLastTile::kThreads, 3)
     const T* xr = x_s + buffer * kRows * kC + j0 * kC + 4 * lane;  // output j0 + s, tap k: row j0 + s + k
     T* y = y_lane + (t0 + j0) * p.y_stride[2];
     const int steps = int(std::min(int64_t(kRun), p.length - t0 - j0));  // outputs inside the sequence
-    float win[kWidth][4];  // win[k]: row j0 + s + k
-#pragma unroll
-    for (int k = 1; k < kWidth; ++k) load_quad(xr + (k - 1) * kC, win[k]);
-#pragma unroll
-    for (int s = 0; s < kRun; ++s) {
-#pragma unroll
-      for (int k = 0; k + 1 < kWidth; ++k)
-#pragma unroll
-        for (int i = 0; i < 4; ++i) win[k][i] = win[k + 1][i];
-      load_quad(xr + (s + kWidth - 1) * kC, win[kWidth - 1]);
-      float out[4];
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        float acc = bias[i];
-#pragma unroll
-        for (int k = 0; k < kWidth; ++k) acc = fmaf(w[k][i], win[k][i], acc);
-        out[i] = p.silu ? silu<T>(acc) : acc;
-      }
-      if (s < steps) store_channel_last(y + s * p.y_stride[2], out, lane_valid, g.vectors);
-    }
+    channel_last_forward_run<T, kWidth>(xr, y, p.y_stride[2], steps, w, bias, p.silu, lane_valid, g.vectors);
     __syncthreads();  // every thread is done with this buffer before the next tile refills it
   }
 }
