@@ -191,6 +191,19 @@ __device__ __forceinline__ void ring_copy_span(uint4* x_ring, uint4* dy_ring, co
   }
 }
 
+// xw[j] = x[t - kHalo + j], j < kHalo + kVec, for the lane's vector e at ring position i: its
+// before-halo (vector 0's from the copy taken before the previous span's slot was refilled) and
+// the vector itself.
+template <typename T, int kHaloVectors>
+__device__ __forceinline__ void decode_x_window(const uint4* x_ring, const uint4 (&x_before0)[kHaloVectors], int e,
+                                                int i, float* xw) {
+  constexpr int kVec = Vec16<T>::kElems, kHalo = kHaloVectors * kVec;
+#pragma unroll
+  for (int h = 1; h <= kHaloVectors; ++h)
+    decode16<T>(e == 0 ? x_before0[h - 1] : x_ring[(i - h) & (kRingVectorsPerWarp - 1)], xw + kHalo - h * kVec);
+  decode16<T>(x_ring[i], xw + kHalo);
+}
+
 // kShifted: x's, dy's and dx's rows need not start 16-byte aligned, but each triple starts the
 // same distance past a 16-byte boundary (row_shift16); the row's walk starts at that boundary.
 // kSilu: the call applies silu (a template argument: the silu path's registers would otherwise be
@@ -267,11 +280,8 @@ __global__ void __launch_bounds__(kVectorThreads)
 #pragma unroll
       for (int e = 0; e < kRingVectors; ++e) {
         const int i = first + e * 32;
-        float xw[kHalo + kVec];  // x[t - kHalo + i]
-#pragma unroll
-        for (int h = 1; h <= kHaloVectors; ++h)
-          decode16<T>(e == 0 ? x_before0[h - 1] : x_ring[(i - h) & kMask], xw + kHalo - h * kVec);
-        decode16<T>(x_ring[i], xw + kHalo);
+        float xw[kHalo + kVec];
+        decode_x_window<T>(x_ring, x_before0, e, i, xw);
         decode16<T>(dy_ring[i], g_own[e]);
 #pragma unroll
         for (int j = 0; j < kVec; ++j) {
@@ -316,15 +326,12 @@ __global__ void __launch_bounds__(kVectorThreads)
     for (int e = 0; e < kRingVectors; ++e) {
       const int i = first + e * 32;
       const int64_t t = run_start + (int64_t(s) * kRingVectors * 32 + e * 32 + lane) * kVec;
-      float xw[kHalo + kVec];  // x[t - kHalo + i]
-      float g[kVec + kHalo];   // g[t + i]: dy through the activation, zero past the row's end
-#pragma unroll
-      for (int h = 1; h <= kHaloVectors; ++h) {
-        decode16<T>(e == 0 ? x_before0[h - 1] : x_ring[(i - h) & kMask], xw + kHalo - h * kVec);
-        if (!kSilu) decode16<T>(dy_ring[(i + h) & kMask], g + h * kVec);
-      }
-      decode16<T>(x_ring[i], xw + kHalo);
+      float xw[kHalo + kVec];
+      decode_x_window<T>(x_ring, x_before0, e, i, xw);
+      float g[kVec + kHalo];  // g[t + i]: dy through the activation, zero past the row's end
       if constexpr (!kSilu) {
+#pragma unroll
+        for (int h = 1; h <= kHaloVectors; ++h) decode16<T>(dy_ring[(i + h) & kMask], g + h * kVec);
         decode16<T>(dy_ring[i], g);
       } else {
 #pragma unroll
