@@ -383,6 +383,151 @@ __global__ void __launch_bounds__(ChannelLastTile::kThreads, 3)
   }
 }
 
+// ---- forward on per-lane rings (kChannelLastForwardLaneRing, off) ----
+// Dilation 1, K 2..8, 16-byte aligned rows and C a multiple of the 16-byte vector. A warp owns
+// 32 vectors of channels (256 for 16-bit types, 128 for fp32) and a run of time steps; lane l
+// copies and computes only its own vector of channels, so its ring in shared memory is its own:
+// no barrier of any kind, each thread streams down its run with kChunks - 1 chunks of rows in
+// flight while it computes one, and its K-step window carries from chunk to chunk in registers.
+// The tile kernels above wait at block barriers between staging and compute; with silu their
+// compute phase lengthens and their copies stop (session 17: bf16 B4 C4096 L8192 K4 0.143 ms,
+// with silu 0.173, Dao 0.170; fp32 on the two-tile ring lost to fewer bytes in flight). ptxas
+// (CUDA 13.0, no spills): bf16 K4 128 registers, so 4 blocks of 4 warps per SM and 16 x 3 chunks
+// x 2 KB = 96 KB in flight; K8 197; fp32 K4 80. Predicted: the silu forward near the no-silu
+// time, both near the channel-first window kernel's 93 % of copy. Written in session 17 after
+// its last GPU call: off until the H200 has timed it side by side (emulation-tested). Knobs for
+// that A/B: kChunks (6: 160 KB in flight at 4 blocks/SM) and kMinBlocksPerSm.
+constexpr bool kChannelLastForwardLaneRing = false;
+
+struct ChannelLastLaneRing {
+  static constexpr int kWarps = 4;  // per block
+  static constexpr int kThreads = 32 * kWarps;
+  static constexpr int kChunkRows = 4;  // time steps per cp.async group
+  static constexpr int kChunks = 4;     // ring slots of a lane
+  static constexpr int kRows = kChunkRows * kChunks;
+  static constexpr int kRunSteps = 128;  // time steps per warp (a multiple of kChunkRows)
+  static constexpr int kMinBlocksPerSm = 0;  // __launch_bounds__' second argument (0: ptxas's choice)
+};
+
+// A warp's channels: 32 vectors.
+template <typename T>
+constexpr int lane_ring_channels() {
+  return 32 * Vec16<T>::kElems;
+}
+
+struct LaneRingGrid {
+  int64_t channel_tiles;  // ceil(C / lane_ring_channels)
+  int64_t runs;           // ceil(L / kRunSteps)
+  int64_t warps;          // batch * runs * channel_tiles
+  int64_t blocks() const { return (warps + ChannelLastLaneRing::kWarps - 1) / ChannelLastLaneRing::kWarps; }
+};
+
+template <typename T>
+inline LaneRingGrid make_lane_ring_grid(int64_t batch, int64_t channels, int64_t length) {
+  LaneRingGrid g{};
+  g.channel_tiles = (channels + lane_ring_channels<T>() - 1) / lane_ring_channels<T>();
+  g.runs = (length + ChannelLastLaneRing::kRunSteps - 1) / ChannelLastLaneRing::kRunSteps;
+  g.warps = batch * g.runs * g.channel_tiles;
+  return g;
+}
+
+// vectors: x's and y's rows 16-byte aligned (and C a multiple of the vector).
+template <typename T>
+inline bool channel_last_forward_lane_ring(int64_t channels, int64_t width, int64_t dilation, bool vectors) {
+  return kChannelLastForwardLaneRing && vectors && channels % Vec16<T>::kElems == 0 && dilation == 1 &&
+         width >= 2 && width <= ChannelLastTile::kMaxUnrolledWidth;
+}
+
+constexpr size_t lane_ring_smem_bytes() {
+  return size_t(ChannelLastLaneRing::kWarps) * ChannelLastLaneRing::kRows * 32 * 16;
+}
+
+template <typename T, int kWidth>
+__global__ void __launch_bounds__(ChannelLastLaneRing::kThreads, ChannelLastLaneRing::kMinBlocksPerSm)
+    depthwise_forward_channel_last_lane_ring(DepthwiseForwardParams p, LaneRingGrid g) {
+  using R = ChannelLastLaneRing;
+  constexpr int kVec = Vec16<T>::kElems;
+  const int lane = int(threadIdx.x) % 32;
+  const int64_t warp = int64_t(blockIdx.x) * R::kWarps + threadIdx.x / 32;
+  if (warp >= g.warps) return;  // no barriers below: a thread may leave alone
+  // warp -> (batch, run, channel tile), channel tiles fastest: neighbouring warps read
+  // neighbouring channels of the same steps.
+  const int64_t rest = div_nonneg(warp, g.channel_tiles);
+  const int64_t tile = warp - rest * g.channel_tiles;
+  const int64_t b = div_nonneg(rest, g.runs), run = rest - b * g.runs;
+  const int64_t c = tile * lane_ring_channels<T>() + lane * kVec;  // this lane's first channel
+  const bool lane_valid = c < p.channels;                           // C % kVec == 0: all or none
+  const int64_t n = p.length, t_begin = run * R::kRunSteps;
+  const int steps = int(std::min(int64_t(R::kRunSteps), n - t_begin));
+  const int chunks = (steps + R::kChunkRows - 1) / R::kChunkRows;
+  const T* x = static_cast<const T*>(p.x) + b * p.x_stride[0] + (lane_valid ? c : 0);
+  T* y = static_cast<T*>(p.y) + b * p.y_stride[0] + c;
+  const int64_t x_step = p.x_stride[2], y_step = p.y_stride[2];
+  // Row r of this lane's ring at ring[r * 32]: a warp's 32 vectors of a row are 512 contiguous bytes.
+  uint4* const ring = reinterpret_cast<uint4*>(channel_last_shared()) + (threadIdx.x / 32) * R::kRows * 32 + lane;
+
+  // Chunk q: steps t_begin + q kChunkRows .. + kChunkRows - 1 into slot q % kChunks (zero past
+  // the sequence); always one group, empty past the run, so that the waits count evenly.
+  const auto issue_chunk = [&](int q) {
+    if (q < chunks) {
+#pragma unroll
+      for (int r = 0; r < R::kChunkRows; ++r) {
+        const int64_t t = t_begin + int64_t(q) * R::kChunkRows + r;
+        const bool inside = lane_valid && t < n;
+        cp_async16(ring + ((q % R::kChunks) * R::kChunkRows + r) * 32, inside ? x + t * x_step : x, inside ? 16 : 0);
+      }
+    }
+    cp_async_commit();
+  };
+#pragma unroll
+  for (int q = 0; q + 1 < R::kChunks; ++q) issue_chunk(q);
+
+  float w[kWidth][kVec], bias[kVec];
+  const T* weight = static_cast<const T*>(p.weight);
+#pragma unroll
+  for (int j = 0; j < kVec; ++j) {
+#pragma unroll
+    for (int k = 0; k < kWidth; ++k)
+      w[k][j] = lane_valid ? to_float(weight[(c + j) * p.w_stride[0] + k * p.w_stride[1]]) : 0.0f;
+    bias[j] = lane_valid && p.bias ? to_float(static_cast<const T*>(p.bias)[(c + j) * p.bias_stride]) : 0.0f;
+  }
+  float win[kWidth][kVec];  // win[k]: x at step t - (K-1-k), t the newest step
+#pragma unroll
+  for (int k = 1; k < kWidth; ++k) {  // the K-1 steps before the run, straight from global memory
+    const int64_t t = t_begin - (kWidth - k);
+    if (lane_valid && t >= 0)
+      load_vec16<T>(x + t * x_step, win[k]);
+    else
+#pragma unroll
+      for (int j = 0; j < kVec; ++j) win[k][j] = 0.0f;
+  }
+
+#pragma unroll 1
+  for (int q = 0; q < chunks; ++q) {
+    issue_chunk(q + R::kChunks - 1);  // into the slot of chunk q - 1, which this thread has read
+    cp_async_wait<R::kChunks - 1>();  // chunk q has landed
+#pragma unroll
+    for (int r = 0; r < R::kChunkRows; ++r) {
+#pragma unroll
+      for (int k = 0; k + 1 < kWidth; ++k)
+#pragma unroll
+        for (int j = 0; j < kVec; ++j) win[k][j] = win[k + 1][j];
+      decode16<T>(ring[((q % R::kChunks) * R::kChunkRows + r) * 32], win[kWidth - 1]);
+      float out[kVec];
+#pragma unroll
+      for (int j = 0; j < kVec; ++j) {
+        float acc = bias[j];
+#pragma unroll
+        for (int k = 0; k < kWidth; ++k) acc = fmaf(w[k][j], win[k][j], acc);
+        out[j] = p.silu ? silu<T>(acc) : acc;
+      }
+      const int s = q * R::kChunkRows + r;
+      if (lane_valid && s < steps) store_vec16<T>(y + (t_begin + s) * y_step, out);
+    }
+  }
+  cp_async_wait<0>();  // no copy outlives the block's shared memory
+}
+
 // ---- backward (dilation 1, H = K-1) ----
 // A block walks g.tiles_per_block consecutive time tiles. Per tile it stages x over
 // [t0 - H, t0 + tile + H) (the part after the tile only with silu: the pre-activation of

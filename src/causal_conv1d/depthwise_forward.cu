@@ -91,6 +91,17 @@ void launch_channel_last(const DepthwiseForwardParams& p, const ChannelLastGrid&
   }
 }
 
+template <typename T, int kWidth>
+void launch_lane_ring(const DepthwiseForwardParams& p, const LaneRingGrid& g, cudaStream_t stream) {
+  constexpr size_t smem = lane_ring_smem_bytes();
+  if constexpr (smem > 48 * 1024)
+    check_cuda(cudaFuncSetAttribute(depthwise_forward_channel_last_lane_ring<T, kWidth>,
+                                    cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)),
+               "causal_conv1d forward (depthwise, channel-last)");
+  depthwise_forward_channel_last_lane_ring<T, kWidth>
+      <<<unsigned(g.blocks()), ChannelLastLaneRing::kThreads, smem, stream>>>(p, g);
+}
+
 // Unit channel stride of x and y and reach (K-1)*d <= kMaxChannelLastReach (the staged
 // halo); any alignment (unaligned rows or C % Vec16 != 0 stage element by element).
 template <typename T>
@@ -98,6 +109,21 @@ bool try_launch_channel_last(const DepthwiseForwardParams& p, bool channel_last,
   if (!channel_last || (p.width - 1) * p.dilation > kMaxChannelLastReach) return false;
   const int64_t strides_x[2] = {p.x_stride[0], p.x_stride[2]}, strides_y[2] = {p.y_stride[0], p.y_stride[2]};
   const bool vectors = vector_aligned<T>(p.x, strides_x, 2) && vector_aligned<T>(p.y, strides_y, 2);
+  if (channel_last_forward_lane_ring<T>(p.channels, p.width, p.dilation, vectors)) {
+    const LaneRingGrid g = make_lane_ring_grid<T>(p.batch, p.channels, p.length);
+    if (g.blocks() <= kMaxGridX) {
+      switch (p.width) {
+        case 2: launch_lane_ring<T, 2>(p, g, stream); break;
+        case 3: launch_lane_ring<T, 3>(p, g, stream); break;
+        case 4: launch_lane_ring<T, 4>(p, g, stream); break;
+        case 5: launch_lane_ring<T, 5>(p, g, stream); break;
+        case 6: launch_lane_ring<T, 6>(p, g, stream); break;
+        case 7: launch_lane_ring<T, 7>(p, g, stream); break;
+        case 8: launch_lane_ring<T, 8>(p, g, stream); break;
+      }
+      return true;
+    }
+  }
   const ChannelLastGrid g =
       make_channel_last_grid<T>(p.batch, p.channels, p.length, p.width, p.dilation, vectors, false);
   if (p.batch * g.blocks() > kMaxGridX) return false;

@@ -7,10 +7,12 @@
 
 #define depthwise_forward_channel_last depthwise_forward_channel_last_emulated
 #define depthwise_forward_channel_last_pipelined depthwise_forward_channel_last_pipelined_emulated
+#define depthwise_forward_channel_last_lane_ring depthwise_forward_channel_last_lane_ring_emulated
 #define depthwise_backward_channel_last_unit depthwise_backward_channel_last_unit_emulated
 #include "causal_conv1d/depthwise_channel_last_kernel.cuh"
 #undef depthwise_forward_channel_last
 #undef depthwise_forward_channel_last_pipelined
+#undef depthwise_forward_channel_last_lane_ring
 #undef depthwise_backward_channel_last_unit
 
 #include <gtest/gtest.h>
@@ -19,6 +21,7 @@
 #include <cstdint>
 #include <limits>
 #include <random>
+#include <tuple>
 #include <type_traits>
 #include <vector>
 
@@ -46,6 +49,9 @@ struct Case {
   // 0: the launcher's choice; forward > 0: the pipelined kernel (dilation 1, K 2..8) walking that
   // many tiles per block, for fp32 too (the launcher takes it for 16-bit types only).
   int64_t tiles_per_block = 0;
+  // Forward: the per-lane ring kernel (dilation 1, K 2..8, aligned rows, C % vector == 0),
+  // whatever kChannelLastForwardLaneRing says.
+  bool lane_ring = false;
 };
 
 // A channel-last (B, C, L) tensor in storage type T: element (b, c, t) at
@@ -113,41 +119,61 @@ void run_forward(const Case& cs) {
   p.x_stride[2] = p.y_stride[2] = x_e.stride_t;
   const bool vectors = aligned_rows(x_e.data(), x_e.stride_b, x_e.stride_t);
   EXPECT_EQ(vectors, cs.aligned);
-  detail::ChannelLastGrid g = detail::make_channel_last_grid<T>(B, C, L, K, cs.dilation, vectors, false);
-  if (cs.tiles_per_block > 0) {
-    g.tiles_per_block = cs.tiles_per_block;
-    g.ranges = (g.time_tiles + g.tiles_per_block - 1) / g.tiles_per_block;
-  }
-  // As launch_channel_last in depthwise_forward.cu picks the kernel.
-  const bool unrolled = cs.dilation == 1 && K <= detail::ChannelLastTile::kMaxUnrolledWidth;
-  const bool pipelined = cs.tiles_per_block > 0 || detail::channel_last_forward_pipelined<T>(K, cs.dilation);
-  ASSERT_TRUE(!pipelined || (unrolled && K >= 2));
-  const size_t smem = pipelined ? detail::channel_last_forward_pipelined_smem_bytes<T>(K)
-                                : detail::channel_last_forward_smem_bytes<T>(K, g.halo);
-  emu::launch({unsigned(B * g.blocks()), 1, 1}, detail::ChannelLastTile::kThreads, smem, [&] {
-    if (pipelined) {
-      switch (K) {
-        case 2: detail::depthwise_forward_channel_last_pipelined_emulated<T, 2>(p, g); break;
-        case 3: detail::depthwise_forward_channel_last_pipelined_emulated<T, 3>(p, g); break;
-        case 4: detail::depthwise_forward_channel_last_pipelined_emulated<T, 4>(p, g); break;
-        case 5: detail::depthwise_forward_channel_last_pipelined_emulated<T, 5>(p, g); break;
-        case 6: detail::depthwise_forward_channel_last_pipelined_emulated<T, 6>(p, g); break;
-        case 7: detail::depthwise_forward_channel_last_pipelined_emulated<T, 7>(p, g); break;
-        case 8: detail::depthwise_forward_channel_last_pipelined_emulated<T, 8>(p, g); break;
+  // As try_launch_channel_last in depthwise_forward.cu picks the kernel.
+  const bool lane_ring =
+      cs.lane_ring || (cs.tiles_per_block == 0 && detail::channel_last_forward_lane_ring<T>(C, K, cs.dilation, vectors));
+  if (lane_ring) {
+    ASSERT_TRUE(vectors && C % detail::Vec16<T>::kElems == 0 && cs.dilation == 1 && K >= 2 && K <= 8);
+    const detail::LaneRingGrid g = detail::make_lane_ring_grid<T>(B, C, L);
+    emu::launch({unsigned(g.blocks()), 1, 1}, detail::ChannelLastLaneRing::kThreads, detail::lane_ring_smem_bytes(),
+                [&] {
+                  switch (K) {
+                    case 2: detail::depthwise_forward_channel_last_lane_ring_emulated<T, 2>(p, g); break;
+                    case 3: detail::depthwise_forward_channel_last_lane_ring_emulated<T, 3>(p, g); break;
+                    case 4: detail::depthwise_forward_channel_last_lane_ring_emulated<T, 4>(p, g); break;
+                    case 5: detail::depthwise_forward_channel_last_lane_ring_emulated<T, 5>(p, g); break;
+                    case 6: detail::depthwise_forward_channel_last_lane_ring_emulated<T, 6>(p, g); break;
+                    case 7: detail::depthwise_forward_channel_last_lane_ring_emulated<T, 7>(p, g); break;
+                    case 8: detail::depthwise_forward_channel_last_lane_ring_emulated<T, 8>(p, g); break;
+                  }
+                });
+  } else {
+    detail::ChannelLastGrid g = detail::make_channel_last_grid<T>(B, C, L, K, cs.dilation, vectors, false);
+    if (cs.tiles_per_block > 0) {
+      g.tiles_per_block = cs.tiles_per_block;
+      g.ranges = (g.time_tiles + g.tiles_per_block - 1) / g.tiles_per_block;
+    }
+    // As launch_channel_last in depthwise_forward.cu picks the kernel.
+    const bool unrolled = cs.dilation == 1 && K <= detail::ChannelLastTile::kMaxUnrolledWidth;
+    const bool pipelined = cs.tiles_per_block > 0 || detail::channel_last_forward_pipelined<T>(K, cs.dilation);
+    ASSERT_TRUE(!pipelined || (unrolled && K >= 2));
+    const size_t smem = pipelined ? detail::channel_last_forward_pipelined_smem_bytes<T>(K)
+                                  : detail::channel_last_forward_smem_bytes<T>(K, g.halo);
+    emu::launch({unsigned(B * g.blocks()), 1, 1}, detail::ChannelLastTile::kThreads, smem, [&] {
+      if (pipelined) {
+        switch (K) {
+          case 2: detail::depthwise_forward_channel_last_pipelined_emulated<T, 2>(p, g); break;
+          case 3: detail::depthwise_forward_channel_last_pipelined_emulated<T, 3>(p, g); break;
+          case 4: detail::depthwise_forward_channel_last_pipelined_emulated<T, 4>(p, g); break;
+          case 5: detail::depthwise_forward_channel_last_pipelined_emulated<T, 5>(p, g); break;
+          case 6: detail::depthwise_forward_channel_last_pipelined_emulated<T, 6>(p, g); break;
+          case 7: detail::depthwise_forward_channel_last_pipelined_emulated<T, 7>(p, g); break;
+          case 8: detail::depthwise_forward_channel_last_pipelined_emulated<T, 8>(p, g); break;
+        }
+        return;
       }
-      return;
-    }
-    switch (unrolled ? K : 0) {
-      case 2: detail::depthwise_forward_channel_last_emulated<T, 2>(p, g); break;
-      case 3: detail::depthwise_forward_channel_last_emulated<T, 3>(p, g); break;
-      case 4: detail::depthwise_forward_channel_last_emulated<T, 4>(p, g); break;
-      case 5: detail::depthwise_forward_channel_last_emulated<T, 5>(p, g); break;
-      case 6: detail::depthwise_forward_channel_last_emulated<T, 6>(p, g); break;
-      case 7: detail::depthwise_forward_channel_last_emulated<T, 7>(p, g); break;
-      case 8: detail::depthwise_forward_channel_last_emulated<T, 8>(p, g); break;
-      default: detail::depthwise_forward_channel_last_emulated<T, 0>(p, g); break;
-    }
-  });
+      switch (unrolled ? K : 0) {
+        case 2: detail::depthwise_forward_channel_last_emulated<T, 2>(p, g); break;
+        case 3: detail::depthwise_forward_channel_last_emulated<T, 3>(p, g); break;
+        case 4: detail::depthwise_forward_channel_last_emulated<T, 4>(p, g); break;
+        case 5: detail::depthwise_forward_channel_last_emulated<T, 5>(p, g); break;
+        case 6: detail::depthwise_forward_channel_last_emulated<T, 6>(p, g); break;
+        case 7: detail::depthwise_forward_channel_last_emulated<T, 7>(p, g); break;
+        case 8: detail::depthwise_forward_channel_last_emulated<T, 8>(p, g); break;
+        default: detail::depthwise_forward_channel_last_emulated<T, 0>(p, g); break;
+      }
+    });
+  }
 
   const HostTensor y_ref = test::reference_forward(x, w, cs.bias ? &bias : nullptr, cs.dilation, cs.silu);
   EXPECT_EQ(count_bad<T>("y", y_e, y_ref, test::forward_magnitude(x, w, cs.bias ? &bias : nullptr, cs.dilation)), 0);
@@ -237,6 +263,26 @@ void forward_cases() {
   run_forward<T>({1, 8, 30, 52, 5, true, true});         // reach 255: the longest staged halo
 }
 
+// The per-lane ring forward (dilation 1, K 2..8, aligned rows): runs of kRunSteps with a partial
+// last run and chunk, a partial last channel tile (one valid lane of 32 at C = 8), the window
+// before each run (t < 0 for the first), L = 1, L < K, a run of exactly kRunSteps.
+template <typename T>
+void lane_ring_forward_cases() {
+  constexpr int64_t kRun = detail::ChannelLastLaneRing::kRunSteps;
+  const int64_t tile = detail::lane_ring_channels<T>();
+  for (int64_t k : {2, 3, 4, 5, 6, 7, 8}) {
+    Case cs{2, tile + 8, 2 * kRun + 5, k, 1, k % 2 == 0, k % 3 != 0};
+    cs.lane_ring = true;
+    run_forward<T>(cs);
+  }
+  for (const auto& [c, l, k] : {std::tuple<int64_t, int64_t, int64_t>{8, 1, 4}, {16, 3, 8}, {24, kRun, 4},
+                                {tile, kRun + 1, 3}}) {
+    Case cs{1, c, l, k, 1, true, true};
+    cs.lane_ring = true;
+    run_forward<T>(cs);
+  }
+}
+
 // The pipelined forward (dilation 1, K 2..8): ranges of tiles per block with a partial last range
 // and a partial last tile, a range of one tile, element staging, L = 1, L < K, C % 8 != 0.
 template <typename T>
@@ -272,6 +318,9 @@ void backward_cases() {
 TEST(DepthwiseChannelLastEmulated, ForwardFloat32) { forward_cases<float>(); }
 TEST(DepthwiseChannelLastEmulated, ForwardFloat16) { forward_cases<__half>(); }
 TEST(DepthwiseChannelLastEmulated, ForwardBFloat16) { forward_cases<__nv_bfloat16>(); }
+TEST(DepthwiseChannelLastEmulated, LaneRingForwardFloat32) { lane_ring_forward_cases<float>(); }
+TEST(DepthwiseChannelLastEmulated, LaneRingForwardFloat16) { lane_ring_forward_cases<__half>(); }
+TEST(DepthwiseChannelLastEmulated, LaneRingForwardBFloat16) { lane_ring_forward_cases<__nv_bfloat16>(); }
 TEST(DepthwiseChannelLastEmulated, PipelinedForwardFloat32) { pipelined_forward_cases<float>(); }
 TEST(DepthwiseChannelLastEmulated, PipelinedForwardFloat16) { pipelined_forward_cases<__half>(); }
 TEST(DepthwiseChannelLastEmulated, PipelinedForwardBFloat16) { pipelined_forward_cases<__nv_bfloat16>(); }
