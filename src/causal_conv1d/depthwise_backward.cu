@@ -234,13 +234,37 @@ bool channel_last_applies(const DepthwiseBackwardParams& p) {
          t.halo <= kMaxChannelLastBackwardReach && t.channel_tiles <= kMaxGridX;
 }
 
+// x's, dy's and dx's channel-last rows all 16-byte aligned.
 template <typename T>
-ChannelLastGrid channel_last_unit_grid(const DepthwiseBackwardParams& p) {
+bool channel_last_vectors(const DepthwiseBackwardParams& p) {
   const int64_t sx[2] = {p.x_stride[0], p.x_stride[2]}, sdy[2] = {p.dy_stride[0], p.dy_stride[2]},
                 sdx[2] = {p.dx_stride[0], p.dx_stride[2]};
-  const bool vectors =
-      vector_aligned<T>(p.x, sx, 2) && vector_aligned<T>(p.dy, sdy, 2) && (!p.dx || vector_aligned<T>(p.dx, sdx, 2));
-  return make_channel_last_grid<T>(p.batch, p.channels, p.length, p.width, p.dilation, vectors, true);
+  return vector_aligned<T>(p.x, sx, 2) && vector_aligned<T>(p.dy, sdy, 2) && (!p.dx || vector_aligned<T>(p.dx, sdx, 2));
+}
+
+template <typename T>
+ChannelLastGrid channel_last_unit_grid(const DepthwiseBackwardParams& p) {
+  return make_channel_last_grid<T>(p.batch, p.channels, p.length, p.width, p.dilation, channel_last_vectors<T>(p),
+                                   true);
+}
+
+// Only with channel_last_applies: the per-warp ring kernel's conditions, a grid that fits.
+template <typename T>
+bool channel_last_warp_ring_applies(const DepthwiseBackwardParams& p) {
+  return channel_last_backward_warp_ring<T>(p.channels, p.width, p.dilation, channel_last_vectors<T>(p)) &&
+         make_warp_ring_grid(p.batch, p.channels, p.length).blocks() <= kMaxGridX;
+}
+
+template <typename T, int kWidth>
+void launch_channel_last_warp_ring(const DepthwiseBackwardParams& p, float* partials, cudaStream_t stream) {
+  const WarpRingGrid g = make_warp_ring_grid(p.batch, p.channels, p.length);
+  constexpr size_t smem = warp_ring_smem_bytes<T>();
+  auto kernel = p.silu ? depthwise_backward_channel_last_warp_ring<T, kWidth, true>
+                       : depthwise_backward_channel_last_warp_ring<T, kWidth, false>;
+  if constexpr (smem > 48 * 1024)
+    check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)),
+               "causal_conv1d backward (depthwise, channel-last)");
+  kernel<<<unsigned(g.blocks()), ChannelLastWarpRing::kThreads, smem, stream>>>(p, g, partials);
 }
 
 // Only with channel_last_applies: dilation 1, a width with a kernel, a grid that fits.
@@ -263,6 +287,15 @@ void launch_channel_last_unit(const DepthwiseBackwardParams& p, const ChannelLas
 
 template <typename T>
 void launch_channel_last(const DepthwiseBackwardParams& p, float* partials, cudaStream_t stream) {
+  if (channel_last_warp_ring_applies<T>(p)) {
+    static_assert(ChannelLastWarpRing::kMaxWidth == 4, "one case per width");
+    switch (p.width) {
+      case 2: launch_channel_last_warp_ring<T, 2>(p, partials, stream); break;
+      case 3: launch_channel_last_warp_ring<T, 3>(p, partials, stream); break;
+      case 4: launch_channel_last_warp_ring<T, 4>(p, partials, stream); break;
+    }
+    return;
+  }
   if (channel_last_unit_applies<T>(p)) {
     const ChannelLastGrid g = channel_last_unit_grid<T>(p);
     static_assert(ChannelLastTile::kMaxBackwardWidth == 4, "one case per width");
@@ -355,8 +388,9 @@ void launch_window(const DepthwiseBackwardParams& p, WindowRows rows, float* par
 template <typename T>
 int64_t parts_per_channel(const DepthwiseBackwardParams& p) {
   if (channel_last_applies<T>(p))
-    return p.batch * (channel_last_unit_applies<T>(p) ? channel_last_unit_grid<T>(p).ranges
-                                                      : make_channel_last_tiling(p).time_tiles);
+    return p.batch * (channel_last_warp_ring_applies<T>(p) ? make_warp_ring_grid(p.batch, p.channels, p.length).runs
+                      : channel_last_unit_applies<T>(p)    ? channel_last_unit_grid<T>(p).ranges
+                                                           : make_channel_last_tiling(p).time_tiles);
   if (const WindowRows rows = window_rows<T>(p); rows != WindowRows::none)
     return p.batch * window_grid<T>(p, rows).runs_per_row;
   const DepthwiseTiling t =

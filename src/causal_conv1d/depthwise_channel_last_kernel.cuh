@@ -649,4 +649,187 @@ __global__ void __launch_bounds__(ChannelLastTile::kThreads, 2)
   }
 }
 
+// ---- backward on per-warp rings (kChannelLastBackwardWarpRing, off) ----
+// Dilation 1, K 2..4, x, dy and dx with 16-byte aligned rows, C a multiple of the vector. A
+// warp owns 128 channels (lane l: 4l..4l+3) and a run of kRunSteps dx steps; it streams x and dy
+// down the run plus the K-1 steps after it (the look-ahead of dx, whose g it recomputes) through
+// a ring of cp.async chunks, kChunks - 1 in flight while it computes one, and does what the unit
+// kernel above does per step: g[i] = dy[i] silu'(pre[i]) into a K-step window, dx[i - (K-1)]
+// out, g[i] x[i - (K-1-k)] into the weight-gradient sums, which become the warp's own partial
+// (one per channel, batch and run: no block reduction). Only __syncwarp: the unit kernel's
+// block barriers between staging and compute are what its silu calls pay for (session 17: bf16
+// B4 C4096 L8192 K4 silu fwd+bwd 0.512 ms, 0.380 without silu; byte floor 0.313). Written in
+// session 17 after its last GPU call: off until the H200 has timed it (emulation-tested).
+constexpr bool kChannelLastBackwardWarpRing = false;
+
+struct ChannelLastWarpRing {
+  static constexpr int kWarps = 4;  // per block
+  static constexpr int kThreads = 32 * kWarps;
+  static constexpr int kChannels = 128;  // per warp, 4 per lane
+  static constexpr int kChunkRows = 4;   // time steps per cp.async group
+  static constexpr int kChunks = 4;      // ring slots
+  static constexpr int kRows = kChunkRows * kChunks;
+  static constexpr int kRunSteps = 128;  // dx steps per warp
+  static constexpr int kMaxWidth = 4;
+};
+
+struct WarpRingGrid {
+  int64_t channel_tiles;  // ceil(C / 128)
+  int64_t runs;           // ceil(L / kRunSteps): the weight-gradient partials per channel and batch
+  int64_t warps;          // batch * runs * channel_tiles
+  int64_t blocks() const { return (warps + ChannelLastWarpRing::kWarps - 1) / ChannelLastWarpRing::kWarps; }
+};
+
+inline WarpRingGrid make_warp_ring_grid(int64_t batch, int64_t channels, int64_t length) {
+  WarpRingGrid g{};
+  g.channel_tiles = (channels + ChannelLastWarpRing::kChannels - 1) / ChannelLastWarpRing::kChannels;
+  g.runs = (length + ChannelLastWarpRing::kRunSteps - 1) / ChannelLastWarpRing::kRunSteps;
+  g.warps = batch * g.runs * g.channel_tiles;
+  return g;
+}
+
+// vectors: x's, dy's and dx's rows 16-byte aligned.
+template <typename T>
+inline bool channel_last_backward_warp_ring(int64_t channels, int64_t width, int64_t dilation, bool vectors) {
+  return kChannelLastBackwardWarpRing && vectors && channels % Vec16<T>::kElems == 0 && dilation == 1 &&
+         width >= 2 && width <= ChannelLastWarpRing::kMaxWidth;
+}
+
+// Per warp: x's and dy's rings, kRows rows of 128 channels each.
+template <typename T>
+constexpr size_t warp_ring_smem_bytes() {
+  return size_t(ChannelLastWarpRing::kWarps) * 2 * ChannelLastWarpRing::kRows * ChannelLastWarpRing::kChannels *
+         sizeof(T);
+}
+
+template <typename T, int kWidth, bool kSilu>
+__global__ void __launch_bounds__(ChannelLastWarpRing::kThreads)
+    depthwise_backward_channel_last_warp_ring(DepthwiseBackwardParams p, WarpRingGrid g, float* partials) {
+  using R = ChannelLastWarpRing;
+  constexpr int kVec = Vec16<T>::kElems, kRowVectors = R::kChannels / kVec;  // 16-byte vectors per row
+  constexpr int kChunkVectors = R::kChunkRows * kRowVectors;                    // per chunk and tensor
+  static_assert(kChunkVectors % 32 == 0, "whole copies per lane");
+  constexpr int kHalo = kWidth - 1;
+  const int lane = int(threadIdx.x) % 32;
+  const int64_t warp = int64_t(blockIdx.x) * R::kWarps + threadIdx.x / 32;
+  if (warp >= g.warps) return;  // whole warps: the __syncwarp calls below see full warps
+  const int64_t rest = div_nonneg(warp, g.channel_tiles);
+  const int64_t tile = warp - rest * g.channel_tiles;
+  const int64_t b = div_nonneg(rest, g.runs), run = rest - b * g.runs;
+  const int64_t c0 = tile * R::kChannels;
+  const int lane_valid = int(std::min(int64_t(R::kChannels), p.channels - c0)) - 4 * lane;  // channels of the lane's 4
+  const int64_t n = p.length, t_begin = run * R::kRunSteps;
+  const int steps = int(std::min(int64_t(R::kRunSteps), n - t_begin));  // dx steps of the run
+  const int chunks = (steps + kHalo + R::kChunkRows - 1) / R::kChunkRows;  // streamed: the run and its look-ahead
+  const T* x = static_cast<const T*>(p.x) + b * p.x_stride[0] + c0;
+  const T* dy = static_cast<const T*>(p.dy) + b * p.dy_stride[0] + c0;
+  T* dx = p.dx ? static_cast<T*>(p.dx) + b * p.dx_stride[0] + c0 + 4 * lane : nullptr;
+  T* const x_ring = reinterpret_cast<T*>(channel_last_shared()) + (threadIdx.x / 32) * 2 * R::kRows * R::kChannels;
+  T* const dy_ring = x_ring + R::kRows * R::kChannels;
+
+  // Chunk q: steps t_begin + q kChunkRows + r into rows (q % kChunks) kChunkRows + r, zero past the
+  // sequence and the channels; always one group (empty past the stream) so the waits count evenly.
+  const auto issue_chunk = [&](int q) {
+    if (q < chunks) {
+#pragma unroll
+      for (int e = 0; e < kChunkVectors / 32; ++e) {
+        const int v = e * 32 + lane, r = v / kRowVectors, col = (v % kRowVectors) * kVec;
+        const int64_t t = t_begin + int64_t(q) * R::kChunkRows + r;
+        const bool inside = t < n && c0 + col < p.channels;
+        const int row = (q % R::kChunks) * R::kChunkRows + r;
+        cp_async16(x_ring + row * R::kChannels + col, inside ? x + t * p.x_stride[2] + col : x, inside ? 16 : 0);
+        cp_async16(dy_ring + row * R::kChannels + col, inside ? dy + t * p.dy_stride[2] + col : dy, inside ? 16 : 0);
+      }
+    }
+    cp_async_commit();
+  };
+#pragma unroll
+  for (int q = 0; q + 1 < R::kChunks; ++q) issue_chunk(q);
+
+  float w[kWidth][4], bias[4];
+#pragma unroll
+  for (int k = 0; k < kWidth; ++k)
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+      w[k][i] = i < lane_valid
+                    ? to_float(static_cast<const T*>(p.weight)[(c0 + 4 * lane + i) * p.w_stride[0] + k * p.w_stride[1]])
+                    : 0.0f;
+  load_channel_last_bias<T>(bias, p.bias, p.bias_stride, c0 + 4 * lane, lane_valid);
+  float xw[kWidth][4];       // xw[k]: x at step i - (K-1-k), i the newest step
+  float gw[kWidth][4] = {};  // gw[k]: g at step i - (K-1-k)
+#pragma unroll
+  for (int k = 1; k < kWidth; ++k) {  // the K-1 steps before the run, straight from global memory
+    const int64_t t = t_begin - (kWidth - k);
+    if (lane_valid > 0 && t >= 0)
+      load_quad(x + t * p.x_stride[2] + 4 * lane, xw[k]);
+    else
+#pragma unroll
+      for (int i = 0; i < 4; ++i) xw[k][i] = 0.0f;
+  }
+
+  float dw[kWidth + 1][4] = {};  // slot kWidth: the bias gradient
+#pragma unroll 1
+  for (int q = 0; q < chunks; ++q) {
+    __syncwarp();                     // every lane is done with chunk q - 1's slot ...
+    issue_chunk(q + R::kChunks - 1);  // ... before it is refilled
+    cp_async_wait<R::kChunks - 1>();  // this lane's copies of chunk q have landed
+    __syncwarp();                     // ... and every lane's
+#pragma unroll
+    for (int r = 0; r < R::kChunkRows; ++r) {
+      const int m = q * R::kChunkRows + r;  // newest step i = t_begin + m
+      const int row = (q % R::kChunks) * R::kChunkRows + r;
+#pragma unroll
+      for (int k = 0; k + 1 < kWidth; ++k)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          xw[k][i] = xw[k + 1][i];
+          gw[k][i] = gw[k + 1][i];
+        }
+      load_quad(x_ring + row * R::kChannels + 4 * lane, xw[kWidth - 1]);
+      float gv[4];
+      load_quad(dy_ring + row * R::kChannels + 4 * lane, gv);
+      if constexpr (kSilu) {
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          float pre = bias[i];
+#pragma unroll
+          for (int k = 0; k < kWidth; ++k) pre = fmaf(w[k][i], xw[k][i], pre);
+          gv[i] *= silu_derivative<T>(pre);
+        }
+      }
+#pragma unroll
+      for (int i = 0; i < 4; ++i) gw[kWidth - 1][i] = gv[i];
+      if (m < steps) {  // step i is this run's: weight gradients (zero past the sequence: dy was)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+#pragma unroll
+          for (int k = 0; k < kWidth; ++k) dw[k][i] = fmaf(gv[i], xw[k][i], dw[k][i]);
+          dw[kWidth][i] += gv[i];
+        }
+      }
+      const int s = m - kHalo;  // dx at step i - H: sum_k w[k] g[i - k]
+      if (dx && s >= 0 && s < steps) {
+        float out[4];
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          float acc = 0.0f;
+#pragma unroll
+          for (int k = 0; k < kWidth; ++k) acc = fmaf(w[k][i], gw[kWidth - 1 - k][i], acc);
+          out[i] = acc;
+        }
+        store_channel_last(dx + (t_begin + s) * p.dx_stride[2], out, lane_valid, true);
+      }
+    }
+  }
+  cp_async_wait<0>();  // no copy outlives the block's shared memory
+  if (!partials) return;
+  const int64_t parts = p.batch * g.runs, part = b * g.runs + run;
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    if (i >= lane_valid) break;
+#pragma unroll
+    for (int k = 0; k <= kWidth; ++k) partials[((c0 + 4 * lane + i) * parts + part) * (kWidth + 1) + k] = dw[k][i];
+  }
+}
+
 }  // namespace causalconv::detail

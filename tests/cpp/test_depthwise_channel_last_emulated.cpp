@@ -9,11 +9,13 @@
 #define depthwise_forward_channel_last_pipelined depthwise_forward_channel_last_pipelined_emulated
 #define depthwise_forward_channel_last_lane_ring depthwise_forward_channel_last_lane_ring_emulated
 #define depthwise_backward_channel_last_unit depthwise_backward_channel_last_unit_emulated
+#define depthwise_backward_channel_last_warp_ring depthwise_backward_channel_last_warp_ring_emulated
 #include "causal_conv1d/depthwise_channel_last_kernel.cuh"
 #undef depthwise_forward_channel_last
 #undef depthwise_forward_channel_last_pipelined
 #undef depthwise_forward_channel_last_lane_ring
 #undef depthwise_backward_channel_last_unit
+#undef depthwise_backward_channel_last_warp_ring
 
 #include <gtest/gtest.h>
 
@@ -49,8 +51,9 @@ struct Case {
   // 0: the launcher's choice; forward > 0: the pipelined kernel (dilation 1, K 2..8) walking that
   // many tiles per block, for fp32 too (the launcher takes it for 16-bit types only).
   int64_t tiles_per_block = 0;
-  // Forward: the per-lane ring kernel (dilation 1, K 2..8, aligned rows, C % vector == 0),
-  // whatever kChannelLastForwardLaneRing says.
+  // The ring kernels (aligned rows, C % vector == 0, dilation 1), whatever their flags say:
+  // forward per lane (K 2..8, kChannelLastForwardLaneRing), backward per warp (K 2..4,
+  // kChannelLastBackwardWarpRing).
   bool lane_ring = false;
 };
 
@@ -211,29 +214,55 @@ void run_backward(const Case& cs) {
   }
   const bool vectors = aligned_rows(x_e.data(), x_e.stride_b, x_e.stride_t);
   EXPECT_EQ(vectors, cs.aligned);
-  detail::ChannelLastGrid g = detail::make_channel_last_grid<T>(B, C, L, K, 1, vectors, true);
-  if (cs.tiles_per_block > 0) {
-    g.tiles_per_block = cs.tiles_per_block;
-    g.ranges = (g.time_tiles + g.tiles_per_block - 1) / g.tiles_per_block;
+  // As launch_channel_last in depthwise_backward.cu picks the kernel.
+  const bool warp_ring =
+      cs.lane_ring || (cs.tiles_per_block == 0 && detail::channel_last_backward_warp_ring<T>(C, K, 1, vectors));
+  std::vector<float> partials;
+  int64_t parts = 0;
+  const auto by_width = [&](auto launch) {
+    static_assert(detail::ChannelLastTile::kMaxBackwardWidth == 4 && detail::ChannelLastWarpRing::kMaxWidth == 4,
+                  "one case per width");
+    switch (K) {
+      case 2: launch(std::integral_constant<int, 2>{}); break;
+      case 3: launch(std::integral_constant<int, 3>{}); break;
+      case 4: launch(std::integral_constant<int, 4>{}); break;
+    }
+  };
+  if (warp_ring) {
+    ASSERT_TRUE(vectors && C % detail::Vec16<T>::kElems == 0);
+    const detail::WarpRingGrid g = detail::make_warp_ring_grid(B, C, L);
+    parts = B * g.runs;
+    partials.assign(size_t(C * parts * (K + 1)), std::numeric_limits<float>::quiet_NaN());
+    emu::launch({unsigned(g.blocks()), 1, 1}, detail::ChannelLastWarpRing::kThreads,
+                detail::warp_ring_smem_bytes<T>(), [&] {
+                  by_width([&](auto width) {
+                    constexpr int kWidth = decltype(width)::value;
+                    if (cs.silu)
+                      detail::depthwise_backward_channel_last_warp_ring_emulated<T, kWidth, true>(p, g, partials.data());
+                    else
+                      detail::depthwise_backward_channel_last_warp_ring_emulated<T, kWidth, false>(p, g,
+                                                                                                  partials.data());
+                  });
+                });
+  } else {
+    detail::ChannelLastGrid g = detail::make_channel_last_grid<T>(B, C, L, K, 1, vectors, true);
+    if (cs.tiles_per_block > 0) {
+      g.tiles_per_block = cs.tiles_per_block;
+      g.ranges = (g.time_tiles + g.tiles_per_block - 1) / g.tiles_per_block;
+    }
+    parts = B * g.ranges;
+    partials.assign(size_t(C * parts * (K + 1)), std::numeric_limits<float>::quiet_NaN());
+    emu::launch({unsigned(B * g.blocks()), 1, 1}, detail::ChannelLastTile::kThreads,
+                detail::channel_last_backward_smem_bytes<T>(K), [&] {
+                  by_width([&](auto width) {
+                    constexpr int kWidth = decltype(width)::value;
+                    if (cs.silu)
+                      detail::depthwise_backward_channel_last_unit_emulated<T, kWidth, true>(p, g, partials.data());
+                    else
+                      detail::depthwise_backward_channel_last_unit_emulated<T, kWidth, false>(p, g, partials.data());
+                  });
+                });
   }
-  const int64_t parts = B * g.ranges;
-  std::vector<float> partials(size_t(C * parts * (K + 1)), std::numeric_limits<float>::quiet_NaN());
-  emu::launch({unsigned(B * g.blocks()), 1, 1}, detail::ChannelLastTile::kThreads,
-              detail::channel_last_backward_smem_bytes<T>(K), [&] {
-                const auto run = [&](auto width) {
-                  constexpr int kWidth = decltype(width)::value;
-                  if (cs.silu)
-                    detail::depthwise_backward_channel_last_unit_emulated<T, kWidth, true>(p, g, partials.data());
-                  else
-                    detail::depthwise_backward_channel_last_unit_emulated<T, kWidth, false>(p, g, partials.data());
-                };
-                static_assert(detail::ChannelLastTile::kMaxBackwardWidth == 4, "one case per width");
-                switch (K) {
-                  case 2: run(std::integral_constant<int, 2>{}); break;
-                  case 3: run(std::integral_constant<int, 3>{}); break;
-                  case 4: run(std::integral_constant<int, 4>{}); break;
-                }
-              });
 
   const test::BackwardReference ref = test::reference_backward(x, w, cs.bias ? &bias : nullptr, dy, cs.silu);
 
@@ -315,6 +344,27 @@ void backward_cases() {
   run_backward<T>({1, 128, 3 * tile, 4, 1, true, true, true, 4});  // one block walks the whole sequence
 }
 
+// The per-warp ring backward (dilation 1, K 2..4, aligned rows): runs of kRunSteps with a partial
+// last run and chunk (the look-ahead past the run, and past the sequence), a partial last channel
+// tile, L = 1, L < K, a run of exactly kRunSteps, silu and bias on and off.
+template <typename T>
+void warp_ring_backward_cases() {
+  constexpr int64_t kRun = detail::ChannelLastWarpRing::kRunSteps;
+  for (int64_t k : {2, 3, 4}) {
+    for (bool silu : {false, true}) {
+      Case cs{2, 136, 2 * kRun + 5, k, 1, silu, silu};
+      cs.lane_ring = true;
+      run_backward<T>(cs);
+    }
+  }
+  for (const auto& [c, l, k] : {std::tuple<int64_t, int64_t, int64_t>{8, 1, 4}, {16, 3, 4}, {24, kRun, 3},
+                                {256, kRun + 1, 2}}) {
+    Case cs{1, c, l, k, 1, true, true};
+    cs.lane_ring = true;
+    run_backward<T>(cs);
+  }
+}
+
 TEST(DepthwiseChannelLastEmulated, ForwardFloat32) { forward_cases<float>(); }
 TEST(DepthwiseChannelLastEmulated, ForwardFloat16) { forward_cases<__half>(); }
 TEST(DepthwiseChannelLastEmulated, ForwardBFloat16) { forward_cases<__nv_bfloat16>(); }
@@ -324,6 +374,9 @@ TEST(DepthwiseChannelLastEmulated, LaneRingForwardBFloat16) { lane_ring_forward_
 TEST(DepthwiseChannelLastEmulated, PipelinedForwardFloat32) { pipelined_forward_cases<float>(); }
 TEST(DepthwiseChannelLastEmulated, PipelinedForwardFloat16) { pipelined_forward_cases<__half>(); }
 TEST(DepthwiseChannelLastEmulated, PipelinedForwardBFloat16) { pipelined_forward_cases<__nv_bfloat16>(); }
+TEST(DepthwiseChannelLastEmulated, WarpRingBackwardFloat32) { warp_ring_backward_cases<float>(); }
+TEST(DepthwiseChannelLastEmulated, WarpRingBackwardFloat16) { warp_ring_backward_cases<__half>(); }
+TEST(DepthwiseChannelLastEmulated, WarpRingBackwardBFloat16) { warp_ring_backward_cases<__nv_bfloat16>(); }
 TEST(DepthwiseChannelLastEmulated, BackwardFloat32) { backward_cases<float>(); }
 TEST(DepthwiseChannelLastEmulated, BackwardFloat16) { backward_cases<__half>(); }
 TEST(DepthwiseChannelLastEmulated, BackwardBFloat16) { backward_cases<__nv_bfloat16>(); }
