@@ -529,6 +529,60 @@ __global__ void __launch_bounds__(ChannelLastLaneRing::kThreads, ChannelLastLane
 }
 
 // ---- backward (dilation 1, H = K-1) ----
+// The dilation-1 backward's step for a thread's 4 channels, shared by its two kernels. Windows:
+// xw[k] = x at step i - (K-1-k), gw[k] = g there, i the newest step.
+template <int kWidth>
+__device__ __forceinline__ void slide_backward_windows(float (&xw)[kWidth][4], float (&gw)[kWidth][4]) {
+#pragma unroll
+  for (int k = 0; k + 1 < kWidth; ++k)
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      xw[k][i] = xw[k + 1][i];
+      gw[k][i] = gw[k + 1][i];
+    }
+}
+
+// gv: dy at step i (x at i in xw[K-1]) -> g[i] = dy[i] silu'(pre[i]), pushed into gw; with
+// own_step, the weight gradients take g[i] x[i - (K-1-k)] (dw[K]: the bias gradient).
+template <typename T, int kWidth, bool kSilu>
+__device__ __forceinline__ void take_backward_step(float (&gv)[4], const float (&xw)[kWidth][4],
+                                                   float (&gw)[kWidth][4], float (&dw)[kWidth + 1][4],
+                                                   const float (&w)[kWidth][4], const float (&bias)[4],
+                                                   bool own_step) {
+  if (kSilu) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      float pre = bias[i];
+#pragma unroll
+      for (int k = 0; k < kWidth; ++k) pre = fmaf(w[k][i], xw[k][i], pre);
+      gv[i] *= silu_derivative<T>(pre);
+    }
+  }
+#pragma unroll
+  for (int i = 0; i < 4; ++i) gw[kWidth - 1][i] = gv[i];
+  if (own_step) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+#pragma unroll
+      for (int k = 0; k < kWidth; ++k) dw[k][i] = fmaf(gv[i], xw[k][i], dw[k][i]);
+      dw[kWidth][i] += gv[i];
+    }
+  }
+}
+
+// dx at step i - (K-1): sum_k w[k] g[i - k].
+template <int kWidth>
+__device__ __forceinline__ void dx_from_g_window(const float (&w)[kWidth][4], const float (&gw)[kWidth][4],
+                                                 float (&out)[4]) {
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    float acc = 0.0f;
+#pragma unroll
+    for (int k = 0; k < kWidth; ++k) acc = fmaf(w[k][i], gw[kWidth - 1 - k][i], acc);
+    out[i] = acc;
+  }
+}
+
 // A block walks g.tiles_per_block consecutive time tiles. Per tile it stages x over
 // [t0 - H, t0 + tile + H) (the part after the tile only with silu: the pre-activation of
 // g's look-ahead) and dy over [t0, t0 + tile + H). Each thread streams down its run:
@@ -586,45 +640,16 @@ __global__ void __launch_bounds__(ChannelLastTile::kThreads, 2)
     for (int k = 1; k < kWidth; ++k) load_quad(xr + (k - 1) * kC, xw[k]);
 #pragma unroll
     for (int m = 0; m < kRun + kHalo; ++m) {  // newest step i = t0 + j0 + m
-#pragma unroll
-      for (int k = 0; k + 1 < kWidth; ++k)
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {
-          xw[k][i] = xw[k + 1][i];
-          gw[k][i] = gw[k + 1][i];
-        }
+      slide_backward_windows(xw, gw);
       if (kSilu || m < kRun) load_quad(xr + (m + kHalo) * kC, xw[kWidth - 1]);
       float gv[4];
       load_quad(dyr + m * kC, gv);
-      if (kSilu) {
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {
-          float pre = bias[i];
-#pragma unroll
-          for (int k = 0; k < kWidth; ++k) pre = fmaf(w[k][i], xw[k][i], pre);
-          gv[i] *= silu_derivative<T>(pre);
-        }
-      }
-#pragma unroll
-      for (int i = 0; i < 4; ++i) gw[kWidth - 1][i] = gv[i];
-      if (m < kRun) {  // step i is this thread's: weight gradients (zero past the sequence: dy was)
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {
-#pragma unroll
-          for (int k = 0; k < kWidth; ++k) dw[k][i] = fmaf(gv[i], xw[k][i], dw[k][i]);
-          dw[kWidth][i] += gv[i];
-        }
-      }
+      // step i is this thread's: weight gradients (zero past the sequence: dy was)
+      take_backward_step<T, kWidth, kSilu>(gv, xw, gw, dw, w, bias, m < kRun);
       if (m >= kHalo && dx) {  // dx at step i - H: sum_k w[k] g[i - k]
         const int s = m - kHalo;
         float out[4];
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {
-          float acc = 0.0f;
-#pragma unroll
-          for (int k = 0; k < kWidth; ++k) acc = fmaf(w[k][i], gw[kWidth - 1 - k][i], acc);
-          out[i] = acc;
-        }
+        dx_from_g_window(w, gw, out);
         if (s < steps) store_channel_last(dx + (t0 + j0 + s) * p.dx_stride[2], out, lane_valid, g.vectors);
       }
     }
@@ -778,45 +803,16 @@ __global__ void __launch_bounds__(ChannelLastWarpRing::kThreads)
     for (int r = 0; r < R::kChunkRows; ++r) {
       const int m = q * R::kChunkRows + r;  // newest step i = t_begin + m
       const int row = (q % R::kChunks) * R::kChunkRows + r;
-#pragma unroll
-      for (int k = 0; k + 1 < kWidth; ++k)
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {
-          xw[k][i] = xw[k + 1][i];
-          gw[k][i] = gw[k + 1][i];
-        }
+      slide_backward_windows(xw, gw);
       load_quad(x_ring + row * R::kChannels + 4 * lane, xw[kWidth - 1]);
       float gv[4];
       load_quad(dy_ring + row * R::kChannels + 4 * lane, gv);
-      if constexpr (kSilu) {
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {
-          float pre = bias[i];
-#pragma unroll
-          for (int k = 0; k < kWidth; ++k) pre = fmaf(w[k][i], xw[k][i], pre);
-          gv[i] *= silu_derivative<T>(pre);
-        }
-      }
-#pragma unroll
-      for (int i = 0; i < 4; ++i) gw[kWidth - 1][i] = gv[i];
-      if (m < steps) {  // step i is this run's: weight gradients (zero past the sequence: dy was)
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {
-#pragma unroll
-          for (int k = 0; k < kWidth; ++k) dw[k][i] = fmaf(gv[i], xw[k][i], dw[k][i]);
-          dw[kWidth][i] += gv[i];
-        }
-      }
+      // step i is this run's: weight gradients (zero past the sequence: dy was)
+      take_backward_step<T, kWidth, kSilu>(gv, xw, gw, dw, w, bias, m < steps);
       const int s = m - kHalo;  // dx at step i - H: sum_k w[k] g[i - k]
       if (dx && s >= 0 && s < steps) {
         float out[4];
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {
-          float acc = 0.0f;
-#pragma unroll
-          for (int k = 0; k < kWidth; ++k) acc = fmaf(w[k][i], gw[kWidth - 1 - k][i], acc);
-          out[i] = acc;
-        }
+        dx_from_g_window(w, gw, out);
         store_channel_last(dx + (t_begin + s) * p.dx_stride[2], out, lane_valid, true);
       }
     }
