@@ -257,7 +257,7 @@ bool channel_last_warp_ring_applies(const DepthwiseBackwardParams& p) {
 
 template <typename T, int kWidth>
 void launch_channel_last_warp_ring(const DepthwiseBackwardParams& p, float* partials, cudaStream_t stream) {
-  const WarpRingGrid g = make_warp_ring_grid(p.batch, p.channels, p.length);
+  const ChannelLastRingGrid g = make_warp_ring_grid(p.batch, p.channels, p.length);
   constexpr size_t smem = warp_ring_smem_bytes<T>();
   auto kernel = p.silu ? depthwise_backward_channel_last_warp_ring<T, kWidth, true>
                        : depthwise_backward_channel_last_warp_ring<T, kWidth, false>;

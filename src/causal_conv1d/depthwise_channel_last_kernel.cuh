@@ -383,6 +383,41 @@ __global__ void __launch_bounds__(ChannelLastTile::kThreads, 3)
   }
 }
 
+// ---- the ring kernels' grid (forward per lane, backward per warp; both off, below) ----
+// A warp owns a tile of channels of one sequence and a run of time steps; 4 warps to a block.
+constexpr int kRingWarpsPerBlock = 4;
+
+struct ChannelLastRingGrid {
+  int64_t channel_tiles;  // ceil(C / channels per warp)
+  int64_t runs;           // ceil(L / steps per run)
+  int64_t warps;          // batch * runs * channel_tiles
+  int64_t blocks() const { return (warps + kRingWarpsPerBlock - 1) / kRingWarpsPerBlock; }
+};
+
+inline ChannelLastRingGrid make_channel_last_ring_grid(int64_t batch, int64_t channels, int64_t length,
+                                                       int64_t tile_channels, int64_t run_steps) {
+  ChannelLastRingGrid g{};
+  g.channel_tiles = (channels + tile_channels - 1) / tile_channels;
+  g.runs = (length + run_steps - 1) / run_steps;
+  g.warps = batch * g.runs * g.channel_tiles;
+  return g;
+}
+
+// This thread's warp as (batch, run, first channel of its tile); false past the grid. Channel
+// tiles fastest: neighbouring warps read neighbouring channels of the same steps.
+struct RingWarp {
+  int64_t batch, run, c0;
+};
+__device__ __forceinline__ bool locate_ring_warp(const ChannelLastRingGrid& g, int64_t tile_channels, RingWarp& w) {
+  const int64_t warp = int64_t(blockIdx.x) * kRingWarpsPerBlock + threadIdx.x / 32;
+  if (warp >= g.warps) return false;
+  const int64_t rest = div_nonneg(warp, g.channel_tiles);
+  w.c0 = (warp - rest * g.channel_tiles) * tile_channels;
+  w.batch = div_nonneg(rest, g.runs);
+  w.run = rest - w.batch * g.runs;
+  return true;
+}
+
 // ---- forward on per-lane rings (kChannelLastForwardLaneRing, off) ----
 // Dilation 1, K 2..8, 16-byte aligned rows and C a multiple of the 16-byte vector. A warp owns
 // 32 vectors of channels (256 for 16-bit types, 128 for fp32) and a run of time steps; lane l
@@ -400,8 +435,7 @@ __global__ void __launch_bounds__(ChannelLastTile::kThreads, 3)
 constexpr bool kChannelLastForwardLaneRing = false;
 
 struct ChannelLastLaneRing {
-  static constexpr int kWarps = 4;  // per block
-  static constexpr int kThreads = 32 * kWarps;
+  static constexpr int kThreads = 32 * kRingWarpsPerBlock;
   static constexpr int kChunkRows = 4;  // time steps per cp.async group
   static constexpr int kChunks = 4;     // ring slots of a lane
   static constexpr int kRows = kChunkRows * kChunks;
@@ -415,20 +449,9 @@ constexpr int lane_ring_channels() {
   return 32 * Vec16<T>::kElems;
 }
 
-struct LaneRingGrid {
-  int64_t channel_tiles;  // ceil(C / lane_ring_channels)
-  int64_t runs;           // ceil(L / kRunSteps)
-  int64_t warps;          // batch * runs * channel_tiles
-  int64_t blocks() const { return (warps + ChannelLastLaneRing::kWarps - 1) / ChannelLastLaneRing::kWarps; }
-};
-
 template <typename T>
-inline LaneRingGrid make_lane_ring_grid(int64_t batch, int64_t channels, int64_t length) {
-  LaneRingGrid g{};
-  g.channel_tiles = (channels + lane_ring_channels<T>() - 1) / lane_ring_channels<T>();
-  g.runs = (length + ChannelLastLaneRing::kRunSteps - 1) / ChannelLastLaneRing::kRunSteps;
-  g.warps = batch * g.runs * g.channel_tiles;
-  return g;
+inline ChannelLastRingGrid make_lane_ring_grid(int64_t batch, int64_t channels, int64_t length) {
+  return make_channel_last_ring_grid(batch, channels, length, lane_ring_channels<T>(), ChannelLastLaneRing::kRunSteps);
 }
 
 // vectors: x's and y's rows 16-byte aligned (and C a multiple of the vector).
@@ -439,23 +462,19 @@ inline bool channel_last_forward_lane_ring(int64_t channels, int64_t width, int6
 }
 
 constexpr size_t lane_ring_smem_bytes() {
-  return size_t(ChannelLastLaneRing::kWarps) * ChannelLastLaneRing::kRows * 32 * 16;
+  return size_t(kRingWarpsPerBlock) * ChannelLastLaneRing::kRows * 32 * 16;
 }
 
 template <typename T, int kWidth>
 __global__ void __launch_bounds__(ChannelLastLaneRing::kThreads, ChannelLastLaneRing::kMinBlocksPerSm)
-    depthwise_forward_channel_last_lane_ring(DepthwiseForwardParams p, LaneRingGrid g) {
+    depthwise_forward_channel_last_lane_ring(DepthwiseForwardParams p, ChannelLastRingGrid g) {
   using R = ChannelLastLaneRing;
   constexpr int kVec = Vec16<T>::kElems;
   const int lane = int(threadIdx.x) % 32;
-  const int64_t warp = int64_t(blockIdx.x) * R::kWarps + threadIdx.x / 32;
-  if (warp >= g.warps) return;  // no barriers below: a thread may leave alone
-  // warp -> (batch, run, channel tile), channel tiles fastest: neighbouring warps read
-  // neighbouring channels of the same steps.
-  const int64_t rest = div_nonneg(warp, g.channel_tiles);
-  const int64_t tile = warp - rest * g.channel_tiles;
-  const int64_t b = div_nonneg(rest, g.runs), run = rest - b * g.runs;
-  const int64_t c = tile * lane_ring_channels<T>() + lane * kVec;  // this lane's first channel
+  RingWarp rw;
+  if (!locate_ring_warp(g, lane_ring_channels<T>(), rw)) return;  // no barriers below: a thread may leave alone
+  const int64_t b = rw.batch, run = rw.run;
+  const int64_t c = rw.c0 + lane * kVec;  // this lane's first channel
   const bool lane_valid = c < p.channels;                           // C % kVec == 0: all or none
   const int64_t n = p.length, t_begin = run * R::kRunSteps;
   const int steps = int(std::min(int64_t(R::kRunSteps), n - t_begin));
@@ -688,8 +707,7 @@ __global__ void __launch_bounds__(ChannelLastTile::kThreads, 2)
 constexpr bool kChannelLastBackwardWarpRing = false;
 
 struct ChannelLastWarpRing {
-  static constexpr int kWarps = 4;  // per block
-  static constexpr int kThreads = 32 * kWarps;
+  static constexpr int kThreads = 32 * kRingWarpsPerBlock;
   static constexpr int kChannels = 128;  // per warp, 4 per lane
   static constexpr int kChunkRows = 4;   // time steps per cp.async group
   static constexpr int kChunks = 4;      // ring slots
@@ -698,19 +716,10 @@ struct ChannelLastWarpRing {
   static constexpr int kMaxWidth = 4;
 };
 
-struct WarpRingGrid {
-  int64_t channel_tiles;  // ceil(C / 128)
-  int64_t runs;           // ceil(L / kRunSteps): the weight-gradient partials per channel and batch
-  int64_t warps;          // batch * runs * channel_tiles
-  int64_t blocks() const { return (warps + ChannelLastWarpRing::kWarps - 1) / ChannelLastWarpRing::kWarps; }
-};
-
-inline WarpRingGrid make_warp_ring_grid(int64_t batch, int64_t channels, int64_t length) {
-  WarpRingGrid g{};
-  g.channel_tiles = (channels + ChannelLastWarpRing::kChannels - 1) / ChannelLastWarpRing::kChannels;
-  g.runs = (length + ChannelLastWarpRing::kRunSteps - 1) / ChannelLastWarpRing::kRunSteps;
-  g.warps = batch * g.runs * g.channel_tiles;
-  return g;
+// Its runs are the weight-gradient partials per channel and batch.
+inline ChannelLastRingGrid make_warp_ring_grid(int64_t batch, int64_t channels, int64_t length) {
+  return make_channel_last_ring_grid(batch, channels, length, ChannelLastWarpRing::kChannels,
+                                     ChannelLastWarpRing::kRunSteps);
 }
 
 // vectors: x's, dy's and dx's rows 16-byte aligned.
@@ -723,25 +732,22 @@ inline bool channel_last_backward_warp_ring(int64_t channels, int64_t width, int
 // Per warp: x's and dy's rings, kRows rows of 128 channels each.
 template <typename T>
 constexpr size_t warp_ring_smem_bytes() {
-  return size_t(ChannelLastWarpRing::kWarps) * 2 * ChannelLastWarpRing::kRows * ChannelLastWarpRing::kChannels *
+  return size_t(kRingWarpsPerBlock) * 2 * ChannelLastWarpRing::kRows * ChannelLastWarpRing::kChannels *
          sizeof(T);
 }
 
 template <typename T, int kWidth, bool kSilu>
 __global__ void __launch_bounds__(ChannelLastWarpRing::kThreads)
-    depthwise_backward_channel_last_warp_ring(DepthwiseBackwardParams p, WarpRingGrid g, float* partials) {
+    depthwise_backward_channel_last_warp_ring(DepthwiseBackwardParams p, ChannelLastRingGrid g, float* partials) {
   using R = ChannelLastWarpRing;
   constexpr int kVec = Vec16<T>::kElems, kRowVectors = R::kChannels / kVec;  // 16-byte vectors per row
   constexpr int kChunkVectors = R::kChunkRows * kRowVectors;                    // per chunk and tensor
   static_assert(kChunkVectors % 32 == 0, "whole copies per lane");
   constexpr int kHalo = kWidth - 1;
   const int lane = int(threadIdx.x) % 32;
-  const int64_t warp = int64_t(blockIdx.x) * R::kWarps + threadIdx.x / 32;
-  if (warp >= g.warps) return;  // whole warps: the __syncwarp calls below see full warps
-  const int64_t rest = div_nonneg(warp, g.channel_tiles);
-  const int64_t tile = warp - rest * g.channel_tiles;
-  const int64_t b = div_nonneg(rest, g.runs), run = rest - b * g.runs;
-  const int64_t c0 = tile * R::kChannels;
+  RingWarp rw;
+  if (!locate_ring_warp(g, R::kChannels, rw)) return;  // whole warps: the __syncwarp calls below see full warps
+  const int64_t b = rw.batch, run = rw.run, c0 = rw.c0;
   const int lane_valid = int(std::min(int64_t(R::kChannels), p.channels - c0)) - 4 * lane;  // channels of the lane's 4
   const int64_t n = p.length, t_begin = run * R::kRunSteps;
   const int steps = int(std::min(int64_t(R::kRunSteps), n - t_begin));  // dx steps of the run

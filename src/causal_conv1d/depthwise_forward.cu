@@ -92,7 +92,7 @@ void launch_channel_last(const DepthwiseForwardParams& p, const ChannelLastGrid&
 }
 
 template <typename T, int kWidth>
-void launch_lane_ring(const DepthwiseForwardParams& p, const LaneRingGrid& g, cudaStream_t stream) {
+void launch_lane_ring(const DepthwiseForwardParams& p, const ChannelLastRingGrid& g, cudaStream_t stream) {
   constexpr size_t smem = lane_ring_smem_bytes();
   if constexpr (smem > 48 * 1024)
     check_cuda(cudaFuncSetAttribute(depthwise_forward_channel_last_lane_ring<T, kWidth>,
@@ -110,7 +110,7 @@ bool try_launch_channel_last(const DepthwiseForwardParams& p, bool channel_last,
   const int64_t strides_x[2] = {p.x_stride[0], p.x_stride[2]}, strides_y[2] = {p.y_stride[0], p.y_stride[2]};
   const bool vectors = vector_aligned<T>(p.x, strides_x, 2) && vector_aligned<T>(p.y, strides_y, 2);
   if (channel_last_forward_lane_ring<T>(p.channels, p.width, p.dilation, vectors)) {
-    const LaneRingGrid g = make_lane_ring_grid<T>(p.batch, p.channels, p.length);
+    const ChannelLastRingGrid g = make_lane_ring_grid<T>(p.batch, p.channels, p.length);
     if (g.blocks() <= kMaxGridX) {
       switch (p.width) {
         case 2: launch_lane_ring<T, 2>(p, g, stream); break;

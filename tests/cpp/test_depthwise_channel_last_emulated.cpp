@@ -127,7 +127,7 @@ void run_forward(const Case& cs) {
       cs.lane_ring || (cs.tiles_per_block == 0 && detail::channel_last_forward_lane_ring<T>(C, K, cs.dilation, vectors));
   if (lane_ring) {
     ASSERT_TRUE(vectors && C % detail::Vec16<T>::kElems == 0 && cs.dilation == 1 && K >= 2 && K <= 8);
-    const detail::LaneRingGrid g = detail::make_lane_ring_grid<T>(B, C, L);
+    const detail::ChannelLastRingGrid g = detail::make_lane_ring_grid<T>(B, C, L);
     emu::launch({unsigned(g.blocks()), 1, 1}, detail::ChannelLastLaneRing::kThreads, detail::lane_ring_smem_bytes(),
                 [&] {
                   switch (K) {
@@ -230,7 +230,7 @@ void run_backward(const Case& cs) {
   };
   if (warp_ring) {
     ASSERT_TRUE(vectors && C % detail::Vec16<T>::kElems == 0);
-    const detail::WarpRingGrid g = detail::make_warp_ring_grid(B, C, L);
+    const detail::ChannelLastRingGrid g = detail::make_warp_ring_grid(B, C, L);
     parts = B * g.runs;
     partials.assign(size_t(C * parts * (K + 1)), std::numeric_limits<float>::quiet_NaN());
     emu::launch({unsigned(g.blocks()), 1, 1}, detail::ChannelLastWarpRing::kThreads,
