@@ -136,6 +136,19 @@ __device__ __forceinline__ float* channel_last_shared() {
 
 // dst[r][c] = src[(first + r) * t_stride + c] for r < rows, c < 128, as stored; zero for
 // steps outside [0, n) and channels from valid_channels on. src: channel c0 of one sequence.
+// Element by element (rows not 16-byte aligned).
+template <typename T>
+__device__ __forceinline__ void stage_channel_last_elements(T* dst, const T* src, int64_t t_stride, int64_t first,
+                                                            int rows, int64_t n, int valid_channels) {
+  constexpr int kC = ChannelLastTile::kChannels;
+  for (int i = int(threadIdx.x); i < rows * kC; i += ChannelLastTile::kThreads) {
+    const int r = i / kC, c = i % kC;
+    const int64_t t = first + r;
+    dst[r * kC + c] = t >= 0 && t < n && c < valid_channels ? src[t * t_stride + c] : from_float<T>(0.0f);
+  }
+}
+
+// As stage_channel_last_elements; 16-byte cp.async copies when `vectors`, waited for here.
 template <typename T>
 __device__ __forceinline__ void stage_channel_last(T* dst, const T* src, int64_t t_stride, int64_t first, int rows,
                                                    int64_t n, int valid_channels, bool vectors) {
@@ -153,11 +166,7 @@ __device__ __forceinline__ void stage_channel_last(T* dst, const T* src, int64_t
     }
     copy_async_wait_all();
   } else {
-    for (int i = int(threadIdx.x); i < rows * kC; i += ChannelLastTile::kThreads) {
-      const int r = i / kC, c = i % kC;
-      const int64_t t = first + r;
-      dst[r * kC + c] = t >= 0 && t < n && c < valid_channels ? src[t * t_stride + c] : from_float<T>(0.0f);
-    }
+    stage_channel_last_elements(dst, src, t_stride, first, rows, n, valid_channels);
   }
 }
 
@@ -177,11 +186,7 @@ __device__ __forceinline__ void issue_channel_last_stage(T* dst, const T* src, i
       cp_async16(dst + r * kC + c, inside ? src + t * t_stride + c : src, inside ? 16 : 0);
     }
   } else {
-    for (int i = int(threadIdx.x); i < rows * kC; i += ChannelLastTile::kThreads) {
-      const int r = i / kC, c = i % kC;
-      const int64_t t = first + r;
-      dst[r * kC + c] = t >= 0 && t < n && c < valid_channels ? src[t * t_stride + c] : from_float<T>(0.0f);
-    }
+    stage_channel_last_elements(dst, src, t_stride, first, rows, n, valid_channels);
   }
 }
 
