@@ -251,20 +251,20 @@ ChannelLastGrid channel_last_unit_grid(const DepthwiseBackwardParams& p) {
 // Only with channel_last_applies: the per-warp ring kernel's conditions, a grid that fits.
 template <typename T>
 bool channel_last_warp_ring_applies(const DepthwiseBackwardParams& p) {
-  return channel_last_backward_warp_ring<T>(p.channels, p.width, p.dilation, channel_last_vectors<T>(p)) &&
-         make_warp_ring_grid(p.batch, p.channels, p.length).blocks() <= kMaxGridX;
+  return channel_last_backward_warp_ring<T>(p.channels, p.width, p.dilation, channel_last_vectors<T>(p), p.silu) &&
+         make_warp_ring_grid(p.batch, p.channels, p.length).blocks <= kMaxGridX;
 }
 
 template <typename T, int kWidth>
 void launch_channel_last_warp_ring(const DepthwiseBackwardParams& p, float* partials, cudaStream_t stream) {
-  const ChannelLastRingGrid g = make_warp_ring_grid(p.batch, p.channels, p.length);
+  const WarpRingGrid g = make_warp_ring_grid(p.batch, p.channels, p.length);
   constexpr size_t smem = warp_ring_smem_bytes<T>();
   auto kernel = p.silu ? depthwise_backward_channel_last_warp_ring<T, kWidth, true>
                        : depthwise_backward_channel_last_warp_ring<T, kWidth, false>;
   if constexpr (smem > 48 * 1024)
     check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)),
                "causal_conv1d backward (depthwise, channel-last)");
-  kernel<<<unsigned(g.blocks()), ChannelLastWarpRing::kThreads, smem, stream>>>(p, g, partials);
+  kernel<<<unsigned(g.blocks), ChannelLastWarpRing::kThreads, smem, stream>>>(p, g, partials);
 }
 
 // Only with channel_last_applies: dilation 1, a width with a kernel, a grid that fits.
@@ -388,7 +388,7 @@ void launch_window(const DepthwiseBackwardParams& p, WindowRows rows, float* par
 template <typename T>
 int64_t parts_per_channel(const DepthwiseBackwardParams& p) {
   if (channel_last_applies<T>(p))
-    return p.batch * (channel_last_warp_ring_applies<T>(p) ? make_warp_ring_grid(p.batch, p.channels, p.length).runs
+    return p.batch * (channel_last_warp_ring_applies<T>(p) ? make_warp_ring_grid(p.batch, p.channels, p.length).run_groups
                       : channel_last_unit_applies<T>(p)    ? channel_last_unit_grid<T>(p).ranges
                                                            : make_channel_last_tiling(p).time_tiles);
   if (const WindowRows rows = window_rows<T>(p); rows != WindowRows::none)

@@ -388,7 +388,7 @@ __global__ void __launch_bounds__(ChannelLastTile::kThreads, 3)
   }
 }
 
-// ---- the ring kernels' grid (forward per lane, backward per warp; both off, below) ----
+// ---- the ring kernels' grid (forward per lane, backward per warp, below) ----
 // A warp owns a tile of channels of one sequence and a run of time steps; 4 warps to a block.
 constexpr int kRingWarpsPerBlock = 4;
 
@@ -423,21 +423,19 @@ __device__ __forceinline__ bool locate_ring_warp(const ChannelLastRingGrid& g, i
   return true;
 }
 
-// ---- forward on per-lane rings (kChannelLastForwardLaneRing, off) ----
+// ---- forward on per-lane rings ----
 // Dilation 1, K 2..8, 16-byte aligned rows and C a multiple of the 16-byte vector. A warp owns
 // 32 vectors of channels (256 for 16-bit types, 128 for fp32) and a run of time steps; lane l
 // copies and computes only its own vector of channels, so its ring in shared memory is its own:
 // no barrier of any kind, each thread streams down its run with kChunks - 1 chunks of rows in
 // flight while it computes one, and its K-step window carries from chunk to chunk in registers.
-// The tile kernels above wait at block barriers between staging and compute; with silu their
-// compute phase lengthens and their copies stop (session 17: bf16 B4 C4096 L8192 K4 0.143 ms,
-// with silu 0.173, Dao 0.170; fp32 on the two-tile ring lost to fewer bytes in flight). ptxas
-// (CUDA 13.0, no spills): bf16 K4 128 registers, so 4 blocks of 4 warps per SM and 16 x 3 chunks
-// x 2 KB = 96 KB in flight; K8 197; fp32 K4 80. Predicted: the silu forward near the no-silu
-// time, both near the channel-first window kernel's 93 % of copy. Written in session 17 after
-// its last GPU call: off until the H200 has timed it side by side (emulation-tested). Knobs for
-// that A/B: kChunks (6: 160 KB in flight at 4 blocks/SM) and kMinBlocksPerSm.
-constexpr bool kChannelLastForwardLaneRing = false;
+// The tile kernels above wait at block barriers between staging and compute, so silu's compute
+// phase shows almost whole. ptxas (CUDA 13.0, no spills): bf16 K4 128 registers (4 blocks of 4
+// warps per SM, 96 KB in flight), K8 197, fp32 K4 80. Measured (session 18, B4 C4096 L8192 K4,
+// CUDA graphs): bf16 with bias and silu 0.159 ms against the two-tile ring's 0.174 (Dao 0.170);
+// fp32 0.281 against the staged kernel's 0.284; bf16 without silu 0.147 against the two-tile
+// ring's 0.143, which keeps the 16-bit calls without silu (runs of 64 or 256 steps and 6 ring
+// slots: within 0.002 ms).
 
 struct ChannelLastLaneRing {
   static constexpr int kThreads = 32 * kRingWarpsPerBlock;
@@ -461,9 +459,10 @@ inline ChannelLastRingGrid make_lane_ring_grid(int64_t batch, int64_t channels, 
 
 // vectors: x's and y's rows 16-byte aligned (and C a multiple of the vector).
 template <typename T>
-inline bool channel_last_forward_lane_ring(int64_t channels, int64_t width, int64_t dilation, bool vectors) {
-  return kChannelLastForwardLaneRing && vectors && channels % Vec16<T>::kElems == 0 && dilation == 1 &&
-         width >= 2 && width <= ChannelLastTile::kMaxUnrolledWidth;
+inline bool channel_last_forward_lane_ring(int64_t channels, int64_t width, int64_t dilation, bool vectors,
+                                           bool silu) {
+  return (silu || sizeof(T) == 4) && vectors && channels % Vec16<T>::kElems == 0 && dilation == 1 && width >= 2 &&
+         width <= ChannelLastTile::kMaxUnrolledWidth;
 }
 
 constexpr size_t lane_ring_smem_bytes() {
@@ -698,18 +697,16 @@ __global__ void __launch_bounds__(ChannelLastTile::kThreads, 2)
   }
 }
 
-// ---- backward on per-warp rings (kChannelLastBackwardWarpRing, off) ----
+// ---- backward on per-warp rings (with silu) ----
 // Dilation 1, K 2..4, x, dy and dx with 16-byte aligned rows, C a multiple of the vector. A
 // warp owns 128 channels (lane l: 4l..4l+3) and a run of kRunSteps dx steps; it streams x and dy
 // down the run plus the K-1 steps after it (the look-ahead of dx, whose g it recomputes) through
 // a ring of cp.async chunks, kChunks - 1 in flight while it computes one, and does what the unit
 // kernel above does per step: g[i] = dy[i] silu'(pre[i]) into a K-step window, dx[i - (K-1)]
-// out, g[i] x[i - (K-1-k)] into the weight-gradient sums, which become the warp's own partial
-// (one per channel, batch and run: no block reduction). Only __syncwarp: the unit kernel's
-// block barriers between staging and compute are what its silu calls pay for (session 17: bf16
-// B4 C4096 L8192 K4 silu fwd+bwd 0.512 ms, 0.380 without silu; byte floor 0.313). Written in
-// session 17 after its last GPU call: off until the H200 has timed it (emulation-tested).
-constexpr bool kChannelLastBackwardWarpRing = false;
+// out, g[i] x[i - (K-1-k)] into the weight-gradient sums. Only __syncwarp until the block adds
+// its warps' sums. The unit kernel's block barriers between staging and compute are what its
+// silu calls pay for: ncu (session 18, bf16 B4 C4096 L8192 K4) 330 us for the unit kernel with
+// silu, 296 for this one; without silu 229 against 248, so those calls keep the unit kernel.
 
 struct ChannelLastWarpRing {
   static constexpr int kThreads = 32 * kRingWarpsPerBlock;
@@ -721,17 +718,32 @@ struct ChannelLastWarpRing {
   static constexpr int kMaxWidth = 4;
 };
 
-// Its runs are the weight-gradient partials per channel and batch.
-inline ChannelLastRingGrid make_warp_ring_grid(int64_t batch, int64_t channels, int64_t length) {
-  return make_channel_last_ring_grid(batch, channels, length, ChannelLastWarpRing::kChannels,
-                                     ChannelLastWarpRing::kRunSteps);
+// A block's warps take kRingWarpsPerBlock consecutive runs of one channel tile (channel tiles
+// fastest across blocks) and add their weight-gradient sums in order: one partial per channel,
+// batch and run group. A partial per run (call 2 of session 18) made 21 MB of partials at
+// B4 C4096 L8192, whose reduction cost more than the ring saved.
+struct WarpRingGrid {
+  int64_t channel_tiles;  // ceil(C / 128)
+  int64_t run_groups;     // ceil(runs / kRingWarpsPerBlock)
+  int64_t blocks;         // batch * run_groups * channel_tiles
+};
+
+inline WarpRingGrid make_warp_ring_grid(int64_t batch, int64_t channels, int64_t length) {
+  const ChannelLastRingGrid runs = make_channel_last_ring_grid(batch, channels, length, ChannelLastWarpRing::kChannels,
+                                                               ChannelLastWarpRing::kRunSteps);
+  WarpRingGrid g{};
+  g.channel_tiles = runs.channel_tiles;
+  g.run_groups = (runs.runs + kRingWarpsPerBlock - 1) / kRingWarpsPerBlock;
+  g.blocks = batch * g.run_groups * g.channel_tiles;
+  return g;
 }
 
 // vectors: x's, dy's and dx's rows 16-byte aligned.
 template <typename T>
-inline bool channel_last_backward_warp_ring(int64_t channels, int64_t width, int64_t dilation, bool vectors) {
-  return kChannelLastBackwardWarpRing && vectors && channels % Vec16<T>::kElems == 0 && dilation == 1 &&
-         width >= 2 && width <= ChannelLastWarpRing::kMaxWidth;
+inline bool channel_last_backward_warp_ring(int64_t channels, int64_t width, int64_t dilation, bool vectors,
+                                            bool silu) {
+  return silu && vectors && channels % Vec16<T>::kElems == 0 && dilation == 1 && width >= 2 &&
+         width <= ChannelLastWarpRing::kMaxWidth;
 }
 
 // Per warp: x's and dy's rings, kRows rows of 128 channels each.
@@ -743,20 +755,21 @@ constexpr size_t warp_ring_smem_bytes() {
 
 template <typename T, int kWidth, bool kSilu>
 __global__ void __launch_bounds__(ChannelLastWarpRing::kThreads)
-    depthwise_backward_channel_last_warp_ring(DepthwiseBackwardParams p, ChannelLastRingGrid g, float* partials) {
+    depthwise_backward_channel_last_warp_ring(DepthwiseBackwardParams p, WarpRingGrid g, float* partials) {
   using R = ChannelLastWarpRing;
   constexpr int kVec = Vec16<T>::kElems, kRowVectors = R::kChannels / kVec;  // 16-byte vectors per row
   constexpr int kChunkVectors = R::kChunkRows * kRowVectors;                    // per chunk and tensor
   static_assert(kChunkVectors % 32 == 0, "whole copies per lane");
   constexpr int kHalo = kWidth - 1;
-  const int lane = int(threadIdx.x) % 32;
-  RingWarp rw;
-  if (!locate_ring_warp(g, R::kChannels, rw)) return;  // whole warps: the __syncwarp calls below see full warps
-  const int64_t b = rw.batch, run = rw.run, c0 = rw.c0;
+  const int lane = int(threadIdx.x) % 32, warp = int(threadIdx.x) / 32;
+  const int64_t rest = div_nonneg(int64_t(blockIdx.x), g.channel_tiles);
+  const int64_t c0 = (int64_t(blockIdx.x) - rest * g.channel_tiles) * R::kChannels;
+  const int64_t b = div_nonneg(rest, g.run_groups), group = rest - b * g.run_groups;
   const int lane_valid = int(std::min(int64_t(R::kChannels), p.channels - c0)) - 4 * lane;  // channels of the lane's 4
-  const int64_t n = p.length, t_begin = run * R::kRunSteps;
-  const int steps = int(std::min(int64_t(R::kRunSteps), n - t_begin));  // dx steps of the run
-  const int chunks = (steps + kHalo + R::kChunkRows - 1) / R::kChunkRows;  // streamed: the run and its look-ahead
+  const int64_t n = p.length, t_begin = (group * kRingWarpsPerBlock + warp) * R::kRunSteps;
+  // dx steps of the run; none for a warp past the last run (it still joins the block's sum)
+  const int steps = int(std::max(int64_t(0), std::min(int64_t(R::kRunSteps), n - t_begin)));
+  const int chunks = steps > 0 ? (steps + kHalo + R::kChunkRows - 1) / R::kChunkRows : 0;  // the run and its look-ahead
   const T* x = static_cast<const T*>(p.x) + b * p.x_stride[0] + c0;
   const T* dy = static_cast<const T*>(p.dy) + b * p.dy_stride[0] + c0;
   T* dx = p.dx ? static_cast<T*>(p.dx) + b * p.dx_stride[0] + c0 + 4 * lane : nullptr;
@@ -796,7 +809,7 @@ __global__ void __launch_bounds__(ChannelLastWarpRing::kThreads)
 #pragma unroll
   for (int k = 1; k < kWidth; ++k) {  // the K-1 steps before the run, straight from global memory
     const int64_t t = t_begin - (kWidth - k);
-    if (lane_valid > 0 && t >= 0)
+    if (lane_valid > 0 && steps > 0 && t >= 0)
       load_quad(x + t * p.x_stride[2] + 4 * lane, xw[k]);
     else
 #pragma unroll
@@ -830,12 +843,25 @@ __global__ void __launch_bounds__(ChannelLastWarpRing::kThreads)
   }
   cp_async_wait<0>();  // no copy outlives the block's shared memory
   if (!partials) return;
-  const int64_t parts = p.batch * g.runs, part = b * g.runs + run;
+  // The warps' sums over the drained rings, then added in warp order: the run order.
+  __syncthreads();
+  float* const sums = reinterpret_cast<float*>(channel_last_shared());  // [warps][kWidth + 1][128]
+  static_assert(size_t(kRingWarpsPerBlock) * (kWidth + 1) * R::kChannels * sizeof(float) <= warp_ring_smem_bytes<T>(),
+                "the sums fit in the rings");
 #pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    if (i >= lane_valid) break;
+  for (int k = 0; k <= kWidth; ++k)
 #pragma unroll
-    for (int k = 0; k <= kWidth; ++k) partials[((c0 + 4 * lane + i) * parts + part) * (kWidth + 1) + k] = dw[k][i];
+    for (int i = 0; i < 4; ++i) sums[(warp * (kWidth + 1) + k) * R::kChannels + 4 * lane + i] = dw[k][i];
+  __syncthreads();
+  const int64_t parts = p.batch * g.run_groups, part = b * g.run_groups + group;
+  const int valid_channels = int(std::min(int64_t(R::kChannels), p.channels - c0));
+  for (int e = int(threadIdx.x); e < (kWidth + 1) * R::kChannels; e += R::kThreads) {
+    const int c = e / (kWidth + 1), k = e % (kWidth + 1);  // neighbouring threads: neighbouring slots
+    if (c >= valid_channels) continue;
+    float total = 0.0f;
+#pragma unroll
+    for (int v = 0; v < kRingWarpsPerBlock; ++v) total += sums[(v * (kWidth + 1) + k) * R::kChannels + c];
+    partials[((c0 + c) * parts + part) * (kWidth + 1) + k] = total;
   }
 }
 

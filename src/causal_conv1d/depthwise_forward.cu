@@ -109,7 +109,7 @@ bool try_launch_channel_last(const DepthwiseForwardParams& p, bool channel_last,
   if (!channel_last || (p.width - 1) * p.dilation > kMaxChannelLastReach) return false;
   const int64_t strides_x[2] = {p.x_stride[0], p.x_stride[2]}, strides_y[2] = {p.y_stride[0], p.y_stride[2]};
   const bool vectors = vector_aligned<T>(p.x, strides_x, 2) && vector_aligned<T>(p.y, strides_y, 2);
-  if (channel_last_forward_lane_ring<T>(p.channels, p.width, p.dilation, vectors)) {
+  if (channel_last_forward_lane_ring<T>(p.channels, p.width, p.dilation, vectors, p.silu)) {
     const ChannelLastRingGrid g = make_lane_ring_grid<T>(p.batch, p.channels, p.length);
     if (g.blocks() <= kMaxGridX) {
       switch (p.width) {

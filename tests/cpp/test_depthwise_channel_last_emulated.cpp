@@ -51,9 +51,8 @@ struct Case {
   // 0: the launcher's choice; forward > 0: the pipelined kernel (dilation 1, K 2..8) walking that
   // many tiles per block, for fp32 too (the launcher takes it for 16-bit types only).
   int64_t tiles_per_block = 0;
-  // The ring kernels (aligned rows, C % vector == 0, dilation 1), whatever their flags say:
-  // forward per lane (K 2..8, kChannelLastForwardLaneRing), backward per warp (K 2..4,
-  // kChannelLastBackwardWarpRing).
+  // The ring kernels (aligned rows, C % vector == 0, dilation 1), whatever the launcher would
+  // take: forward per lane (K 2..8), backward per warp (K 2..4).
   bool lane_ring = false;
 };
 
@@ -124,7 +123,7 @@ void run_forward(const Case& cs) {
   EXPECT_EQ(vectors, cs.aligned);
   // As try_launch_channel_last in depthwise_forward.cu picks the kernel.
   const bool lane_ring =
-      cs.lane_ring || (cs.tiles_per_block == 0 && detail::channel_last_forward_lane_ring<T>(C, K, cs.dilation, vectors));
+      cs.lane_ring || (cs.tiles_per_block == 0 && detail::channel_last_forward_lane_ring<T>(C, K, cs.dilation, vectors, cs.silu));
   if (lane_ring) {
     ASSERT_TRUE(vectors && C % detail::Vec16<T>::kElems == 0 && cs.dilation == 1 && K >= 2 && K <= 8);
     const detail::ChannelLastRingGrid g = detail::make_lane_ring_grid<T>(B, C, L);
@@ -216,7 +215,7 @@ void run_backward(const Case& cs) {
   EXPECT_EQ(vectors, cs.aligned);
   // As launch_channel_last in depthwise_backward.cu picks the kernel.
   const bool warp_ring =
-      cs.lane_ring || (cs.tiles_per_block == 0 && detail::channel_last_backward_warp_ring<T>(C, K, 1, vectors));
+      cs.lane_ring || (cs.tiles_per_block == 0 && detail::channel_last_backward_warp_ring<T>(C, K, 1, vectors, cs.silu));
   std::vector<float> partials;
   int64_t parts = 0;
   const auto by_width = [&](auto launch) {
@@ -230,10 +229,10 @@ void run_backward(const Case& cs) {
   };
   if (warp_ring) {
     ASSERT_TRUE(vectors && C % detail::Vec16<T>::kElems == 0);
-    const detail::ChannelLastRingGrid g = detail::make_warp_ring_grid(B, C, L);
-    parts = B * g.runs;
+    const detail::WarpRingGrid g = detail::make_warp_ring_grid(B, C, L);
+    parts = B * g.run_groups;
     partials.assign(size_t(C * parts * (K + 1)), std::numeric_limits<float>::quiet_NaN());
-    emu::launch({unsigned(g.blocks()), 1, 1}, detail::ChannelLastWarpRing::kThreads,
+    emu::launch({unsigned(g.blocks), 1, 1}, detail::ChannelLastWarpRing::kThreads,
                 detail::warp_ring_smem_bytes<T>(), [&] {
                   by_width([&](auto width) {
                     constexpr int kWidth = decltype(width)::value;
@@ -345,8 +344,9 @@ void backward_cases() {
 }
 
 // The per-warp ring backward (dilation 1, K 2..4, aligned rows): runs of kRunSteps with a partial
-// last run and chunk (the look-ahead past the run, and past the sequence), a partial last channel
-// tile, L = 1, L < K, a run of exactly kRunSteps, silu and bias on and off.
+// last run and chunk (the look-ahead past the run, and past the sequence), blocks with warps past
+// the last run, a partial last channel tile, L = 1, L < K, a run of exactly kRunSteps, silu and
+// bias on and off.
 template <typename T>
 void warp_ring_backward_cases() {
   constexpr int64_t kRun = detail::ChannelLastWarpRing::kRunSteps;
@@ -357,8 +357,9 @@ void warp_ring_backward_cases() {
       run_backward<T>(cs);
     }
   }
+  // 9 runs: two full run groups of a block's warps and one with a single run
   for (const auto& [c, l, k] : {std::tuple<int64_t, int64_t, int64_t>{8, 1, 4}, {16, 3, 4}, {24, kRun, 3},
-                                {256, kRun + 1, 2}}) {
+                                {256, kRun + 1, 2}, {128, 8 * kRun + 3, 4}}) {
     Case cs{1, c, l, k, 1, true, true};
     cs.lane_ring = true;
     run_backward<T>(cs);

@@ -138,12 +138,14 @@ def test_channel_last_forward_paths(dtype, k, dilation, seeded):
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("k", [2, 4, 7])
 def test_channel_last_forward_tile_walks(dtype, k, seeded):
-    # Enough blocks that the pipelined forward walks several time tiles per block (bf16: 2, fp32:
-    # 4), the last range of each sequence one partial tile; into a NaN-filled output.
+    # Enough blocks that the pipelined forward (bf16 without silu) walks several time tiles per
+    # block, the last range of each sequence one partial tile, and that the lane ring (fp32, and
+    # bf16 with silu) has 127 runs per sequence, the last of 5 steps; into a NaN-filled output.
     x, w, bias = make_inputs(2, 1024, 126 * 128 + 5, k, dtype, "channel_last", with_bias=True)
-    y = forward_into_poisoned(x, w, bias, 1, "silu", True)
-    ref = causalconv.reference.causal_conv1d(x, w, bias, 1, None, "silu")
-    assert_close_to_reference(y, ref, dtype)
+    for activation in (None, "silu"):
+        y = forward_into_poisoned(x, w, bias, 1, activation, True)
+        ref = causalconv.reference.causal_conv1d(x, w, bias, 1, None, activation)
+        assert_close_to_reference(y, ref, dtype, f"activation={activation}")
 
 
 @requires_cuda
@@ -163,10 +165,12 @@ def test_channel_last_backward_unit_dilation(dtype, k, seeded):
 @requires_cuda
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_channel_last_backward_tile_walks(dtype, seeded):
-    # Enough blocks that each walks several time tiles (bf16: 2, fp32: 4 per block), with
-    # the weight gradients carried across them.
+    # Without silu, enough blocks of the unit kernel that each walks several time tiles (bf16: 2,
+    # fp32: 4 per block), the weight gradients carried across them; with silu, the warp ring's
+    # 32 run groups per sequence.
     x, w, bias = make_inputs(2, 1024, 16384, 4, dtype, "channel_last", with_bias=True)
-    check_grads(x, w, bias, 1, "silu")
+    for activation in (None, "silu"):
+        check_grads(x, w, bias, 1, activation)
 
 
 @requires_cuda
