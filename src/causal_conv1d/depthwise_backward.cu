@@ -251,7 +251,7 @@ ChannelLastGrid channel_last_unit_grid(const DepthwiseBackwardParams& p) {
 // Only with channel_last_applies: the per-warp ring kernel's conditions, a grid that fits.
 template <typename T>
 bool channel_last_warp_ring_applies(const DepthwiseBackwardParams& p) {
-  return channel_last_backward_warp_ring<T>(p.channels, p.width, p.dilation, channel_last_vectors<T>(p), p.silu) &&
+  return channel_last_backward_warp_ring<T>(p.channels, p.width, p.dilation, channel_last_vectors<T>(p)) &&
          make_warp_ring_grid(p.batch, p.channels, p.length).blocks <= kMaxGridX;
 }
 

@@ -215,7 +215,7 @@ void run_backward(const Case& cs) {
   EXPECT_EQ(vectors, cs.aligned);
   // As launch_channel_last in depthwise_backward.cu picks the kernel.
   const bool warp_ring =
-      cs.lane_ring || (cs.tiles_per_block == 0 && detail::channel_last_backward_warp_ring<T>(C, K, 1, vectors, cs.silu));
+      cs.lane_ring || (cs.tiles_per_block == 0 && detail::channel_last_backward_warp_ring<T>(C, K, 1, vectors));
   std::vector<float> partials;
   int64_t parts = 0;
   const auto by_width = [&](auto launch) {

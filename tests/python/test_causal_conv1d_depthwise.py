@@ -165,12 +165,12 @@ def test_channel_last_backward_unit_dilation(dtype, k, seeded):
 @requires_cuda
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_channel_last_backward_tile_walks(dtype, seeded):
-    # Without silu, enough blocks of the unit kernel that each walks several time tiles (bf16: 2,
-    # fp32: 4 per block), the weight gradients carried across them; with silu, the warp ring's
-    # 32 run groups per sequence.
-    x, w, bias = make_inputs(2, 1024, 16384, 4, dtype, "channel_last", with_bias=True)
-    for activation in (None, "silu"):
-        check_grads(x, w, bias, 1, activation)
+    # Aligned rows: the warp ring's 32 run groups per sequence. Misaligned rows: enough blocks of
+    # the unit kernel that each walks 8 time tiles, the weight gradients carried across them.
+    for inputs in (make_inputs(2, 1024, 16384, 4, dtype, "channel_last", with_bias=True),
+                   channel_last_misaligned(2, 1024, 16384, 4, dtype)):
+        for activation in (None, "silu"):
+            check_grads(*inputs, 1, activation)
 
 
 @requires_cuda
