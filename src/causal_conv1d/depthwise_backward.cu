@@ -17,6 +17,7 @@
 #include "common/cuda_math.cuh"
 #include "common/cuda_runtime.h"
 #include "common/vector_access.cuh"
+#include "common/width_dispatch.h"
 
 namespace causalconv::detail {
 namespace {
@@ -258,7 +259,7 @@ bool channel_last_warp_ring_applies(const DepthwiseBackwardParams& p) {
 template <typename T, int kWidth>
 void launch_channel_last_warp_ring(const DepthwiseBackwardParams& p, float* partials, cudaStream_t stream) {
   const WarpRingGrid g = make_warp_ring_grid(p.batch, p.channels, p.length);
-  constexpr size_t smem = warp_ring_smem_bytes<T>();
+  constexpr size_t smem = warp_ring_smem_bytes<T>(2);
   auto kernel = p.silu ? depthwise_backward_channel_last_warp_ring<T, kWidth, true>
                        : depthwise_backward_channel_last_warp_ring<T, kWidth, false>;
   if constexpr (smem > 48 * 1024)
@@ -288,22 +289,14 @@ void launch_channel_last_unit(const DepthwiseBackwardParams& p, const ChannelLas
 template <typename T>
 void launch_channel_last(const DepthwiseBackwardParams& p, float* partials, cudaStream_t stream) {
   if (channel_last_warp_ring_applies<T>(p)) {
-    static_assert(ChannelLastWarpRing::kMaxWidth == 4, "one case per width");
-    switch (p.width) {
-      case 2: launch_channel_last_warp_ring<T, 2>(p, partials, stream); break;
-      case 3: launch_channel_last_warp_ring<T, 3>(p, partials, stream); break;
-      case 4: launch_channel_last_warp_ring<T, 4>(p, partials, stream); break;
-    }
+    with_width<2, ChannelLastWarpRing::kMaxWidth>(
+        p.width, [&](auto k) { launch_channel_last_warp_ring<T, decltype(k)::value>(p, partials, stream); });
     return;
   }
   if (channel_last_unit_applies<T>(p)) {
     const ChannelLastGrid g = channel_last_unit_grid<T>(p);
-    static_assert(ChannelLastTile::kMaxBackwardWidth == 4, "one case per width");
-    switch (p.width) {
-      case 2: launch_channel_last_unit<T, 2>(p, g, partials, stream); break;
-      case 3: launch_channel_last_unit<T, 3>(p, g, partials, stream); break;
-      case 4: launch_channel_last_unit<T, 4>(p, g, partials, stream); break;
-    }
+    with_width<2, ChannelLastTile::kMaxBackwardWidth>(
+        p.width, [&](auto k) { launch_channel_last_unit<T, decltype(k)::value>(p, g, partials, stream); });
     return;
   }
   const ChannelLastTiling t = make_channel_last_tiling(p);
@@ -366,15 +359,8 @@ void launch_window(const DepthwiseBackwardParams& p, float* partials, cudaStream
 
 template <typename T, bool kShifted>
 void launch_window_width(const DepthwiseBackwardParams& p, float* partials, cudaStream_t stream) {
-  switch (p.width) {
-    case 2: launch_window<T, 2, kShifted>(p, partials, stream); break;
-    case 3: launch_window<T, 3, kShifted>(p, partials, stream); break;
-    case 4: launch_window<T, 4, kShifted>(p, partials, stream); break;
-    case 5: launch_window<T, 5, kShifted>(p, partials, stream); break;
-    case 6: launch_window<T, 6, kShifted>(p, partials, stream); break;
-    case 7: launch_window<T, 7, kShifted>(p, partials, stream); break;
-    case 8: launch_window<T, 8, kShifted>(p, partials, stream); break;
-  }
+  with_width<2, kMaxWindowWidth>(p.width,
+                                 [&](auto k) { launch_window<T, decltype(k)::value, kShifted>(p, partials, stream); });
 }
 
 template <typename T>

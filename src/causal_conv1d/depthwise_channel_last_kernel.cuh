@@ -241,6 +241,27 @@ __device__ __forceinline__ void load_channel_last_bias(float (&bias)[4], const v
 // One thread's run of kRun outputs of its 4 channels at dilation 1, taps and input window in
 // registers: xr is the run's first staged row (K-1 rows before its first output), rows kC apart;
 // outputs y, y + y_step, ...; only the first `steps` are stored (the rest lie past the sequence).
+// A thread's 4 channels at the newest step of its K-step input window: slide the window one step
+// (win[K-1] is then the caller's to fill), and the output bias + sum_k w[k] win[k], through silu.
+template <int kWidth>
+__device__ __forceinline__ void slide_quad_window(float (&win)[kWidth][4]) {
+#pragma unroll
+  for (int k = 0; k + 1 < kWidth; ++k)
+#pragma unroll
+    for (int i = 0; i < 4; ++i) win[k][i] = win[k + 1][i];
+}
+template <typename T, int kWidth>
+__device__ __forceinline__ void forward_quad(const float (&win)[kWidth][4], const float (&w)[kWidth][4],
+                                             const float (&bias)[4], bool apply_silu, float (&out)[4]) {
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    float acc = bias[i];
+#pragma unroll
+    for (int k = 0; k < kWidth; ++k) acc = fmaf(w[k][i], win[k][i], acc);
+    out[i] = apply_silu ? silu<T>(acc) : acc;
+  }
+}
+
 template <typename T, int kWidth>
 __device__ __forceinline__ void channel_last_forward_run(const T* xr, T* y, int64_t y_step, int steps,
                                                          const float (&w)[kWidth][4], const float (&bias)[4],
@@ -251,19 +272,10 @@ __device__ __forceinline__ void channel_last_forward_run(const T* xr, T* y, int6
   for (int k = 1; k < kWidth; ++k) load_quad(xr + (k - 1) * kC, win[k]);
 #pragma unroll
   for (int s = 0; s < kRun; ++s) {
-#pragma unroll
-    for (int k = 0; k + 1 < kWidth; ++k)
-#pragma unroll
-      for (int i = 0; i < 4; ++i) win[k][i] = win[k + 1][i];
+    slide_quad_window(win);
     load_quad(xr + (s + kWidth - 1) * kC, win[kWidth - 1]);
     float out[4];
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      float acc = bias[i];
-#pragma unroll
-      for (int k = 0; k < kWidth; ++k) acc = fmaf(w[k][i], win[k][i], acc);
-      out[i] = apply_silu ? silu<T>(acc) : acc;
-    }
+    forward_quad<T>(win, w, bias, apply_silu, out);
     if (s < steps) store_channel_last(y + s * y_step, out, lane_valid, vectors);
   }
 }
@@ -746,20 +758,69 @@ inline bool channel_last_backward_warp_ring(int64_t channels, int64_t width, int
          width <= ChannelLastWarpRing::kMaxWidth;
 }
 
-// Per warp: x's and dy's rings, kRows rows of 128 channels each.
+// Per warp: one ring per tensor streamed (the backward's x and dy, the forward's x), kRows rows of
+// 128 channels each.
 template <typename T>
-constexpr size_t warp_ring_smem_bytes() {
-  return size_t(kRingWarpsPerBlock) * 2 * ChannelLastWarpRing::kRows * ChannelLastWarpRing::kChannels *
+constexpr size_t warp_ring_smem_bytes(int tensors) {
+  return size_t(kRingWarpsPerBlock) * tensors * ChannelLastWarpRing::kRows * ChannelLastWarpRing::kChannels *
          sizeof(T);
+}
+
+// Chunk q of a warp's rings, one per tensor: steps t_begin + q kChunkRows + r of its 128 channels
+// from src[j] (rows stride[j] apart) into ring[j]'s rows (q % kChunks) kChunkRows + r, zero past the
+// sequence and past the channels (C a multiple of the vector; c0 the warp's first). Lane l copies
+// 16-byte vectors l, l + 32, ...: 16-bit rows take two lanes' quads per copy, so readers wait at a
+// __syncwarp.
+template <typename T, int kTensors>
+__device__ __forceinline__ void copy_warp_ring_chunk(T* const (&ring)[kTensors], const T* const (&src)[kTensors],
+                                                     const int64_t (&stride)[kTensors], int64_t t_begin, int q,
+                                                     int64_t length, int64_t c0, int64_t channels, int lane) {
+  using R = ChannelLastWarpRing;
+  constexpr int kVec = Vec16<T>::kElems, kRowVectors = R::kChannels / kVec;  // 16-byte vectors per row
+  constexpr int kChunkVectors = R::kChunkRows * kRowVectors;
+  static_assert(kChunkVectors % 32 == 0, "whole copies per lane");
+#pragma unroll
+  for (int e = 0; e < kChunkVectors / 32; ++e) {
+    const int v = e * 32 + lane, r = v / kRowVectors, col = (v % kRowVectors) * kVec;
+    const int64_t t = t_begin + int64_t(q) * R::kChunkRows + r;
+    const bool inside = t < length && c0 + col < channels;
+    const int row = (q % R::kChunks) * R::kChunkRows + r;
+#pragma unroll
+    for (int j = 0; j < kTensors; ++j)
+      cp_async16(ring[j] + row * R::kChannels + col, inside ? src[j] + t * stride[j] + col : src[j], inside ? 16 : 0);
+  }
+}
+
+// A warp-ring lane's taps w[k][i] of channels c + i (zero from lane_valid on), and the K-1 steps of
+// its window before the run (win[k] = x at t_begin - (K-k) for k >= 1; zero before the sequence,
+// or all zero when !load), straight from global memory.
+template <typename T, int kWidth>
+__device__ __forceinline__ void load_quad_taps(float (&w)[kWidth][4], const void* weight, const int64_t (&w_stride)[2],
+                                               int64_t c, int lane_valid) {
+#pragma unroll
+  for (int k = 0; k < kWidth; ++k)
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+      w[k][i] = i < lane_valid ? to_float(static_cast<const T*>(weight)[(c + i) * w_stride[0] + k * w_stride[1]]) : 0.0f;
+}
+template <typename T, int kWidth>
+__device__ __forceinline__ void load_window_before_run(float (&win)[kWidth][4], const T* x_lane, int64_t step_stride,
+                                                       int64_t t_begin, bool load) {
+#pragma unroll
+  for (int k = 1; k < kWidth; ++k) {
+    const int64_t t = t_begin - (kWidth - k);
+    if (load && t >= 0)
+      load_quad(x_lane + t * step_stride, win[k]);
+    else
+#pragma unroll
+      for (int i = 0; i < 4; ++i) win[k][i] = 0.0f;
+  }
 }
 
 template <typename T, int kWidth, bool kSilu>
 __global__ void __launch_bounds__(ChannelLastWarpRing::kThreads)
     depthwise_backward_channel_last_warp_ring(DepthwiseBackwardParams p, WarpRingGrid g, float* partials) {
   using R = ChannelLastWarpRing;
-  constexpr int kVec = Vec16<T>::kElems, kRowVectors = R::kChannels / kVec;  // 16-byte vectors per row
-  constexpr int kChunkVectors = R::kChunkRows * kRowVectors;                    // per chunk and tensor
-  static_assert(kChunkVectors % 32 == 0, "whole copies per lane");
   constexpr int kHalo = kWidth - 1;
   const int lane = int(threadIdx.x) % 32, warp = int(threadIdx.x) / 32;
   const int64_t rest = div_nonneg(int64_t(blockIdx.x), g.channel_tiles);
@@ -776,19 +837,11 @@ __global__ void __launch_bounds__(ChannelLastWarpRing::kThreads)
   T* const x_ring = reinterpret_cast<T*>(channel_last_shared()) + (threadIdx.x / 32) * 2 * R::kRows * R::kChannels;
   T* const dy_ring = x_ring + R::kRows * R::kChannels;
 
-  // Chunk q: steps t_begin + q kChunkRows + r into rows (q % kChunks) kChunkRows + r, zero past the
-  // sequence and the channels; always one group (empty past the stream) so the waits count evenly.
+  // Chunk q of x and dy; always one group (empty past the stream) so the waits count evenly.
   const auto issue_chunk = [&](int q) {
     if (q < chunks) {
-#pragma unroll
-      for (int e = 0; e < kChunkVectors / 32; ++e) {
-        const int v = e * 32 + lane, r = v / kRowVectors, col = (v % kRowVectors) * kVec;
-        const int64_t t = t_begin + int64_t(q) * R::kChunkRows + r;
-        const bool inside = t < n && c0 + col < p.channels;
-        const int row = (q % R::kChunks) * R::kChunkRows + r;
-        cp_async16(x_ring + row * R::kChannels + col, inside ? x + t * p.x_stride[2] + col : x, inside ? 16 : 0);
-        cp_async16(dy_ring + row * R::kChannels + col, inside ? dy + t * p.dy_stride[2] + col : dy, inside ? 16 : 0);
-      }
+      copy_warp_ring_chunk<T, 2>({x_ring, dy_ring}, {x, dy}, {p.x_stride[2], p.dy_stride[2]}, t_begin, q, n, c0,
+                                 p.channels, lane);
     }
     cp_async_commit();
   };
@@ -796,25 +849,11 @@ __global__ void __launch_bounds__(ChannelLastWarpRing::kThreads)
   for (int q = 0; q + 1 < R::kChunks; ++q) issue_chunk(q);
 
   float w[kWidth][4], bias[4];
-#pragma unroll
-  for (int k = 0; k < kWidth; ++k)
-#pragma unroll
-    for (int i = 0; i < 4; ++i)
-      w[k][i] = i < lane_valid
-                    ? to_float(static_cast<const T*>(p.weight)[(c0 + 4 * lane + i) * p.w_stride[0] + k * p.w_stride[1]])
-                    : 0.0f;
+  load_quad_taps<T>(w, p.weight, p.w_stride, c0 + 4 * lane, lane_valid);
   load_channel_last_bias<T>(bias, p.bias, p.bias_stride, c0 + 4 * lane, lane_valid);
   float xw[kWidth][4];       // xw[k]: x at step i - (K-1-k), i the newest step
   float gw[kWidth][4] = {};  // gw[k]: g at step i - (K-1-k)
-#pragma unroll
-  for (int k = 1; k < kWidth; ++k) {  // the K-1 steps before the run, straight from global memory
-    const int64_t t = t_begin - (kWidth - k);
-    if (lane_valid > 0 && steps > 0 && t >= 0)
-      load_quad(x + t * p.x_stride[2] + 4 * lane, xw[k]);
-    else
-#pragma unroll
-      for (int i = 0; i < 4; ++i) xw[k][i] = 0.0f;
-  }
+  load_window_before_run(xw, x + 4 * lane, p.x_stride[2], t_begin, lane_valid > 0 && steps > 0);
 
   float dw[kWidth + 1][4] = {};  // slot kWidth: the bias gradient
 #pragma unroll 1
@@ -846,7 +885,7 @@ __global__ void __launch_bounds__(ChannelLastWarpRing::kThreads)
   // The warps' sums over the drained rings, then added in warp order: the run order.
   __syncthreads();
   float* const sums = reinterpret_cast<float*>(channel_last_shared());  // [warps][kWidth + 1][128]
-  static_assert(size_t(kRingWarpsPerBlock) * (kWidth + 1) * R::kChannels * sizeof(float) <= warp_ring_smem_bytes<T>(),
+  static_assert(size_t(kRingWarpsPerBlock) * (kWidth + 1) * R::kChannels * sizeof(float) <= warp_ring_smem_bytes<T>(2),
                 "the sums fit in the rings");
 #pragma unroll
   for (int k = 0; k <= kWidth; ++k)
@@ -863,6 +902,79 @@ __global__ void __launch_bounds__(ChannelLastWarpRing::kThreads)
     for (int v = 0; v < kRingWarpsPerBlock; ++v) total += sums[(v * (kWidth + 1) + k) * R::kChannels + c];
     partials[((c0 + c) * parts + part) * (kWidth + 1) + k] = total;
   }
+}
+
+// ---- forward on per-warp rings (kChannelLastForwardWarpRing, off) ----
+// Dilation 1, K 2..8, aligned rows, C a multiple of the vector: the backward warp ring's streaming
+// (128 channels per warp, 4 per lane, chunks of 4 steps through a ring of 4, __syncwarp only) with
+// the forward's step. Against the lane ring (32 vectors per warp, 8 channels per lane for 16-bit:
+// bf16 K4 128 registers, 16 warps per SM, which lost 3 % to the two-tile ring without silu; ncu:
+// 23 % occupancy against 36 %, 11.0 cycles between a warp's instructions against 9.2) a lane holds
+// half the taps and window, so more warps fit an SM with the same bytes in flight per warp. If
+// it wins with and without silu it replaces both the lane ring and the two-tile ring. Written in
+// session 18 after its last GPU call (emulation-tested): off until the H200 has timed it.
+constexpr bool kChannelLastForwardWarpRing = false;
+
+template <typename T>
+inline bool channel_last_forward_warp_ring(int64_t channels, int64_t width, int64_t dilation, bool vectors) {
+  return kChannelLastForwardWarpRing && vectors && channels % Vec16<T>::kElems == 0 && dilation == 1 &&
+         width >= 2 && width <= ChannelLastTile::kMaxUnrolledWidth;
+}
+
+// Warps in order, channel tiles fastest (no partials to fold, unlike the backward).
+inline ChannelLastRingGrid make_forward_warp_ring_grid(int64_t batch, int64_t channels, int64_t length) {
+  return make_channel_last_ring_grid(batch, channels, length, ChannelLastWarpRing::kChannels,
+                                     ChannelLastWarpRing::kRunSteps);
+}
+
+template <typename T, int kWidth>
+__global__ void __launch_bounds__(ChannelLastWarpRing::kThreads)
+    depthwise_forward_channel_last_warp_ring(DepthwiseForwardParams p, ChannelLastRingGrid g) {
+  using R = ChannelLastWarpRing;
+  const int lane = int(threadIdx.x) % 32;
+  RingWarp rw;
+  if (!locate_ring_warp(g, R::kChannels, rw)) return;  // whole warps: the __syncwarp calls below see full warps
+  const int valid_channels = int(std::min(int64_t(R::kChannels), p.channels - rw.c0));
+  const int lane_valid = valid_channels - 4 * lane;  // channels of the lane's 4 (a multiple of 4)
+  const int64_t n = p.length, t_begin = rw.run * R::kRunSteps;
+  const int steps = int(std::min(int64_t(R::kRunSteps), n - t_begin));
+  const int chunks = (steps + R::kChunkRows - 1) / R::kChunkRows;
+  const T* x = static_cast<const T*>(p.x) + rw.batch * p.x_stride[0] + rw.c0;
+  T* y = static_cast<T*>(p.y) + rw.batch * p.y_stride[0] + rw.c0 + 4 * lane;
+  T* const ring = reinterpret_cast<T*>(channel_last_shared()) + (threadIdx.x / 32) * R::kRows * R::kChannels;
+
+  // Chunk q of x; always one group (empty past the run) so the waits count evenly.
+  const auto issue_chunk = [&](int q) {
+    if (q < chunks) copy_warp_ring_chunk<T, 1>({ring}, {x}, {p.x_stride[2]}, t_begin, q, n, rw.c0, p.channels,
+                                                 lane);
+    cp_async_commit();
+  };
+#pragma unroll
+  for (int q = 0; q + 1 < R::kChunks; ++q) issue_chunk(q);
+
+  float w[kWidth][4], bias[4];
+  load_quad_taps<T>(w, p.weight, p.w_stride, rw.c0 + 4 * lane, lane_valid);
+  load_channel_last_bias<T>(bias, p.bias, p.bias_stride, rw.c0 + 4 * lane, lane_valid);
+  float win[kWidth][4];  // win[k]: x at step t - (K-1-k), t the newest step
+  load_window_before_run(win, x + 4 * lane, p.x_stride[2], t_begin, lane_valid > 0);
+
+#pragma unroll 1
+  for (int q = 0; q < chunks; ++q) {
+    __syncwarp();                     // every lane is done with chunk q - 1's slot ...
+    issue_chunk(q + R::kChunks - 1);  // ... before it is refilled
+    cp_async_wait<R::kChunks - 1>();  // this lane's copies of chunk q have landed
+    __syncwarp();                     // ... and every lane's
+#pragma unroll
+    for (int r = 0; r < R::kChunkRows; ++r) {
+      slide_quad_window(win);
+      load_quad(ring + ((q % R::kChunks) * R::kChunkRows + r) * R::kChannels + 4 * lane, win[kWidth - 1]);
+      float out[4];
+      forward_quad<T>(win, w, bias, p.silu, out);
+      const int s = q * R::kChunkRows + r;
+      if (s < steps) store_channel_last(y + (t_begin + s) * p.y_stride[2], out, lane_valid, true);
+    }
+  }
+  cp_async_wait<0>();  // no copy outlives the block's shared memory
 }
 
 }  // namespace causalconv::detail

@@ -22,6 +22,7 @@
 #include "common/cuda_math.cuh"
 #include "common/cuda_runtime.h"
 #include "common/vector_access.cuh"
+#include "common/width_dispatch.h"
 
 namespace causalconv::detail {
 namespace {
@@ -38,15 +39,7 @@ void launch_window(const DepthwiseForwardParams& p, cudaStream_t stream) {
 
 template <typename T, bool kShifted>
 void launch_window_width(const DepthwiseForwardParams& p, cudaStream_t stream) {
-  switch (p.width) {
-    case 2: launch_window<T, 2, kShifted>(p, stream); break;
-    case 3: launch_window<T, 3, kShifted>(p, stream); break;
-    case 4: launch_window<T, 4, kShifted>(p, stream); break;
-    case 5: launch_window<T, 5, kShifted>(p, stream); break;
-    case 6: launch_window<T, 6, kShifted>(p, stream); break;
-    case 7: launch_window<T, 7, kShifted>(p, stream); break;
-    case 8: launch_window<T, 8, kShifted>(p, stream); break;
-  }
+  with_width<2, kMaxWindowWidth>(p.width, [&](auto k) { launch_window<T, decltype(k)::value, kShifted>(p, stream); });
 }
 
 template <typename T>
@@ -91,15 +84,28 @@ void launch_channel_last(const DepthwiseForwardParams& p, const ChannelLastGrid&
   }
 }
 
-template <typename T, int kWidth>
-void launch_lane_ring(const DepthwiseForwardParams& p, const ChannelLastRingGrid& g, cudaStream_t stream) {
-  constexpr size_t smem = lane_ring_smem_bytes();
+// The ring kernels: per lane (kWarpRing false) or per warp; a grid of warps, fixed shared memory.
+template <typename T, int kWidth, bool kWarpRing>
+void launch_ring(const DepthwiseForwardParams& p, const ChannelLastRingGrid& g, cudaStream_t stream) {
+  const auto kernel = [] {  // only the kernel taken is instantiated
+    if constexpr (kWarpRing)
+      return depthwise_forward_channel_last_warp_ring<T, kWidth>;
+    else
+      return depthwise_forward_channel_last_lane_ring<T, kWidth>;
+  }();
+  constexpr int threads = kWarpRing ? ChannelLastWarpRing::kThreads : ChannelLastLaneRing::kThreads;
+  constexpr size_t smem = kWarpRing ? warp_ring_smem_bytes<T>(1) : lane_ring_smem_bytes();
   if constexpr (smem > 48 * 1024)
-    check_cuda(cudaFuncSetAttribute(depthwise_forward_channel_last_lane_ring<T, kWidth>,
-                                    cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)),
+    check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)),
                "causal_conv1d forward (depthwise, channel-last)");
-  depthwise_forward_channel_last_lane_ring<T, kWidth>
-      <<<unsigned(g.blocks()), ChannelLastLaneRing::kThreads, smem, stream>>>(p, g);
+  kernel<<<unsigned(g.blocks()), threads, smem, stream>>>(p, g);
+}
+
+template <typename T, bool kWarpRing>
+bool try_launch_ring(const DepthwiseForwardParams& p, const ChannelLastRingGrid& g, cudaStream_t stream) {
+  return g.blocks() <= kMaxGridX &&
+         with_width<2, ChannelLastTile::kMaxUnrolledWidth>(
+             p.width, [&](auto k) { launch_ring<T, decltype(k)::value, kWarpRing>(p, g, stream); });
 }
 
 // Unit channel stride of x and y and reach (K-1)*d <= kMaxChannelLastReach (the staged
@@ -109,21 +115,14 @@ bool try_launch_channel_last(const DepthwiseForwardParams& p, bool channel_last,
   if (!channel_last || (p.width - 1) * p.dilation > kMaxChannelLastReach) return false;
   const int64_t strides_x[2] = {p.x_stride[0], p.x_stride[2]}, strides_y[2] = {p.y_stride[0], p.y_stride[2]};
   const bool vectors = vector_aligned<T>(p.x, strides_x, 2) && vector_aligned<T>(p.y, strides_y, 2);
-  if (channel_last_forward_lane_ring<T>(p.channels, p.width, p.dilation, vectors, p.silu)) {
-    const ChannelLastRingGrid g = make_lane_ring_grid<T>(p.batch, p.channels, p.length);
-    if (g.blocks() <= kMaxGridX) {
-      switch (p.width) {
-        case 2: launch_lane_ring<T, 2>(p, g, stream); break;
-        case 3: launch_lane_ring<T, 3>(p, g, stream); break;
-        case 4: launch_lane_ring<T, 4>(p, g, stream); break;
-        case 5: launch_lane_ring<T, 5>(p, g, stream); break;
-        case 6: launch_lane_ring<T, 6>(p, g, stream); break;
-        case 7: launch_lane_ring<T, 7>(p, g, stream); break;
-        case 8: launch_lane_ring<T, 8>(p, g, stream); break;
-      }
+  if constexpr (kChannelLastForwardWarpRing) {  // not instantiated while off
+    if (channel_last_forward_warp_ring<T>(p.channels, p.width, p.dilation, vectors) &&
+        try_launch_ring<T, true>(p, make_forward_warp_ring_grid(p.batch, p.channels, p.length), stream))
       return true;
-    }
   }
+  if (channel_last_forward_lane_ring<T>(p.channels, p.width, p.dilation, vectors, p.silu) &&
+      try_launch_ring<T, false>(p, make_lane_ring_grid<T>(p.batch, p.channels, p.length), stream))
+    return true;
   const ChannelLastGrid g =
       make_channel_last_grid<T>(p.batch, p.channels, p.length, p.width, p.dilation, vectors, false);
   if (p.batch * g.blocks() > kMaxGridX) return false;
@@ -131,17 +130,8 @@ bool try_launch_channel_last(const DepthwiseForwardParams& p, bool channel_last,
     launch_channel_last<T, 0>(p, g, stream);
     return true;
   }
-  switch (p.width) {
-    case 2: launch_channel_last<T, 2>(p, g, stream); break;
-    case 3: launch_channel_last<T, 3>(p, g, stream); break;
-    case 4: launch_channel_last<T, 4>(p, g, stream); break;
-    case 5: launch_channel_last<T, 5>(p, g, stream); break;
-    case 6: launch_channel_last<T, 6>(p, g, stream); break;
-    case 7: launch_channel_last<T, 7>(p, g, stream); break;
-    case 8: launch_channel_last<T, 8>(p, g, stream); break;
-    default: return false;
-  }
-  return true;
+  return with_width<2, ChannelLastTile::kMaxUnrolledWidth>(
+      p.width, [&](auto k) { launch_channel_last<T, decltype(k)::value>(p, g, stream); });
 }
 
 // ---- tiled kernel ----

@@ -8,12 +8,15 @@
 #define depthwise_forward_channel_last depthwise_forward_channel_last_emulated
 #define depthwise_forward_channel_last_pipelined depthwise_forward_channel_last_pipelined_emulated
 #define depthwise_forward_channel_last_lane_ring depthwise_forward_channel_last_lane_ring_emulated
+#define depthwise_forward_channel_last_warp_ring depthwise_forward_channel_last_warp_ring_emulated
 #define depthwise_backward_channel_last_unit depthwise_backward_channel_last_unit_emulated
 #define depthwise_backward_channel_last_warp_ring depthwise_backward_channel_last_warp_ring_emulated
 #include "causal_conv1d/depthwise_channel_last_kernel.cuh"
+#include "common/width_dispatch.h"
 #undef depthwise_forward_channel_last
 #undef depthwise_forward_channel_last_pipelined
 #undef depthwise_forward_channel_last_lane_ring
+#undef depthwise_forward_channel_last_warp_ring
 #undef depthwise_backward_channel_last_unit
 #undef depthwise_backward_channel_last_warp_ring
 
@@ -52,8 +55,8 @@ struct Case {
   // many tiles per block, for fp32 too (the launcher takes it for 16-bit types only).
   int64_t tiles_per_block = 0;
   // The ring kernels (aligned rows, C % vector == 0, dilation 1), whatever the launcher would
-  // take: forward per lane (K 2..8), backward per warp (K 2..4).
-  bool lane_ring = false;
+  // take: forward per lane or per warp (K 2..8), backward per warp (K 2..4).
+  enum class Ring { launcher, lane, warp } ring = Ring::launcher;
 };
 
 // A channel-last (B, C, L) tensor in storage type T: element (b, c, t) at
@@ -122,22 +125,27 @@ void run_forward(const Case& cs) {
   const bool vectors = aligned_rows(x_e.data(), x_e.stride_b, x_e.stride_t);
   EXPECT_EQ(vectors, cs.aligned);
   // As try_launch_channel_last in depthwise_forward.cu picks the kernel.
-  const bool lane_ring =
-      cs.lane_ring || (cs.tiles_per_block == 0 && detail::channel_last_forward_lane_ring<T>(C, K, cs.dilation, vectors, cs.silu));
-  if (lane_ring) {
+  const bool launcher = cs.ring == Case::Ring::launcher && cs.tiles_per_block == 0;
+  const bool warp_ring = cs.ring == Case::Ring::warp ||
+                         (launcher && detail::channel_last_forward_warp_ring<T>(C, K, cs.dilation, vectors));
+  const bool lane_ring = !warp_ring && (cs.ring == Case::Ring::lane ||
+                                        (launcher && detail::channel_last_forward_lane_ring<T>(C, K, cs.dilation, vectors,
+                                                                                              cs.silu)));
+  if (warp_ring) {
+    ASSERT_TRUE(vectors && C % detail::Vec16<T>::kElems == 0 && cs.dilation == 1 && K >= 2 && K <= 8);
+    const detail::ChannelLastRingGrid g = detail::make_forward_warp_ring_grid(B, C, L);
+    emu::launch({unsigned(g.blocks()), 1, 1}, detail::ChannelLastWarpRing::kThreads,
+                detail::warp_ring_smem_bytes<T>(1), [&] {
+                  detail::with_width<2, 8>(
+                      K, [&](auto k) { detail::depthwise_forward_channel_last_warp_ring_emulated<T, decltype(k)::value>(p, g); });
+                });
+  } else if (lane_ring) {
     ASSERT_TRUE(vectors && C % detail::Vec16<T>::kElems == 0 && cs.dilation == 1 && K >= 2 && K <= 8);
     const detail::ChannelLastRingGrid g = detail::make_lane_ring_grid<T>(B, C, L);
     emu::launch({unsigned(g.blocks()), 1, 1}, detail::ChannelLastLaneRing::kThreads, detail::lane_ring_smem_bytes(),
                 [&] {
-                  switch (K) {
-                    case 2: detail::depthwise_forward_channel_last_lane_ring_emulated<T, 2>(p, g); break;
-                    case 3: detail::depthwise_forward_channel_last_lane_ring_emulated<T, 3>(p, g); break;
-                    case 4: detail::depthwise_forward_channel_last_lane_ring_emulated<T, 4>(p, g); break;
-                    case 5: detail::depthwise_forward_channel_last_lane_ring_emulated<T, 5>(p, g); break;
-                    case 6: detail::depthwise_forward_channel_last_lane_ring_emulated<T, 6>(p, g); break;
-                    case 7: detail::depthwise_forward_channel_last_lane_ring_emulated<T, 7>(p, g); break;
-                    case 8: detail::depthwise_forward_channel_last_lane_ring_emulated<T, 8>(p, g); break;
-                  }
+                  detail::with_width<2, 8>(
+                      K, [&](auto k) { detail::depthwise_forward_channel_last_lane_ring_emulated<T, decltype(k)::value>(p, g); });
                 });
   } else {
     detail::ChannelLastGrid g = detail::make_channel_last_grid<T>(B, C, L, K, cs.dilation, vectors, false);
@@ -153,27 +161,14 @@ void run_forward(const Case& cs) {
                                   : detail::channel_last_forward_smem_bytes<T>(K, g.halo);
     emu::launch({unsigned(B * g.blocks()), 1, 1}, detail::ChannelLastTile::kThreads, smem, [&] {
       if (pipelined) {
-        switch (K) {
-          case 2: detail::depthwise_forward_channel_last_pipelined_emulated<T, 2>(p, g); break;
-          case 3: detail::depthwise_forward_channel_last_pipelined_emulated<T, 3>(p, g); break;
-          case 4: detail::depthwise_forward_channel_last_pipelined_emulated<T, 4>(p, g); break;
-          case 5: detail::depthwise_forward_channel_last_pipelined_emulated<T, 5>(p, g); break;
-          case 6: detail::depthwise_forward_channel_last_pipelined_emulated<T, 6>(p, g); break;
-          case 7: detail::depthwise_forward_channel_last_pipelined_emulated<T, 7>(p, g); break;
-          case 8: detail::depthwise_forward_channel_last_pipelined_emulated<T, 8>(p, g); break;
-        }
+        detail::with_width<2, 8>(
+            K, [&](auto k) { detail::depthwise_forward_channel_last_pipelined_emulated<T, decltype(k)::value>(p, g); });
         return;
       }
-      switch (unrolled ? K : 0) {
-        case 2: detail::depthwise_forward_channel_last_emulated<T, 2>(p, g); break;
-        case 3: detail::depthwise_forward_channel_last_emulated<T, 3>(p, g); break;
-        case 4: detail::depthwise_forward_channel_last_emulated<T, 4>(p, g); break;
-        case 5: detail::depthwise_forward_channel_last_emulated<T, 5>(p, g); break;
-        case 6: detail::depthwise_forward_channel_last_emulated<T, 6>(p, g); break;
-        case 7: detail::depthwise_forward_channel_last_emulated<T, 7>(p, g); break;
-        case 8: detail::depthwise_forward_channel_last_emulated<T, 8>(p, g); break;
-        default: detail::depthwise_forward_channel_last_emulated<T, 0>(p, g); break;
-      }
+      if (!unrolled ||
+          !detail::with_width<2, 8>(
+              K, [&](auto k) { detail::depthwise_forward_channel_last_emulated<T, decltype(k)::value>(p, g); }))
+        detail::depthwise_forward_channel_last_emulated<T, 0>(p, g);
     });
   }
 
@@ -214,18 +209,14 @@ void run_backward(const Case& cs) {
   const bool vectors = aligned_rows(x_e.data(), x_e.stride_b, x_e.stride_t);
   EXPECT_EQ(vectors, cs.aligned);
   // As launch_channel_last in depthwise_backward.cu picks the kernel.
-  const bool warp_ring =
-      cs.lane_ring || (cs.tiles_per_block == 0 && detail::channel_last_backward_warp_ring<T>(C, K, 1, vectors));
+  const bool warp_ring = cs.ring == Case::Ring::warp ||
+                         (cs.tiles_per_block == 0 && detail::channel_last_backward_warp_ring<T>(C, K, 1, vectors));
   std::vector<float> partials;
   int64_t parts = 0;
   const auto by_width = [&](auto launch) {
-    static_assert(detail::ChannelLastTile::kMaxBackwardWidth == 4 && detail::ChannelLastWarpRing::kMaxWidth == 4,
-                  "one case per width");
-    switch (K) {
-      case 2: launch(std::integral_constant<int, 2>{}); break;
-      case 3: launch(std::integral_constant<int, 3>{}); break;
-      case 4: launch(std::integral_constant<int, 4>{}); break;
-    }
+    static_assert(detail::ChannelLastTile::kMaxBackwardWidth == detail::ChannelLastWarpRing::kMaxWidth,
+                  "one range of widths");
+    detail::with_width<2, detail::ChannelLastWarpRing::kMaxWidth>(K, launch);
   };
   if (warp_ring) {
     ASSERT_TRUE(vectors && C % detail::Vec16<T>::kElems == 0);
@@ -233,7 +224,7 @@ void run_backward(const Case& cs) {
     parts = B * g.run_groups;
     partials.assign(size_t(C * parts * (K + 1)), std::numeric_limits<float>::quiet_NaN());
     emu::launch({unsigned(g.blocks), 1, 1}, detail::ChannelLastWarpRing::kThreads,
-                detail::warp_ring_smem_bytes<T>(), [&] {
+                detail::warp_ring_smem_bytes<T>(2), [&] {
                   by_width([&](auto width) {
                     constexpr int kWidth = decltype(width)::value;
                     if (cs.silu)
@@ -300,13 +291,33 @@ void lane_ring_forward_cases() {
   const int64_t tile = detail::lane_ring_channels<T>();
   for (int64_t k : {2, 3, 4, 5, 6, 7, 8}) {
     Case cs{2, tile + 8, 2 * kRun + 5, k, 1, k % 2 == 0, k % 3 != 0};
-    cs.lane_ring = true;
+    cs.ring = Case::Ring::lane;
     run_forward<T>(cs);
   }
   for (const auto& [c, l, k] : {std::tuple<int64_t, int64_t, int64_t>{8, 1, 4}, {16, 3, 8}, {24, kRun, 4},
                                 {tile, kRun + 1, 3}}) {
     Case cs{1, c, l, k, 1, true, true};
-    cs.lane_ring = true;
+    cs.ring = Case::Ring::lane;
+    run_forward<T>(cs);
+  }
+}
+
+// The per-warp ring forward (dilation 1, K 2..8, aligned rows): runs of kRunSteps with a partial
+// last run and chunk, a partial last channel tile (two valid lanes of 32 at C = 8), blocks whose
+// warps span channel tiles and runs, the window before each run, L = 1, L < K, a run of exactly
+// kRunSteps.
+template <typename T>
+void warp_ring_forward_cases() {
+  constexpr int64_t kRun = detail::ChannelLastWarpRing::kRunSteps, tile = detail::ChannelLastWarpRing::kChannels;
+  for (int64_t k : {2, 3, 4, 5, 6, 7, 8}) {
+    Case cs{2, tile + 8, 2 * kRun + 5, k, 1, k % 2 == 0, k % 3 != 0};
+    cs.ring = Case::Ring::warp;
+    run_forward<T>(cs);
+  }
+  for (const auto& [c, l, k] : {std::tuple<int64_t, int64_t, int64_t>{8, 1, 4}, {16, 3, 8}, {24, kRun, 4},
+                                {tile, kRun + 1, 3}, {3 * tile, 5 * kRun + 2, 5}}) {
+    Case cs{1, c, l, k, 1, true, true};
+    cs.ring = Case::Ring::warp;
     run_forward<T>(cs);
   }
 }
@@ -353,7 +364,7 @@ void warp_ring_backward_cases() {
   for (int64_t k : {2, 3, 4}) {
     for (bool silu : {false, true}) {
       Case cs{2, 136, 2 * kRun + 5, k, 1, silu, silu};
-      cs.lane_ring = true;
+      cs.ring = Case::Ring::warp;
       run_backward<T>(cs);
     }
   }
@@ -361,7 +372,7 @@ void warp_ring_backward_cases() {
   for (const auto& [c, l, k] : {std::tuple<int64_t, int64_t, int64_t>{8, 1, 4}, {16, 3, 4}, {24, kRun, 3},
                                 {256, kRun + 1, 2}, {128, 8 * kRun + 3, 4}}) {
     Case cs{1, c, l, k, 1, true, true};
-    cs.lane_ring = true;
+    cs.ring = Case::Ring::warp;
     run_backward<T>(cs);
   }
 }
@@ -372,6 +383,9 @@ TEST(DepthwiseChannelLastEmulated, ForwardBFloat16) { forward_cases<__nv_bfloat1
 TEST(DepthwiseChannelLastEmulated, LaneRingForwardFloat32) { lane_ring_forward_cases<float>(); }
 TEST(DepthwiseChannelLastEmulated, LaneRingForwardFloat16) { lane_ring_forward_cases<__half>(); }
 TEST(DepthwiseChannelLastEmulated, LaneRingForwardBFloat16) { lane_ring_forward_cases<__nv_bfloat16>(); }
+TEST(DepthwiseChannelLastEmulated, WarpRingForwardFloat32) { warp_ring_forward_cases<float>(); }
+TEST(DepthwiseChannelLastEmulated, WarpRingForwardFloat16) { warp_ring_forward_cases<__half>(); }
+TEST(DepthwiseChannelLastEmulated, WarpRingForwardBFloat16) { warp_ring_forward_cases<__nv_bfloat16>(); }
 TEST(DepthwiseChannelLastEmulated, PipelinedForwardFloat32) { pipelined_forward_cases<float>(); }
 TEST(DepthwiseChannelLastEmulated, PipelinedForwardFloat16) { pipelined_forward_cases<__half>(); }
 TEST(DepthwiseChannelLastEmulated, PipelinedForwardBFloat16) { pipelined_forward_cases<__nv_bfloat16>(); }

@@ -12,6 +12,7 @@
 #define depthwise_weight_grad_reduce depthwise_weight_grad_reduce_emulated
 #include "causal_conv1d/depthwise_weight_grad_reduce.cuh"
 #include "causal_conv1d/depthwise_window_kernels.cuh"
+#include "common/width_dispatch.h"
 #undef depthwise_forward_window
 #undef depthwise_backward_window
 #undef depthwise_weight_grad_reduce
@@ -94,17 +95,7 @@ struct Case {
 // Calls f(std::integral_constant<int, K>) for the kernel's width.
 template <typename F>
 void with_width(int64_t width, F&& f) {
-  static_assert(detail::kMaxWindowWidth == 8, "one case per width");
-  switch (width) {
-    case 2: f(std::integral_constant<int, 2>{}); break;
-    case 3: f(std::integral_constant<int, 3>{}); break;
-    case 4: f(std::integral_constant<int, 4>{}); break;
-    case 5: f(std::integral_constant<int, 5>{}); break;
-    case 6: f(std::integral_constant<int, 6>{}); break;
-    case 7: f(std::integral_constant<int, 7>{}); break;
-    case 8: f(std::integral_constant<int, 8>{}); break;
-    default: FAIL() << "no window kernel for K = " << width;
-  }
+  if (!detail::with_width<2, detail::kMaxWindowWidth>(width, f)) FAIL() << "no window kernel for K = " << width;
 }
 
 // Runs kernel(width) for every thread of the window kernels' grid: a warp per span (or run).
