@@ -374,9 +374,10 @@ void launch_window(const DepthwiseBackwardParams& p, WindowRows rows, float* par
 template <typename T>
 int64_t parts_per_channel(const DepthwiseBackwardParams& p) {
   if (channel_last_applies<T>(p))
-    return p.batch * (channel_last_warp_ring_applies<T>(p) ? make_warp_ring_grid(p.batch, p.channels, p.length).run_groups
-                      : channel_last_unit_applies<T>(p)    ? channel_last_unit_grid<T>(p).ranges
-                                                           : make_channel_last_tiling(p).time_tiles);
+    return p.batch * (channel_last_warp_ring_applies<T>(p)
+                          ? make_warp_ring_grid(p.batch, p.channels, p.length).run_groups
+                      : channel_last_unit_applies<T>(p) ? channel_last_unit_grid<T>(p).ranges
+                                                        : make_channel_last_tiling(p).time_tiles);
   if (const WindowRows rows = window_rows<T>(p); rows != WindowRows::none)
     return p.batch * window_grid<T>(p, rows).runs_per_row;
   const DepthwiseTiling t =

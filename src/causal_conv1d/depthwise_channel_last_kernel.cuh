@@ -801,7 +801,8 @@ __device__ __forceinline__ void load_quad_taps(float (&w)[kWidth][4], const void
   for (int k = 0; k < kWidth; ++k)
 #pragma unroll
     for (int i = 0; i < 4; ++i)
-      w[k][i] = i < lane_valid ? to_float(static_cast<const T*>(weight)[(c + i) * w_stride[0] + k * w_stride[1]]) : 0.0f;
+      w[k][i] =
+          i < lane_valid ? to_float(static_cast<const T*>(weight)[(c + i) * w_stride[0] + k * w_stride[1]]) : 0.0f;
 }
 template <typename T, int kWidth>
 __device__ __forceinline__ void load_window_before_run(float (&win)[kWidth][4], const T* x_lane, int64_t step_stride,

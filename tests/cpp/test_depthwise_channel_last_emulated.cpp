@@ -128,24 +128,26 @@ void run_forward(const Case& cs) {
   const bool launcher = cs.ring == Case::Ring::launcher && cs.tiles_per_block == 0;
   const bool warp_ring = cs.ring == Case::Ring::warp ||
                          (launcher && detail::channel_last_forward_warp_ring<T>(C, K, cs.dilation, vectors));
-  const bool lane_ring = !warp_ring && (cs.ring == Case::Ring::lane ||
-                                        (launcher && detail::channel_last_forward_lane_ring<T>(C, K, cs.dilation, vectors,
-                                                                                              cs.silu)));
+  const bool lane_ring =
+      !warp_ring && (cs.ring == Case::Ring::lane ||
+                     (launcher && detail::channel_last_forward_lane_ring<T>(C, K, cs.dilation, vectors, cs.silu)));
   if (warp_ring) {
     ASSERT_TRUE(vectors && C % detail::Vec16<T>::kElems == 0 && cs.dilation == 1 && K >= 2 && K <= 8);
     const detail::ChannelLastRingGrid g = detail::make_forward_warp_ring_grid(B, C, L);
     emu::launch({unsigned(g.blocks()), 1, 1}, detail::ChannelLastWarpRing::kThreads,
                 detail::warp_ring_smem_bytes<T>(1), [&] {
-                  detail::with_width<2, 8>(
-                      K, [&](auto k) { detail::depthwise_forward_channel_last_warp_ring_emulated<T, decltype(k)::value>(p, g); });
+                  detail::with_width<2, 8>(K, [&](auto k) {
+                    detail::depthwise_forward_channel_last_warp_ring_emulated<T, decltype(k)::value>(p, g);
+                  });
                 });
   } else if (lane_ring) {
     ASSERT_TRUE(vectors && C % detail::Vec16<T>::kElems == 0 && cs.dilation == 1 && K >= 2 && K <= 8);
     const detail::ChannelLastRingGrid g = detail::make_lane_ring_grid<T>(B, C, L);
     emu::launch({unsigned(g.blocks()), 1, 1}, detail::ChannelLastLaneRing::kThreads, detail::lane_ring_smem_bytes(),
                 [&] {
-                  detail::with_width<2, 8>(
-                      K, [&](auto k) { detail::depthwise_forward_channel_last_lane_ring_emulated<T, decltype(k)::value>(p, g); });
+                  detail::with_width<2, 8>(K, [&](auto k) {
+                    detail::depthwise_forward_channel_last_lane_ring_emulated<T, decltype(k)::value>(p, g);
+                  });
                 });
   } else {
     detail::ChannelLastGrid g = detail::make_channel_last_grid<T>(B, C, L, K, cs.dilation, vectors, false);
