@@ -444,7 +444,7 @@ __device__ __forceinline__ bool locate_ring_warp(const ChannelLastRingGrid& g, i
 // The tile kernels above wait at block barriers between staging and compute, so silu's compute
 // phase shows almost whole. ptxas (CUDA 13.0, no spills): bf16 K4 128 registers (4 blocks of 4
 // warps per SM, 96 KB in flight), K8 197, fp32 K4 80. Measured (session 18, B4 C4096 L8192 K4,
-// CUDA graphs): bf16 with bias and silu 0.159 ms against the two-tile ring's 0.174 (Dao 0.170);
+// CUDA graphs): bf16 with bias and silu 0.159 ms against the two-tile ring's 0.174 (Dao 0.172);
 // fp32 0.281 against the staged kernel's 0.284; bf16 without silu 0.147 against the two-tile
 // ring's 0.143, which keeps the 16-bit calls without silu (runs of 64 or 256 steps and 6 ring
 // slots: within 0.002 ms).
@@ -886,8 +886,9 @@ __global__ void __launch_bounds__(ChannelLastWarpRing::kThreads)
   // The warps' sums over the drained rings, then added in warp order: the run order.
   __syncthreads();
   float* const sums = reinterpret_cast<float*>(channel_last_shared());  // [warps][kWidth + 1][128]
-  static_assert(size_t(kRingWarpsPerBlock) * (kWidth + 1) * R::kChannels * sizeof(float) <= warp_ring_smem_bytes<T>(2),
-                "the sums fit in the rings");
+  static_assert(
+      size_t(kRingWarpsPerBlock) * (kWidth + 1) * R::kChannels * sizeof(float) <= warp_ring_smem_bytes<T>(2),
+      "the sums fit in the rings");
 #pragma unroll
   for (int k = 0; k <= kWidth; ++k)
 #pragma unroll
@@ -911,7 +912,7 @@ __global__ void __launch_bounds__(ChannelLastWarpRing::kThreads)
 // the forward's step. Against the lane ring (32 vectors per warp, 8 channels per lane for 16-bit:
 // bf16 K4 128 registers, 16 warps per SM, which lost 3 % to the two-tile ring without silu; ncu:
 // 23 % occupancy against 36 %, 11.0 cycles between a warp's instructions against 9.2) a lane holds
-// half the taps and window, so more warps fit an SM with the same bytes in flight per warp. If
+// half the taps and window: bf16 K4 80 registers, 24 warps per SM (72 KB in flight against 96). If
 // it wins with and without silu it replaces both the lane ring and the two-tile ring. Written in
 // session 18 after its last GPU call (emulation-tested): off until the H200 has timed it.
 constexpr bool kChannelLastForwardWarpRing = false;
