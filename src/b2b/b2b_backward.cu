@@ -90,9 +90,7 @@ void launch_typed(const B2BBackwardParams& p, const B2BBackwardPlan& plan, float
   if (p.batch > 0 && plan.tiling.tiles > 0) {  // else dx is empty and the weight gradients are zero
     const dim3 grid(unsigned(p.batch * p.dim), unsigned(plan.tiling.tile_blocks));
     auto launch = [&](auto kernel, auto... extra) {
-      if (plan.smem_bytes > 48 * 1024)
-        check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(plan.smem_bytes)),
-                   "b2b_causal_conv1d backward (shared-memory opt-in)");
+      allow_dynamic_shared_memory(kernel, plan.smem_bytes, "b2b_causal_conv1d backward (shared-memory opt-in)");
       kernel<<<grid, Tile::kThreads, plan.smem_bytes, stream>>>(p, plan.tiling, extra..., partials);
     };
     switch (plan.path) {
@@ -115,8 +113,7 @@ void launch_typed(const B2BBackwardParams& p, const B2BBackwardPlan& plan, float
         if constexpr (!std::is_same<T, float>::value) {
           const int64_t per_segment = (plan.tiling.tiles + plan.tiling.tile_blocks - 1) / plan.tiling.tile_blocks;
           auto run = [&](auto kernel) {
-            check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(plan.smem_bytes)),
-                       "b2b_causal_conv1d backward (shared-memory opt-in)");
+            allow_dynamic_shared_memory(kernel, plan.smem_bytes, "b2b_causal_conv1d backward (shared-memory opt-in)");
             kernel<<<grid, WgmmaToeplitzTile::kThreads, plan.smem_bytes, stream>>>(p, plan.tiling.tiles, per_segment,
                                                                                   partials);
           };

@@ -21,10 +21,8 @@ using Tile = B2BForwardTile;
 template <typename T, int kMaxBlocks>
 void launch_tc(const B2BForwardParams& p, const B2BTiling& tiling, cudaStream_t stream) {
   constexpr size_t smem = B2BTcLayout<kMaxBlocks>::kBytes;
-  if (smem > 48 * 1024)
-    check_cuda(cudaFuncSetAttribute(b2b_forward_tc_kernel<T, kMaxBlocks>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                    int(smem)),
-               "b2b_causal_conv1d forward (shared-memory opt-in)");
+  allow_dynamic_shared_memory(b2b_forward_tc_kernel<T, kMaxBlocks>, smem,
+                              "b2b_causal_conv1d forward (shared-memory opt-in)");
   const dim3 grid(unsigned(p.batch * p.dim), unsigned(tiling.tile_blocks));
   b2b_forward_tc_kernel<T, kMaxBlocks><<<grid, ToeplitzTile::kThreads, smem, stream>>>(p, tiling);
 }
@@ -61,9 +59,8 @@ constexpr int64_t kB2BWgmmaMinBlocks = 1024;
 template <typename T, int kMixerBlocks>
 void launch_wgmma(const B2BForwardParams& p, cudaStream_t stream) {
   constexpr int smem = B2BWgmmaLayout<kMixerBlocks>::kBytes;
-  check_cuda(cudaFuncSetAttribute(b2b_forward_wgmma_kernel<T, kMixerBlocks>,
-                                  cudaFuncAttributeMaxDynamicSharedMemorySize, smem),
-             "b2b_causal_conv1d forward (shared-memory opt-in)");
+  allow_dynamic_shared_memory(b2b_forward_wgmma_kernel<T, kMixerBlocks>, smem,
+                              "b2b_causal_conv1d forward (shared-memory opt-in)");
   const int64_t tiles = (p.length + WgmmaToeplitzTile::kOutputs - 1) / WgmmaToeplitzTile::kOutputs;
   const int64_t rows = p.batch * p.dim;
   int64_t per_segment = std::min((tiles * rows + kB2BWgmmaMinBlocks - 1) / kB2BWgmmaMinBlocks, kB2BWgmmaMaxTilesPerSegment);
@@ -121,9 +118,7 @@ void launch_typed(const B2BForwardParams& p, cudaStream_t stream) {
   const B2BTiling tiling = make_b2b_tiling(p.length, Tile::kOutputs, kB2BForwardTilesPerBlock);
   const size_t smem = sizeof(float) * size_t(b2b_forward_smem_floats(p.proj_width, p.mixer_width));
   if (try_launch_short<T>(p, stream) || try_launch_wgmma<T>(p, stream) || try_launch_tc<T>(p, tiling, stream)) return;
-  if (smem > 48 * 1024)
-    check_cuda(cudaFuncSetAttribute(b2b_forward_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)),
-               "b2b_causal_conv1d forward (shared-memory opt-in)");
+  allow_dynamic_shared_memory(b2b_forward_kernel<T>, smem, "b2b_causal_conv1d forward (shared-memory opt-in)");
   const dim3 grid(unsigned(p.batch * p.dim), unsigned(tiling.tile_blocks));
   b2b_forward_kernel<T><<<grid, Tile::kThreads, smem, stream>>>(p, tiling);
 }

@@ -461,8 +461,7 @@ void launch_tc(const TcJob& job, cudaStream_t stream, const char* what) {
   p.silu_grad = job.silu_grad;
 
   const size_t smem = kernel_smem_bytes(lay);
-  check_cuda(cudaFuncSetAttribute(dense_tc_kernel<T, TSrc>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)),
-             what);
+  allow_dynamic_shared_memory(dense_tc_kernel<T, TSrc>, smem, what);
   const dim3 grid(unsigned(p.o_tiles * p.time_tiles), unsigned(std::min<int64_t>(job.groups, 65535)),
                   unsigned(std::min<int64_t>(job.batch, 65535)));
   dense_tc_kernel<T, TSrc><<<grid, kThreads, smem, stream>>>(p);
@@ -767,8 +766,7 @@ void launch_tc_weight_grad(const DwParams& p, int64_t groups, cudaStream_t strea
   constexpr size_t g_float = std::is_same_v<TG, float> ? size_t(kBM) * steps * 4 : 0;
   constexpr size_t smem = 2 * (copies * (size_t(kBM) * (steps / 32) + steps + kMaxShift) * kRowBytes + g_float);
   constexpr const char* what = "causal_conv1d backward (dense weight gradients, tensor cores)";
-  check_cuda(cudaFuncSetAttribute(dense_tc_weight_grad<T, TG>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)),
-             what);
+  allow_dynamic_shared_memory(dense_tc_weight_grad<T, TG>, smem, what);
   const dim3 grid(unsigned(groups * p.o_tiles * p.i_tiles * p.k_chunks), unsigned(p.parts));
   dense_tc_weight_grad<T, TG><<<grid, kThreads, smem, stream>>>(p);
   check_launch(what);

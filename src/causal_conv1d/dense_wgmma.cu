@@ -402,7 +402,7 @@ void launch_wgmma(const WgJob& j, cudaStream_t stream, const char* what) {
     for (int d = 0; d < 3; ++d) p.src_stride[d] = j.src_stride[d];
     p.in_g = int32_t(j.src_g);
     auto launch = [&](auto kernel, size_t smem) {
-      check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)), what);
+      allow_dynamic_shared_memory(kernel, smem, what);
       kernel<<<grid, kThreads, smem, stream>>>(w_map, rows_map, p);
       check_launch(what);
     };
@@ -434,9 +434,7 @@ void launch_wgmma(const WgJob& j, cudaStream_t stream, const char* what) {
   }
   const uint32_t box[4] = {kBK, 1, kBN, 1};
   const CUtensorMap src_map = encode_tensor_map(src_base, mma_dtype, 4, dims, strides, box, what);
-  check_cuda(cudaFuncSetAttribute(dense_wgmma_conv<T>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                  int(Tr::kSmemBytes)),
-             what);
+  allow_dynamic_shared_memory(dense_wgmma_conv<T>, Tr::kSmemBytes, what);
   dense_wgmma_conv<T><<<grid, kThreads, Tr::kSmemBytes, stream>>>(w_map, src_map, p);
   check_launch(what);
 }
@@ -578,7 +576,7 @@ void launch_wgmma_weight_grad(const DenseBackwardParams& b, const void* grad, bo
     p.q_base = launches[i].q_base;
     p.q_count = launches[i].q_count;
     auto launch = [&](auto kernel, size_t smem) {
-      check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)), what);
+      allow_dynamic_shared_memory(kernel, smem, what);
       const dim3 grid(unsigned(g.groups * l.o_tiles * l.c_chunks * p.q_count), unsigned(l.parts));
       kernel<<<grid, kThreads, smem, stream>>>(g_map, x_map, p);
       check_launch(what);

@@ -262,9 +262,7 @@ void launch_channel_last_warp_ring(const DepthwiseBackwardParams& p, float* part
   constexpr size_t smem = warp_ring_smem_bytes<T>(2);
   auto kernel = p.silu ? depthwise_backward_channel_last_warp_ring<T, kWidth, true>
                        : depthwise_backward_channel_last_warp_ring<T, kWidth, false>;
-  if constexpr (smem > 48 * 1024)
-    check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)),
-               "causal_conv1d backward (depthwise, channel-last)");
+  allow_dynamic_shared_memory(kernel, smem, "causal_conv1d backward (depthwise, channel-last)");
   kernel<<<unsigned(g.blocks), ChannelLastWarpRing::kThreads, smem, stream>>>(p, g, partials);
 }
 
@@ -281,8 +279,7 @@ void launch_channel_last_unit(const DepthwiseBackwardParams& p, const ChannelLas
   const size_t smem = channel_last_backward_smem_bytes<T>(kWidth);
   auto kernel = p.silu ? depthwise_backward_channel_last_unit<T, kWidth, true>
                        : depthwise_backward_channel_last_unit<T, kWidth, false>;
-  check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)),
-             "causal_conv1d backward (depthwise, channel-last)");
+  allow_dynamic_shared_memory(kernel, smem, "causal_conv1d backward (depthwise, channel-last)");
   kernel<<<unsigned(p.batch * g.blocks()), ChannelLastTile::kThreads, smem, stream>>>(p, g, partials);
 }
 
@@ -301,10 +298,8 @@ void launch_channel_last(const DepthwiseBackwardParams& p, float* partials, cuda
   }
   const ChannelLastTiling t = make_channel_last_tiling(p);
   const size_t smem = channel_last_smem_bytes(p, t.halo);
-  if (smem > 48 * 1024)
-    check_cuda(cudaFuncSetAttribute(depthwise_backward_channel_last<T>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                    int(smem)),
-               "causal_conv1d backward (depthwise, channel-last)");
+  allow_dynamic_shared_memory(depthwise_backward_channel_last<T>, smem,
+                              "causal_conv1d backward (depthwise, channel-last)");
   const dim3 grid(unsigned(t.channel_tiles), unsigned(std::min(p.batch * t.time_tiles, kMaxGridY)));
   depthwise_backward_channel_last<T><<<grid, kChannelLastThreads, smem, stream>>>(p, t, partials);
 }

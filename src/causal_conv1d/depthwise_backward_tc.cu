@@ -18,10 +18,8 @@ void launch(const DepthwiseBackwardParams& p, float* partials, cudaStream_t stre
   const int64_t tile_blocks = std::min((tiles + kTcTilesPerBlock - 1) / kTcTilesPerBlock, kMaxGridY);
   const dim3 grid(unsigned(p.batch * p.channels), unsigned(tile_blocks));
   constexpr int smem = DepthwiseTcBackwardSmem<kMaxBlocks>::kBytes;
-  if (smem > 48 * 1024)
-    check_cuda(cudaFuncSetAttribute(depthwise_backward_tc_kernel<T, kMaxBlocks>,
-                                    cudaFuncAttributeMaxDynamicSharedMemorySize, smem),
-               "causal_conv1d backward (depthwise, tensor cores)");
+  allow_dynamic_shared_memory(depthwise_backward_tc_kernel<T, kMaxBlocks>, smem,
+                              "causal_conv1d backward (depthwise, tensor cores)");
   depthwise_backward_tc_kernel<T, kMaxBlocks><<<grid, ToeplitzTile::kThreads, smem, stream>>>(p, tiles, partials);
 }
 

@@ -68,17 +68,14 @@ void launch_channel_last(const DepthwiseForwardParams& p, const ChannelLastGrid&
   // sized the grid); the staged kernel is not instantiated for them.
   if constexpr (kWidth > 0 && sizeof(T) == 2) {
     const size_t smem = channel_last_forward_pipelined_smem_bytes<T>(kWidth);
-    check_cuda(cudaFuncSetAttribute(depthwise_forward_channel_last_pipelined<T, kWidth>,
-                                    cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)),
-               "causal_conv1d forward (depthwise, channel-last)");
+    allow_dynamic_shared_memory(depthwise_forward_channel_last_pipelined<T, kWidth>, smem,
+                                "causal_conv1d forward (depthwise, channel-last)");
     depthwise_forward_channel_last_pipelined<T, kWidth>
         <<<unsigned(p.batch * g.blocks()), ChannelLastTile::kThreads, smem, stream>>>(p, g);
   } else {
     const size_t smem = channel_last_forward_smem_bytes<T>(kWidth, g.halo);
-    if (smem > 48 * 1024)
-      check_cuda(cudaFuncSetAttribute(depthwise_forward_channel_last<T, kWidth>,
-                                      cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)),
-                 "causal_conv1d forward (depthwise, channel-last)");
+    allow_dynamic_shared_memory(depthwise_forward_channel_last<T, kWidth>, smem,
+                                "causal_conv1d forward (depthwise, channel-last)");
     depthwise_forward_channel_last<T, kWidth>
         <<<unsigned(p.batch * g.blocks()), ChannelLastTile::kThreads, smem, stream>>>(p, g);
   }
@@ -95,9 +92,7 @@ void launch_ring(const DepthwiseForwardParams& p, const ChannelLastRingGrid& g, 
   }();
   constexpr int threads = kWarpRing ? ChannelLastWarpRing::kThreads : ChannelLastLaneRing::kThreads;
   constexpr size_t smem = kWarpRing ? warp_ring_smem_bytes<T>(1) : lane_ring_smem_bytes();
-  if constexpr (smem > 48 * 1024)
-    check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)),
-               "causal_conv1d forward (depthwise, channel-last)");
+  allow_dynamic_shared_memory(kernel, smem, "causal_conv1d forward (depthwise, channel-last)");
   kernel<<<unsigned(g.blocks()), threads, smem, stream>>>(p, g);
 }
 

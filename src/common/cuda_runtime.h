@@ -19,6 +19,14 @@ inline void check_cuda(cudaError_t status, const char* op) {
 // Call right after a kernel launch: launch-configuration errors and missing images surface here.
 inline void check_launch(const char* op) { check_cuda(cudaGetLastError(), op); }
 
+// Lets `kernel` launch with `bytes` of dynamic shared memory: past the default 48 KB a kernel
+// has to opt in.
+template <typename Kernel>
+void allow_dynamic_shared_memory(Kernel kernel, size_t bytes, const char* op) {
+  if (bytes > 48 * 1024)
+    check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)), op);
+}
+
 // Streaming multiprocessors of the current device (for grids of one wave).
 inline int current_device_sm_count(const char* op) {
   int device = 0, sms = 0;
