@@ -791,6 +791,16 @@ __device__ __forceinline__ void copy_warp_ring_chunk(T* const (&ring)[kTensors],
   }
 }
 
+// Step q of a warp ring: chunk q + kChunks - 1 issued into the slot of chunk q - 1 once every lane
+// is done with it, then chunk q landed for every lane (issue_chunk commits one group per call).
+template <typename IssueChunk>
+__device__ __forceinline__ void advance_warp_ring(const IssueChunk& issue_chunk, int q) {
+  __syncwarp();
+  issue_chunk(q + ChannelLastWarpRing::kChunks - 1);
+  cp_async_wait<ChannelLastWarpRing::kChunks - 1>();
+  __syncwarp();
+}
+
 // A warp-ring lane's taps w[k][i] of channels c + i (zero from lane_valid on), and the K-1 steps of
 // its window before the run (win[k] = x at t_begin - (K-k) for k >= 1; zero before the sequence,
 // or all zero when !load), straight from global memory.
@@ -859,10 +869,7 @@ __global__ void __launch_bounds__(ChannelLastWarpRing::kThreads)
   float dw[kWidth + 1][4] = {};  // slot kWidth: the bias gradient
 #pragma unroll 1
   for (int q = 0; q < chunks; ++q) {
-    __syncwarp();                     // every lane is done with chunk q - 1's slot ...
-    issue_chunk(q + R::kChunks - 1);  // ... before it is refilled
-    cp_async_wait<R::kChunks - 1>();  // this lane's copies of chunk q have landed
-    __syncwarp();                     // ... and every lane's
+    advance_warp_ring(issue_chunk, q);
 #pragma unroll
     for (int r = 0; r < R::kChunkRows; ++r) {
       const int m = q * R::kChunkRows + r;  // newest step i = t_begin + m
@@ -962,10 +969,7 @@ __global__ void __launch_bounds__(ChannelLastWarpRing::kThreads)
 
 #pragma unroll 1
   for (int q = 0; q < chunks; ++q) {
-    __syncwarp();                     // every lane is done with chunk q - 1's slot ...
-    issue_chunk(q + R::kChunks - 1);  // ... before it is refilled
-    cp_async_wait<R::kChunks - 1>();  // this lane's copies of chunk q have landed
-    __syncwarp();                     // ... and every lane's
+    advance_warp_ring(issue_chunk, q);
 #pragma unroll
     for (int r = 0; r < R::kChunkRows; ++r) {
       slide_quad_window(win);
