@@ -400,8 +400,9 @@ __global__ void __launch_bounds__(ChannelLastTile::kThreads, 3)
   }
 }
 
-// ---- the ring kernels' grid (forward per lane, backward per warp, below) ----
-// A warp owns a tile of channels of one sequence and a run of time steps; 4 warps to a block.
+// ---- the ring kernels' grid (below: the forward per lane and per warp, the backward per warp) ----
+// A warp owns a tile of channels of one sequence and a run of time steps; 4 warps to a block,
+// taken in order by the forwards (the backward groups a block's warps by run: WarpRingGrid).
 constexpr int kRingWarpsPerBlock = 4;
 
 struct ChannelLastRingGrid {

@@ -20,7 +20,8 @@ inline void check_cuda(cudaError_t status, const char* op) {
 inline void check_launch(const char* op) { check_cuda(cudaGetLastError(), op); }
 
 // Lets `kernel` launch with `bytes` of dynamic shared memory: past the default 48 KB a kernel
-// has to opt in.
+// has to opt in. The default counts static shared memory too, so a kernel with static
+// __shared__ arrays must not come here (none of the launchers' kernels has any).
 template <typename Kernel>
 void allow_dynamic_shared_memory(Kernel kernel, size_t bytes, const char* op) {
   if (bytes > 48 * 1024)
