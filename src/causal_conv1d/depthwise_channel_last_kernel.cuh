@@ -400,9 +400,9 @@ __global__ void __launch_bounds__(ChannelLastTile::kThreads, 3)
   }
 }
 
-// ---- the ring kernels' grid (below: the forward per lane and per warp, the backward per warp) ----
+// ---- the ring kernels' grid (below: the forward per lane, the backward per warp) ----
 // A warp owns a tile of channels of one sequence and a run of time steps; 4 warps to a block,
-// taken in order by the forwards (the backward groups a block's warps by run: WarpRingGrid).
+// taken in order by the forward (the backward groups a block's warps by run: WarpRingGrid).
 constexpr int kRingWarpsPerBlock = 4;
 
 struct ChannelLastRingGrid {
@@ -759,8 +759,7 @@ inline bool channel_last_backward_warp_ring(int64_t channels, int64_t width, int
          width <= ChannelLastWarpRing::kMaxWidth;
 }
 
-// Per warp: one ring per tensor streamed (the backward's x and dy, the forward's x), kRows rows of
-// 128 channels each.
+// Per warp: one ring per tensor streamed (the backward's x and dy), kRows rows of 128 channels each.
 template <typename T>
 constexpr size_t warp_ring_smem_bytes(int tensors) {
   return size_t(kRingWarpsPerBlock) * tensors * ChannelLastWarpRing::kRows * ChannelLastWarpRing::kChannels *
@@ -912,76 +911,6 @@ __global__ void __launch_bounds__(ChannelLastWarpRing::kThreads)
     for (int v = 0; v < kRingWarpsPerBlock; ++v) total += sums[(v * (kWidth + 1) + k) * R::kChannels + c];
     partials[((c0 + c) * parts + part) * (kWidth + 1) + k] = total;
   }
-}
-
-// ---- forward on per-warp rings (kChannelLastForwardWarpRing, off) ----
-// Dilation 1, K 2..8, aligned rows, C a multiple of the vector: the backward warp ring's streaming
-// (128 channels per warp, 4 per lane, chunks of 4 steps through a ring of 4, __syncwarp only) with
-// the forward's step. Against the lane ring (32 vectors per warp, 8 channels per lane for 16-bit:
-// bf16 K4 128 registers, 16 warps per SM, which lost 3 % to the two-tile ring without silu; ncu:
-// 23 % occupancy against 36 %, 11.0 cycles between a warp's instructions against 9.2) a lane holds
-// half the taps and window: bf16 K4 80 registers, 24 warps per SM (72 KB in flight against 96). If
-// it wins with and without silu it replaces both the lane ring and the two-tile ring. Written in
-// session 18 after its last GPU call (emulation-tested): off until the H200 has timed it.
-constexpr bool kChannelLastForwardWarpRing = false;
-
-template <typename T>
-inline bool channel_last_forward_warp_ring(int64_t channels, int64_t width, int64_t dilation, bool vectors) {
-  return kChannelLastForwardWarpRing && vectors && channels % Vec16<T>::kElems == 0 && dilation == 1 &&
-         width >= 2 && width <= ChannelLastTile::kMaxUnrolledWidth;
-}
-
-// Warps in order, channel tiles fastest (no partials to fold, unlike the backward).
-inline ChannelLastRingGrid make_forward_warp_ring_grid(int64_t batch, int64_t channels, int64_t length) {
-  return make_channel_last_ring_grid(batch, channels, length, ChannelLastWarpRing::kChannels,
-                                     ChannelLastWarpRing::kRunSteps);
-}
-
-template <typename T, int kWidth>
-__global__ void __launch_bounds__(ChannelLastWarpRing::kThreads)
-    depthwise_forward_channel_last_warp_ring(DepthwiseForwardParams p, ChannelLastRingGrid g) {
-  using R = ChannelLastWarpRing;
-  const int lane = int(threadIdx.x) % 32;
-  RingWarp rw;
-  if (!locate_ring_warp(g, R::kChannels, rw)) return;  // whole warps: the __syncwarp calls below see full warps
-  const int valid_channels = int(std::min(int64_t(R::kChannels), p.channels - rw.c0));
-  const int lane_valid = valid_channels - 4 * lane;  // channels of the lane's 4 (a multiple of 4)
-  const int64_t n = p.length, t_begin = rw.run * R::kRunSteps;
-  const int steps = int(std::min(int64_t(R::kRunSteps), n - t_begin));
-  const int chunks = (steps + R::kChunkRows - 1) / R::kChunkRows;
-  const T* x = static_cast<const T*>(p.x) + rw.batch * p.x_stride[0] + rw.c0;
-  T* y = static_cast<T*>(p.y) + rw.batch * p.y_stride[0] + rw.c0 + 4 * lane;
-  T* const ring = reinterpret_cast<T*>(channel_last_shared()) + (threadIdx.x / 32) * R::kRows * R::kChannels;
-
-  // Chunk q of x; always one group (empty past the run) so the waits count evenly.
-  const auto issue_chunk = [&](int q) {
-    if (q < chunks) copy_warp_ring_chunk<T, 1>({ring}, {x}, {p.x_stride[2]}, t_begin, q, n, rw.c0, p.channels,
-                                                 lane);
-    cp_async_commit();
-  };
-#pragma unroll
-  for (int q = 0; q + 1 < R::kChunks; ++q) issue_chunk(q);
-
-  float w[kWidth][4], bias[4];
-  load_quad_taps<T>(w, p.weight, p.w_stride, rw.c0 + 4 * lane, lane_valid);
-  load_channel_last_bias<T>(bias, p.bias, p.bias_stride, rw.c0 + 4 * lane, lane_valid);
-  float win[kWidth][4];  // win[k]: x at step t - (K-1-k), t the newest step
-  load_window_before_run(win, x + 4 * lane, p.x_stride[2], t_begin, lane_valid > 0);
-
-#pragma unroll 1
-  for (int q = 0; q < chunks; ++q) {
-    advance_warp_ring(issue_chunk, q);
-#pragma unroll
-    for (int r = 0; r < R::kChunkRows; ++r) {
-      slide_quad_window(win);
-      load_quad(ring + ((q % R::kChunks) * R::kChunkRows + r) * R::kChannels + 4 * lane, win[kWidth - 1]);
-      float out[4];
-      forward_quad<T>(win, w, bias, p.silu, out);
-      const int s = q * R::kChunkRows + r;
-      if (s < steps) store_channel_last(y + (t_begin + s) * p.y_stride[2], out, lane_valid, true);
-    }
-  }
-  cp_async_wait<0>();  // no copy outlives the block's shared memory
 }
 
 }  // namespace causalconv::detail

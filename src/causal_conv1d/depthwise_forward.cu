@@ -81,26 +81,21 @@ void launch_channel_last(const DepthwiseForwardParams& p, const ChannelLastGrid&
   }
 }
 
-// The ring kernels: per lane (kWarpRing false) or per warp; a grid of warps, fixed shared memory.
-template <typename T, int kWidth, bool kWarpRing>
-void launch_ring(const DepthwiseForwardParams& p, const ChannelLastRingGrid& g, cudaStream_t stream) {
-  const auto kernel = [] {  // only the kernel taken is instantiated
-    if constexpr (kWarpRing)
-      return depthwise_forward_channel_last_warp_ring<T, kWidth>;
-    else
-      return depthwise_forward_channel_last_lane_ring<T, kWidth>;
-  }();
-  constexpr int threads = kWarpRing ? ChannelLastWarpRing::kThreads : ChannelLastLaneRing::kThreads;
-  constexpr size_t smem = kWarpRing ? warp_ring_smem_bytes<T>(1) : lane_ring_smem_bytes();
-  allow_dynamic_shared_memory(kernel, smem, "causal_conv1d forward (depthwise, channel-last)");
-  kernel<<<unsigned(g.blocks()), threads, smem, stream>>>(p, g);
+// The lane ring: a grid of warps, fixed shared memory.
+template <typename T, int kWidth>
+void launch_lane_ring(const DepthwiseForwardParams& p, const ChannelLastRingGrid& g, cudaStream_t stream) {
+  constexpr size_t smem = lane_ring_smem_bytes();
+  allow_dynamic_shared_memory(depthwise_forward_channel_last_lane_ring<T, kWidth>, smem,
+                              "causal_conv1d forward (depthwise, channel-last)");
+  depthwise_forward_channel_last_lane_ring<T, kWidth>
+      <<<unsigned(g.blocks()), ChannelLastLaneRing::kThreads, smem, stream>>>(p, g);
 }
 
-template <typename T, bool kWarpRing>
-bool try_launch_ring(const DepthwiseForwardParams& p, const ChannelLastRingGrid& g, cudaStream_t stream) {
+template <typename T>
+bool try_launch_lane_ring(const DepthwiseForwardParams& p, const ChannelLastRingGrid& g, cudaStream_t stream) {
   return g.blocks() <= kMaxGridX &&
          with_width<2, ChannelLastTile::kMaxUnrolledWidth>(
-             p.width, [&](auto k) { launch_ring<T, decltype(k)::value, kWarpRing>(p, g, stream); });
+             p.width, [&](auto k) { launch_lane_ring<T, decltype(k)::value>(p, g, stream); });
 }
 
 // Unit channel stride of x and y and reach (K-1)*d <= kMaxChannelLastReach (the staged
@@ -110,13 +105,8 @@ bool try_launch_channel_last(const DepthwiseForwardParams& p, bool channel_last,
   if (!channel_last || (p.width - 1) * p.dilation > kMaxChannelLastReach) return false;
   const int64_t strides_x[2] = {p.x_stride[0], p.x_stride[2]}, strides_y[2] = {p.y_stride[0], p.y_stride[2]};
   const bool vectors = vector_aligned<T>(p.x, strides_x, 2) && vector_aligned<T>(p.y, strides_y, 2);
-  if constexpr (kChannelLastForwardWarpRing) {  // not instantiated while off
-    if (channel_last_forward_warp_ring<T>(p.channels, p.width, p.dilation, vectors) &&
-        try_launch_ring<T, true>(p, make_forward_warp_ring_grid(p.batch, p.channels, p.length), stream))
-      return true;
-  }
   if (channel_last_forward_lane_ring<T>(p.channels, p.width, p.dilation, vectors, p.silu) &&
-      try_launch_ring<T, false>(p, make_lane_ring_grid<T>(p.batch, p.channels, p.length), stream))
+      try_launch_lane_ring<T>(p, make_lane_ring_grid<T>(p.batch, p.channels, p.length), stream))
     return true;
   const ChannelLastGrid g =
       make_channel_last_grid<T>(p.batch, p.channels, p.length, p.width, p.dilation, vectors, false);

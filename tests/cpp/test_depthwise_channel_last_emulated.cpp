@@ -8,7 +8,6 @@
 #define depthwise_forward_channel_last depthwise_forward_channel_last_emulated
 #define depthwise_forward_channel_last_pipelined depthwise_forward_channel_last_pipelined_emulated
 #define depthwise_forward_channel_last_lane_ring depthwise_forward_channel_last_lane_ring_emulated
-#define depthwise_forward_channel_last_warp_ring depthwise_forward_channel_last_warp_ring_emulated
 #define depthwise_backward_channel_last_unit depthwise_backward_channel_last_unit_emulated
 #define depthwise_backward_channel_last_warp_ring depthwise_backward_channel_last_warp_ring_emulated
 #include "causal_conv1d/depthwise_channel_last_kernel.cuh"
@@ -16,7 +15,6 @@
 #undef depthwise_forward_channel_last
 #undef depthwise_forward_channel_last_pipelined
 #undef depthwise_forward_channel_last_lane_ring
-#undef depthwise_forward_channel_last_warp_ring
 #undef depthwise_backward_channel_last_unit
 #undef depthwise_backward_channel_last_warp_ring
 
@@ -55,7 +53,7 @@ struct Case {
   // many tiles per block, for fp32 too (the launcher takes it for 16-bit types only).
   int64_t tiles_per_block = 0;
   // The ring kernels (aligned rows, C % vector == 0, dilation 1), whatever the launcher would
-  // take: forward per lane or per warp (K 2..8), backward per warp (K 2..4).
+  // take: forward per lane (K 2..8), backward per warp (K 2..4).
   enum class Ring { launcher, lane, warp } ring = Ring::launcher;
 };
 
@@ -126,21 +124,9 @@ void run_forward(const Case& cs) {
   EXPECT_EQ(vectors, cs.aligned);
   // As try_launch_channel_last in depthwise_forward.cu picks the kernel.
   const bool launcher = cs.ring == Case::Ring::launcher && cs.tiles_per_block == 0;
-  const bool warp_ring = cs.ring == Case::Ring::warp ||
-                         (launcher && detail::channel_last_forward_warp_ring<T>(C, K, cs.dilation, vectors));
-  const bool lane_ring =
-      !warp_ring && (cs.ring == Case::Ring::lane ||
-                     (launcher && detail::channel_last_forward_lane_ring<T>(C, K, cs.dilation, vectors, cs.silu)));
-  if (warp_ring) {
-    ASSERT_TRUE(vectors && C % detail::Vec16<T>::kElems == 0 && cs.dilation == 1 && K >= 2 && K <= 8);
-    const detail::ChannelLastRingGrid g = detail::make_forward_warp_ring_grid(B, C, L);
-    emu::launch({unsigned(g.blocks()), 1, 1}, detail::ChannelLastWarpRing::kThreads,
-                detail::warp_ring_smem_bytes<T>(1), [&] {
-                  detail::with_width<2, 8>(K, [&](auto k) {
-                    detail::depthwise_forward_channel_last_warp_ring_emulated<T, decltype(k)::value>(p, g);
-                  });
-                });
-  } else if (lane_ring) {
+  const bool lane_ring = cs.ring == Case::Ring::lane ||
+                         (launcher && detail::channel_last_forward_lane_ring<T>(C, K, cs.dilation, vectors, cs.silu));
+  if (lane_ring) {
     ASSERT_TRUE(vectors && C % detail::Vec16<T>::kElems == 0 && cs.dilation == 1 && K >= 2 && K <= 8);
     const detail::ChannelLastRingGrid g = detail::make_lane_ring_grid<T>(B, C, L);
     emu::launch({unsigned(g.blocks()), 1, 1}, detail::ChannelLastLaneRing::kThreads, detail::lane_ring_smem_bytes(),
@@ -304,26 +290,6 @@ void lane_ring_forward_cases() {
   }
 }
 
-// The per-warp ring forward (dilation 1, K 2..8, aligned rows): runs of kRunSteps with a partial
-// last run and chunk, a partial last channel tile (two valid lanes of 32 at C = 8), blocks whose
-// warps span channel tiles and runs, the window before each run, L = 1, L < K, a run of exactly
-// kRunSteps.
-template <typename T>
-void warp_ring_forward_cases() {
-  constexpr int64_t kRun = detail::ChannelLastWarpRing::kRunSteps, tile = detail::ChannelLastWarpRing::kChannels;
-  for (int64_t k : {2, 3, 4, 5, 6, 7, 8}) {
-    Case cs{2, tile + 8, 2 * kRun + 5, k, 1, k % 2 == 0, k % 3 != 0};
-    cs.ring = Case::Ring::warp;
-    run_forward<T>(cs);
-  }
-  for (const auto& [c, l, k] : {std::tuple<int64_t, int64_t, int64_t>{8, 1, 4}, {16, 3, 8}, {24, kRun, 4},
-                                {tile, kRun + 1, 3}, {3 * tile, 5 * kRun + 2, 5}}) {
-    Case cs{1, c, l, k, 1, true, true};
-    cs.ring = Case::Ring::warp;
-    run_forward<T>(cs);
-  }
-}
-
 // The pipelined forward (dilation 1, K 2..8): ranges of tiles per block with a partial last range
 // and a partial last tile, a range of one tile, element staging, L = 1, L < K, C % 8 != 0.
 template <typename T>
@@ -385,9 +351,6 @@ TEST(DepthwiseChannelLastEmulated, ForwardBFloat16) { forward_cases<__nv_bfloat1
 TEST(DepthwiseChannelLastEmulated, LaneRingForwardFloat32) { lane_ring_forward_cases<float>(); }
 TEST(DepthwiseChannelLastEmulated, LaneRingForwardFloat16) { lane_ring_forward_cases<__half>(); }
 TEST(DepthwiseChannelLastEmulated, LaneRingForwardBFloat16) { lane_ring_forward_cases<__nv_bfloat16>(); }
-TEST(DepthwiseChannelLastEmulated, WarpRingForwardFloat32) { warp_ring_forward_cases<float>(); }
-TEST(DepthwiseChannelLastEmulated, WarpRingForwardFloat16) { warp_ring_forward_cases<__half>(); }
-TEST(DepthwiseChannelLastEmulated, WarpRingForwardBFloat16) { warp_ring_forward_cases<__nv_bfloat16>(); }
 TEST(DepthwiseChannelLastEmulated, PipelinedForwardFloat32) { pipelined_forward_cases<float>(); }
 TEST(DepthwiseChannelLastEmulated, PipelinedForwardFloat16) { pipelined_forward_cases<__half>(); }
 TEST(DepthwiseChannelLastEmulated, PipelinedForwardBFloat16) { pipelined_forward_cases<__nv_bfloat16>(); }
