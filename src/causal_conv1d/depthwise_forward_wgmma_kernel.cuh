@@ -154,6 +154,12 @@ __device__ __forceinline__ void wgmma_toeplitz_outputs_to_shared(unsigned char* 
 // (K65 91 -> 123 registers, 5 -> 4 blocks/SM): 0 asks for none.
 constexpr int wgmma_min_blocks_per_sm(int blocks) { return blocks >= 4 ? 4 : 0; }
 
+// The block's second tile copied at its start, into the other stage (free until then), instead
+// of after the first has landed: a block of a row of 8192 steps (two tiles, the common case) then
+// has both tiles in flight while it builds its pair table and fragments. Every later tile is still
+// copied one ahead, at the top of the previous one. Off until the H200 has timed it (session 19).
+constexpr bool kDepthwiseWgmmaPrefetchSecondTile = false;
+
 template <typename T, int kBlocks>
 __global__ void __launch_bounds__(WgmmaToeplitzTile::kThreads, wgmma_min_blocks_per_sm(kBlocks))
     depthwise_forward_wgmma_kernel(DepthwiseForwardParams p, int64_t tiles) {
@@ -175,8 +181,14 @@ __global__ void __launch_bounds__(WgmmaToeplitzTile::kThreads, wgmma_min_blocks_
     wgmma_toeplitz_stage(stages + slot * Smem::kStageBytes, x, (tile * Tile::kChunks - kHalo) * Tile::kChunk, units, n);
   };
 
-  if (int64_t(blockIdx.y) < tiles) stage(0, blockIdx.y);
+  const int64_t first = int64_t(blockIdx.y);
+  if (first < tiles) stage(0, first);
   cp_async_commit();
+  const bool second_early = kDepthwiseWgmmaPrefetchSecondTile && first + gridDim.y < tiles;
+  if (second_early) {
+    stage(1, first + gridDim.y);
+    cp_async_commit();
+  }
   const float bias = toeplitz64_filter<kBlocks, T>(pairs_s, p, c);
   __syncthreads();
   uint32_t a[kBlocks][4][4];
@@ -184,13 +196,18 @@ __global__ void __launch_bounds__(WgmmaToeplitzTile::kThreads, wgmma_min_blocks_
 
   int slot = 0;
 #pragma unroll 1
-  for (int64_t tile = blockIdx.y; tile < tiles; tile += gridDim.y, slot ^= 1) {
+  for (int64_t tile = first; tile < tiles; tile += gridDim.y, slot ^= 1) {
     const int64_t j0 = tile * Tile::kOutputs;  // < n
-    cp_async_wait<0>();                 // this thread's copies of the tile are done
+    if (second_early && tile == first)
+      cp_async_wait<1>();  // this thread's copies of the tile are done (the second tile's may not be)
+    else
+      cp_async_wait<0>();
     sm90::fence_proxy_async_shared();   // ... and visible to wgmma's reads
-    __syncthreads();                    // every thread's; the other stage and out_s are free
-    if (tile + gridDim.y < tiles) stage(slot ^ 1, tile + gridDim.y);
-    cp_async_commit();
+    __syncthreads();                    // every thread's; the other stage (unless already filling) and out_s are free
+    if (!(second_early && tile == first)) {
+      if (tile + gridDim.y < tiles) stage(slot ^ 1, tile + gridDim.y);
+      cp_async_commit();
+    }
 
     float acc[32] = {};  // (the first MMA overwrites it)
     wgmma_toeplitz_issue<T, kBlocks>(acc, a, sm90::smem_u32(stages + slot * Smem::kStageBytes));
