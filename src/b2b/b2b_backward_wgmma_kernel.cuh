@@ -152,16 +152,15 @@ __global__ void __launch_bounds__(WgmmaToeplitzTile::kThreads, 2)
       copy_units(std::false_type{});
   };
 
+  B2BLagFilters<Layout::kProjBlocks, kMixerBlocks, T> filters;
+  if constexpr (kB2BWgmmaFiltersBeforeFirstStage) filters.load(p, c);
   stage(0, top);
   cp_async_commit();
+  if constexpr (!kB2BWgmmaFiltersBeforeFirstStage) filters.load(p, c);
   {  // The Hankel tables, through lag-ordered copies of the filters in the (free) z rows; zero carries.
     constexpr int kProjLags = hankel_lag_entries<Layout::kProjBlocks>();
     T* const lags = reinterpret_cast<T*>(smem + 128 * kZRow);  // 3 projections, then the mixer
-#pragma unroll
-    for (int j = 0; j < 3; ++j)
-      stage_lag_filter<Layout::kProjBlocks>(lags + j * kProjLags, wp0 + j * p.wp_stride[0], p.wp_stride[1], kp);
-    stage_lag_filter<kMixerBlocks>(lags + 3 * kProjLags,
-                                   static_cast<const T*>(p.weight_mixer) + c * p.wm_stride[0], p.wm_stride[1], km);
+    filters.store(lags);
     for (int i = tid; i < 8 * (kHalo + 3); i += Tile::kThreads)
       *reinterpret_cast<uint4*>(smem + 128 * kCarryRow + 16 * i) = make_uint4(0, 0, 0, 0);
     __syncthreads();

@@ -55,13 +55,6 @@ struct B2BWgmmaLayout {
   static constexpr int kBytes = 1024 + kMixerTable + 128 * hankel_cores(kMixerBlocks);
 };
 
-// The segment's second tile copied at the block's start, into the other stage (free until then),
-// instead of after the first has landed: a block of a row of 8192 steps (two tiles, the common
-// case) then has both tiles' 48 KB in flight while it builds its tables, not 24. Every later tile
-// is still copied one ahead, at the top of the previous one. Off until the H200 has timed it
-// (session 19).
-constexpr bool kB2BForwardPrefetchSecondTile = false;
-
 // Block (b*D + c, segment) walks tiles [segment * tiles_per_segment, + tiles_per_segment) of its
 // row (fewer at the row's end).
 template <typename T, int kMixerBlocks>
@@ -73,7 +66,7 @@ __global__ void __launch_bounds__(WgmmaToeplitzTile::kThreads, 3)
   constexpr int kHalo = Layout::kHalo;
   unsigned char* const smem = wgmma_toeplitz_shared();
   const uint32_t smem_base = sm90::smem_u32(smem);
-  const int kp = int(p.proj_width), km = int(p.mixer_width);
+  const int kp = int(p.proj_width);
   const int lane = int(threadIdx.x) & 31, warp = int(threadIdx.x) >> 5, g = lane >> 2, q = lane & 3;
 
   const int64_t b = div_nonneg(int64_t(blockIdx.x), p.dim);
@@ -113,21 +106,15 @@ __global__ void __launch_bounds__(WgmmaToeplitzTile::kThreads, 3)
       copy_units(std::false_type{});
   };
 
+  B2BLagFilters<Layout::kProjBlocks, kMixerBlocks, T> filters;
+  if constexpr (kB2BWgmmaFiltersBeforeFirstStage) filters.load(p, c);
   if (first < last) stage(0, first);
   cp_async_commit();
-  const bool second_early = kB2BForwardPrefetchSecondTile && first + 1 < last;
-  if (second_early) {
-    stage(1, first + 1);
-    cp_async_commit();
-  }
+  if constexpr (!kB2BWgmmaFiltersBeforeFirstStage) filters.load(p, c);
   {  // The four Hankel tables, through lag-ordered copies of the filters in the (free) z tile.
     constexpr int kProjLags = hankel_lag_entries<Layout::kProjBlocks>();
     T* const lags = reinterpret_cast<T*>(smem + 128 * Layout::kZRow);  // 3 projections, then the mixer
-#pragma unroll
-    for (int j = 0; j < 3; ++j)
-      stage_lag_filter<Layout::kProjBlocks>(lags + j * kProjLags, wp0 + j * p.wp_stride[0], p.wp_stride[1], kp);
-    stage_lag_filter<kMixerBlocks>(lags + 3 * kProjLags,
-                                   static_cast<const T*>(p.weight_mixer) + c * p.wm_stride[0], p.wm_stride[1], km);
+    filters.store(lags);
     __syncthreads();
     for (int j = 0; j < 3; ++j)
       hankel_table<Layout::kProjBlocks>(smem + Layout::kProjTable + j * Layout::kProjTableBytes,
@@ -142,16 +129,11 @@ __global__ void __launch_bounds__(WgmmaToeplitzTile::kThreads, 3)
 #pragma unroll 1
   for (int64_t tile = first; tile < last; ++tile, slot ^= 1) {
     const int64_t j0 = tile * Tile::kOutputs;  // < n
-    if (second_early && tile == first)
-      cp_async_wait<1>();  // this thread's copies of the tile are done (the second tile's may not be)
-    else
-      cp_async_wait<0>();
+    cp_async_wait<0>();                // this thread's copies of the tile are done
     sm90::fence_proxy_async_shared();  // ... and visible to wgmma, as are the tables and the z halo
-    __syncthreads();                   // every thread's; the other stage is free (or already filling)
-    if (!(second_early && tile == first)) {
-      if (tile + 1 < last) stage(slot ^ 1, tile + 1);
-      cp_async_commit();
-    }
+    __syncthreads();                   // every thread's; the other stage is free
+    if (tile + 1 < last) stage(slot ^ 1, tile + 1);
+    cp_async_commit();
 
     // 2. The three projections.
     float u[32], v[32], gate[32];

@@ -26,16 +26,61 @@ __host__ __device__ constexpr int hankel_last_block_first_slice(int blocks, int 
 template <int kBlocks>
 __host__ __device__ constexpr int hankel_lag_entries() { return 64 * (kBlocks + 1); }
 
+// A thread's share of those lags in registers: loaded (load), then written to shared memory
+// (store), so that a kernel can issue its first stage's copies between the two.
 template <int kBlocks, typename T>
-__device__ __forceinline__ void stage_lag_filter(T* lag, const T* w, int64_t stride, int width) {
-  constexpr int kThreads = WgmmaToeplitzTile::kThreads;
+struct LagFilter {
+  static constexpr int kPerThread = (hankel_lag_entries<kBlocks>() + WgmmaToeplitzTile::kThreads - 1) /
+                                    WgmmaToeplitzTile::kThreads;
+  T v[kPerThread];
+
+  __device__ __forceinline__ void load(const T* w, int64_t stride, int width) {
 #pragma unroll
-  for (int k = 0; k < (hankel_lag_entries<kBlocks>() + kThreads - 1) / kThreads; ++k) {
-    const int i = int(threadIdx.x) + k * kThreads, s = i - 64;
-    if (i < hankel_lag_entries<kBlocks>())
-      lag[i] = (s >= 0 && s < width) ? w[int64_t(width - 1 - s) * stride] : from_float<T>(0.0f);
+    for (int k = 0; k < kPerThread; ++k) {
+      const int i = int(threadIdx.x) + k * WgmmaToeplitzTile::kThreads, s = i - 64;
+      v[k] = (i < hankel_lag_entries<kBlocks>() && s >= 0 && s < width) ? w[int64_t(width - 1 - s) * stride]
+                                                                         : from_float<T>(0.0f);
+    }
   }
-}
+  __device__ __forceinline__ void store(T* lag) const {
+#pragma unroll
+    for (int k = 0; k < kPerThread; ++k) {
+      const int i = int(threadIdx.x) + k * WgmmaToeplitzTile::kThreads;
+      if (i < hankel_lag_entries<kBlocks>()) lag[i] = v[k];
+    }
+  }
+};
+
+// The wgmma kernels (forward and backward) load channel c's filters into registers before their
+// first stage's copies are issued, and write them to shared memory after, instead of loading them
+// after the copies. Session 19 measured that copying the forward's second tile at the start too
+// (48 KB of copies ahead of the filter loads instead of 24) made it 20 % slower at Km128 (0.103
+// -> 0.123 ms), which the filter loads waiting behind the copies would explain. Off until the
+// H200 has timed it.
+constexpr bool kB2BWgmmaFiltersBeforeFirstStage = false;
+
+// Channel c's four filters (the three projections, then the mixer) as lags: registers, then
+// the lag array `lags` (the projections kProjLags apart, the mixer after them). P: the forward's
+// or the backward's parameters.
+template <int kProjBlocks, int kMixerBlocks, typename T>
+struct B2BLagFilters {
+  static constexpr int kProjLags = hankel_lag_entries<kProjBlocks>();
+  LagFilter<kProjBlocks, T> proj[3];
+  LagFilter<kMixerBlocks, T> mixer;
+
+  template <typename P>
+  __device__ __forceinline__ void load(const P& p, int64_t c) {
+    const T* const wp0 = static_cast<const T*>(p.weight_proj) + 3 * c * p.wp_stride[0];
+#pragma unroll
+    for (int j = 0; j < 3; ++j) proj[j].load(wp0 + j * p.wp_stride[0], p.wp_stride[1], int(p.proj_width));
+    mixer.load(static_cast<const T*>(p.weight_mixer) + c * p.wm_stride[0], p.wm_stride[1], int(p.mixer_width));
+  }
+  __device__ __forceinline__ void store(T* lags) const {
+#pragma unroll
+    for (int j = 0; j < 3; ++j) proj[j].store(lags + j * kProjLags);
+    mixer.store(lags + 3 * kProjLags);
+  }
+};
 
 // A filter's Hankel table (see the top) from its staged lags: the 16-byte row a of core Q at
 // table + 128 Q + 16 a.

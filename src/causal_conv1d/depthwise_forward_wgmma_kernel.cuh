@@ -30,13 +30,13 @@
 
 namespace causalconv::detail {
 
-// Entries of the pair table (toeplitz64_pairs): lags -64 .. 64 kBlocks - 1.
+// Entries of the pair table (Toeplitz64Pairs): lags -64 .. 64 kBlocks - 1.
 template <int kBlocks>
 constexpr int toeplitz64_pair_count() { return 64 * (kBlocks + 1); }
 
 // Shared memory of depthwise_forward_wgmma_kernel<T, kBlocks> (kBlocks = toeplitz64_blocks(K)):
 // kStages input stages of kChunks + kBlocks - 1 rows (each rounded up to 1024 bytes), the output
-// tile, the pair table of toeplitz64_pairs, and 1024 bytes to align the start.
+// tile, the pair table of Toeplitz64Pairs, and 1024 bytes to align the start.
 template <int kBlocks>
 struct DepthwiseWgmmaSmem {
   using Tile = WgmmaToeplitzTile;
@@ -48,22 +48,31 @@ struct DepthwiseWgmmaSmem {
 };
 
 // pairs_s[64 + s] = (wr[s], wr[s - 1]) as one MMA operand register (wr[s] in the low half), for
-// lags s in [-64, 64 kBlocks), wr[s] = w[K-1-s] inside [0, K) and zero outside.
+// lags s in [-64, 64 kBlocks), wr[s] = w[K-1-s] inside [0, K) and zero outside: a thread's share
+// loaded into registers (load), then written to shared memory (store), so that the kernel can
+// issue its first stage's copies between the two.
 template <int kBlocks, typename T>
-__device__ __forceinline__ void toeplitz64_pairs(uint32_t* pairs_s, const T* w, int64_t w_stride, int width) {
-  auto wr = [&](int s) { return (s >= 0 && s < width) ? w[int64_t(width - 1 - s) * w_stride] : from_float<T>(0.0f); };
-  for (int e = int(threadIdx.x); e < toeplitz64_pair_count<kBlocks>(); e += WgmmaToeplitzTile::kThreads) {
-    const int s = e - 64;
-    pairs_s[e] = pack_pair(wr(s), wr(s - 1));
-  }
-}
+struct Toeplitz64Pairs {
+  static constexpr int kPerThread =
+      (toeplitz64_pair_count<kBlocks>() + WgmmaToeplitzTile::kThreads - 1) / WgmmaToeplitzTile::kThreads;
+  uint32_t v[kPerThread];
 
-// Channel c's pair table into pairs_s, and its bias (0 without one).
-template <int kBlocks, typename T>
-__device__ __forceinline__ float toeplitz64_filter(uint32_t* pairs_s, const DepthwiseForwardParams& p, int64_t c) {
-  toeplitz64_pairs<kBlocks>(pairs_s, static_cast<const T*>(p.weight) + c * p.w_stride[0], p.w_stride[1], int(p.width));
-  return p.bias ? to_float(static_cast<const T*>(p.bias)[c * p.bias_stride]) : 0.0f;
-}
+  __device__ __forceinline__ void load(const T* w, int64_t w_stride, int width) {
+    auto wr = [&](int s) { return (s >= 0 && s < width) ? w[int64_t(width - 1 - s) * w_stride] : from_float<T>(0.0f); };
+#pragma unroll
+    for (int k = 0; k < kPerThread; ++k) {
+      const int e = int(threadIdx.x) + k * WgmmaToeplitzTile::kThreads, s = e - 64;
+      v[k] = e < toeplitz64_pair_count<kBlocks>() ? pack_pair(wr(s), wr(s - 1)) : 0u;
+    }
+  }
+  __device__ __forceinline__ void store(uint32_t* pairs_s) const {
+#pragma unroll
+    for (int k = 0; k < kPerThread; ++k) {
+      const int e = int(threadIdx.x) + k * WgmmaToeplitzTile::kThreads;
+      if (e < toeplitz64_pair_count<kBlocks>()) pairs_s[e] = v[k];
+    }
+  }
+};
 
 // This thread's register fragments of A = T_i[:, 16 ks .. 16 ks + 15] for i < kBlocks. The
 // wgmma A layout per warp w of the warpgroup is mma.sync's m16n8k16 one on rows 16w .. 16w + 15:
@@ -154,11 +163,11 @@ __device__ __forceinline__ void wgmma_toeplitz_outputs_to_shared(unsigned char* 
 // (K65 91 -> 123 registers, 5 -> 4 blocks/SM): 0 asks for none.
 constexpr int wgmma_min_blocks_per_sm(int blocks) { return blocks >= 4 ? 4 : 0; }
 
-// The block's second tile copied at its start, into the other stage (free until then), instead
-// of after the first has landed: a block of a row of 8192 steps (two tiles, the common case) then
-// has both tiles in flight while it builds its pair table and fragments. Every later tile is still
-// copied one ahead, at the top of the previous one. Off until the H200 has timed it (session 19).
-constexpr bool kDepthwiseWgmmaPrefetchSecondTile = false;
+// The filter's pairs loaded into registers before the first stage's copies are issued (and
+// written to shared memory after), instead of after them: the b2b wgmma kernels' experiment of
+// session 19 (kB2BWgmmaFiltersBeforeFirstStage, b2b_hankel_wgmma.cuh). Off until the H200 has
+// timed it.
+constexpr bool kDepthwiseWgmmaFiltersBeforeFirstStage = false;
 
 template <typename T, int kBlocks>
 __global__ void __launch_bounds__(WgmmaToeplitzTile::kThreads, wgmma_min_blocks_per_sm(kBlocks))
@@ -181,33 +190,27 @@ __global__ void __launch_bounds__(WgmmaToeplitzTile::kThreads, wgmma_min_blocks_
     wgmma_toeplitz_stage(stages + slot * Smem::kStageBytes, x, (tile * Tile::kChunks - kHalo) * Tile::kChunk, units, n);
   };
 
-  const int64_t first = int64_t(blockIdx.y);
-  if (first < tiles) stage(0, first);
+  Toeplitz64Pairs<kBlocks, T> pairs;
+  const T* const w = static_cast<const T*>(p.weight) + c * p.w_stride[0];
+  if constexpr (kDepthwiseWgmmaFiltersBeforeFirstStage) pairs.load(w, p.w_stride[1], int(p.width));
+  if (int64_t(blockIdx.y) < tiles) stage(0, blockIdx.y);
   cp_async_commit();
-  const bool second_early = kDepthwiseWgmmaPrefetchSecondTile && first + gridDim.y < tiles;
-  if (second_early) {
-    stage(1, first + gridDim.y);
-    cp_async_commit();
-  }
-  const float bias = toeplitz64_filter<kBlocks, T>(pairs_s, p, c);
+  if constexpr (!kDepthwiseWgmmaFiltersBeforeFirstStage) pairs.load(w, p.w_stride[1], int(p.width));
+  pairs.store(pairs_s);
+  const float bias = p.bias ? to_float(static_cast<const T*>(p.bias)[c * p.bias_stride]) : 0.0f;
   __syncthreads();
   uint32_t a[kBlocks][4][4];
   toeplitz64_a_fragments<kBlocks>(a, pairs_s);
 
   int slot = 0;
 #pragma unroll 1
-  for (int64_t tile = first; tile < tiles; tile += gridDim.y, slot ^= 1) {
+  for (int64_t tile = blockIdx.y; tile < tiles; tile += gridDim.y, slot ^= 1) {
     const int64_t j0 = tile * Tile::kOutputs;  // < n
-    if (second_early && tile == first)
-      cp_async_wait<1>();  // this thread's copies of the tile are done (the second tile's may not be)
-    else
-      cp_async_wait<0>();
+    cp_async_wait<0>();                 // this thread's copies of the tile are done
     sm90::fence_proxy_async_shared();   // ... and visible to wgmma's reads
-    __syncthreads();                    // every thread's; the other stage (unless already filling) and out_s are free
-    if (!(second_early && tile == first)) {
-      if (tile + gridDim.y < tiles) stage(slot ^ 1, tile + gridDim.y);
-      cp_async_commit();
-    }
+    __syncthreads();                    // every thread's; the other stage and out_s are free
+    if (tile + gridDim.y < tiles) stage(slot ^ 1, tile + gridDim.y);
+    cp_async_commit();
 
     float acc[32] = {};  // (the first MMA overwrites it)
     wgmma_toeplitz_issue<T, kBlocks>(acc, a, sm90::smem_u32(stages + slot * Smem::kStageBytes));
