@@ -153,10 +153,9 @@ __global__ void __launch_bounds__(WgmmaToeplitzTile::kThreads, 2)
   };
 
   B2BLagFilters<Layout::kProjBlocks, kMixerBlocks, T> filters;
-  if constexpr (kB2BWgmmaFiltersBeforeFirstStage) filters.load(p, c);
+  filters.load(p, c);  // before the copies (B2BLagFilters)
   stage(0, top);
   cp_async_commit();
-  if constexpr (!kB2BWgmmaFiltersBeforeFirstStage) filters.load(p, c);
   {  // The Hankel tables, through lag-ordered copies of the filters in the (free) z rows; zero carries.
     constexpr int kProjLags = hankel_lag_entries<Layout::kProjBlocks>();
     T* const lags = reinterpret_cast<T*>(smem + 128 * kZRow);  // 3 projections, then the mixer

@@ -107,10 +107,9 @@ __global__ void __launch_bounds__(WgmmaToeplitzTile::kThreads, 3)
   };
 
   B2BLagFilters<Layout::kProjBlocks, kMixerBlocks, T> filters;
-  if constexpr (kB2BWgmmaFiltersBeforeFirstStage) filters.load(p, c);
+  filters.load(p, c);  // before the copies (B2BLagFilters)
   if (first < last) stage(0, first);
   cp_async_commit();
-  if constexpr (!kB2BWgmmaFiltersBeforeFirstStage) filters.load(p, c);
   {  // The four Hankel tables, through lag-ordered copies of the filters in the (free) z tile.
     constexpr int kProjLags = hankel_lag_entries<Layout::kProjBlocks>();
     T* const lags = reinterpret_cast<T*>(smem + 128 * Layout::kZRow);  // 3 projections, then the mixer

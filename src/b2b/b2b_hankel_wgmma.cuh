@@ -51,17 +51,12 @@ struct LagFilter {
   }
 };
 
-// The wgmma kernels (forward and backward) load channel c's filters into registers before their
-// first stage's copies are issued, and write them to shared memory after, instead of loading them
-// after the copies. Session 19 measured that copying the forward's second tile at the start too
-// (48 KB of copies ahead of the filter loads instead of 24) made it 20 % slower at Km128 (0.103
-// -> 0.123 ms), which the filter loads waiting behind the copies would explain. Off until the
-// H200 has timed it.
-constexpr bool kB2BWgmmaFiltersBeforeFirstStage = false;
-
 // Channel c's four filters (the three projections, then the mixer) as lags: registers, then
 // the lag array `lags` (the projections kProjLags apart, the mixer after them). P: the forward's
-// or the backward's parameters.
+// or the backward's parameters. The wgmma kernels load them before issuing their first stage's
+// copies and store them after: loaded after the copies, they waited behind them (H200, session
+// 19, bf16 B1 D4096 L8192, side by side: forward Km128 0.097 -> 0.091 ms, Km256 0.114 -> 0.103,
+// fwd+bwd Km128 0.521 -> 0.500; copying a second tile at the start as well had cost 20 %).
 template <int kProjBlocks, int kMixerBlocks, typename T>
 struct B2BLagFilters {
   static constexpr int kProjLags = hankel_lag_entries<kProjBlocks>();

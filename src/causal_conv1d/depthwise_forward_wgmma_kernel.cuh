@@ -49,8 +49,10 @@ struct DepthwiseWgmmaSmem {
 
 // pairs_s[64 + s] = (wr[s], wr[s - 1]) as one MMA operand register (wr[s] in the low half), for
 // lags s in [-64, 64 kBlocks), wr[s] = w[K-1-s] inside [0, K) and zero outside: a thread's share
-// loaded into registers (load), then written to shared memory (store), so that the kernel can
-// issue its first stage's copies between the two.
+// loaded into registers (load, every load in flight at once), then written to shared memory
+// (store). The kernel loads them after issuing its first stage's copies: before them (as the b2b
+// wgmma kernels do, B2BLagFilters) it was slower on the H200 (session 19, bf16 B1 D4096 L8192,
+// side by side: K128 49.7 -> 51.7 us, K65 42.9 -> 44.7).
 template <int kBlocks, typename T>
 struct Toeplitz64Pairs {
   static constexpr int kPerThread =
@@ -163,12 +165,6 @@ __device__ __forceinline__ void wgmma_toeplitz_outputs_to_shared(unsigned char* 
 // (K65 91 -> 123 registers, 5 -> 4 blocks/SM): 0 asks for none.
 constexpr int wgmma_min_blocks_per_sm(int blocks) { return blocks >= 4 ? 4 : 0; }
 
-// The filter's pairs loaded into registers before the first stage's copies are issued (and
-// written to shared memory after), instead of after them: the b2b wgmma kernels' experiment of
-// session 19 (kB2BWgmmaFiltersBeforeFirstStage, b2b_hankel_wgmma.cuh). Off until the H200 has
-// timed it.
-constexpr bool kDepthwiseWgmmaFiltersBeforeFirstStage = false;
-
 template <typename T, int kBlocks>
 __global__ void __launch_bounds__(WgmmaToeplitzTile::kThreads, wgmma_min_blocks_per_sm(kBlocks))
     depthwise_forward_wgmma_kernel(DepthwiseForwardParams p, int64_t tiles) {
@@ -192,10 +188,9 @@ __global__ void __launch_bounds__(WgmmaToeplitzTile::kThreads, wgmma_min_blocks_
 
   Toeplitz64Pairs<kBlocks, T> pairs;
   const T* const w = static_cast<const T*>(p.weight) + c * p.w_stride[0];
-  if constexpr (kDepthwiseWgmmaFiltersBeforeFirstStage) pairs.load(w, p.w_stride[1], int(p.width));
   if (int64_t(blockIdx.y) < tiles) stage(0, blockIdx.y);
   cp_async_commit();
-  if constexpr (!kDepthwiseWgmmaFiltersBeforeFirstStage) pairs.load(w, p.w_stride[1], int(p.width));
+  pairs.load(w, p.w_stride[1], int(p.width));  // after the copies (Toeplitz64Pairs)
   pairs.store(pairs_s);
   const float bias = p.bias ? to_float(static_cast<const T*>(p.bias)[c * p.bias_stride]) : 0.0f;
   __syncthreads();
