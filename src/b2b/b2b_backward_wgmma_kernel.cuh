@@ -10,11 +10,12 @@
 // the row does first walks the tile after it as a priming pass that only computes those carries
 // (its own dz past its first Hm chunks is wrong and unused). The look-back the causal filters
 // need is on hand: x from the staged rows (chunk J - 1 on), z over the Hm chunks before the tile
-// on the CUDA cores (b2b_wgmma_z_halo, every tile).
+// on the CUDA cores (every tile) from x1 and x2 over the Hm chunks before those, staged with the tile.
 //
 // Per tile J (chunks J .. J + 63):
 //   1. staged (cp.async, zero outside [0, L); the next tile of the walk goes into the other stage
-//      after step 4): x rows 3c + j over chunks [J - 1, J + 64), dout over [J, J + 64);
+//      after step 4): x rows 3c + j over chunks [J - 1, J + 64), dout over [J, J + 64), x1 and x2
+//      over [J - 1 - Hm, J - 1) for the z halo;
 //   2. u = P1 x1, v = P2 x2, gate = P0 x0 (forward products; column n of an output chunk is step
 //      63 - n, as in the forward);
 //   3. z = u v and dh = dout gate, rounded to T, into the z rows (after the Hm halo rows) and dh
@@ -51,7 +52,8 @@ namespace causalconv::detail {
 // Shared memory, in 128-byte rows from the 1024-byte aligned start: two stages (three x rows of
 // 65 chunks, dout of 64 chunks and one carried dp0 chunk), the z rows (Hm halo + 64), the dh rows
 // (64 + Hm carried), the carries (dh's Hm chunks, one per dp_j), then bytes: dwp's lag-block-1
-// band, the three projection tables, the mixer's table and its transposed table.
+// band, the three projection tables, the mixer's table and its transposed table, then rows again:
+// the z halo's x1 and x2 chunks per stage.
 template <int kMixerBlocks>
 struct B2BWgmmaBackwardLayout {
   using Tile = WgmmaToeplitzTile;
@@ -68,7 +70,9 @@ struct B2BWgmmaBackwardLayout {
   static constexpr int kProjTableBytes = 128 * hankel_cores(kProjBlocks);
   static constexpr int kMixerTable = kProjTable + 3 * kProjTableBytes;
   static constexpr int kMixerTableT = kMixerTable + 128 * hankel_cores(kMixerBlocks);
-  static constexpr int kBytes = 1024 + kMixerTableT + 128 * hankel_cores(kMixerBlocks);
+  // x1 and x2 over the Hm chunks before the x rows (J - 1 - Hm .. J - 2) per stage: [slot][j - 1][k].
+  static constexpr int kHaloXRow = (kMixerTableT + 128 * hankel_cores(kMixerBlocks)) / 128;
+  static constexpr int kBytes = 1024 + 128 * (kHaloXRow + 4 * kHalo);
   // dwm's lag blocks in fp32 (lag_block_index) go over the idle stage, two at a time; dwp's
   // lag-block-0 band (float [64][32], band_index) over the dp row it came from.
   static_assert(2 * 64 * 64 * 4 <= 128 * kStageRows, "two lag blocks fit a stage");
@@ -117,6 +121,8 @@ __global__ void __launch_bounds__(WgmmaToeplitzTile::kThreads, 2)
   auto x_row = [&](int slot, int j) { return slot * Layout::kStageRows + j * Layout::kXRows; };
   auto g_row = [&](int slot) { return slot * Layout::kStageRows + 3 * Layout::kXRows; };
   auto dp_row = [&](int slot, int j) { return j == 0 ? g_row(slot) : j == 1 ? kZRow : kDhRow; };
+  // x_j (j = 1, 2) over chunk J - 1 - Hm + k at row halo_x_row(slot, j) + k, k < Hm.
+  auto halo_x_row = [&](int slot, int j) { return Layout::kHaloXRow + (2 * slot + j - 1) * kHalo; };
   // cp.async of a tile's rows: unit u of x row j (steps 64 (J - 1) + 8u .. + 7) to unit u % 8 of
   // row x_row + u / 8, dout's unit u (steps 64 J + 8u ..) likewise; zero outside [0, n).
   const int64_t x_stride = p.x_stride[1];
@@ -150,6 +156,15 @@ __global__ void __launch_bounds__(WgmmaToeplitzTile::kThreads, 2)
       copy_units(std::true_type{});
     else
       copy_units(std::false_type{});
+    constexpr int kHaloUnits = 8 * kHalo;  // per row; one unit per thread
+    static_assert(2 * kHaloUnits <= kThreads, "");
+    if (tid < 2 * kHaloUnits) {
+      const int j = 1 + tid / kHaloUnits, u = tid % kHaloUnits;
+      const int64_t t = x_first - 64 * kHalo + 8 * u;
+      const int bytes = bytes_at(std::false_type{}, t);
+      cp_async16(smem + swizzled_unit_offset(halo_x_row(slot, j) + (u >> 3), u & 7),
+                 x0 + j * x_stride + (bytes > 0 ? t : 0), bytes);
+    }
   };
 
   B2BLagFilters<Layout::kProjBlocks, kMixerBlocks, T> filters;
@@ -207,10 +222,23 @@ __global__ void __launch_bounds__(WgmmaToeplitzTile::kThreads, 2)
       projections(std::integral_constant<int, 3>{});
     else
       projections(std::integral_constant<int, 2>{});
-    {
-      const T* x1 = x0 + x_stride;
-      b2b_wgmma_z_halo<T, kHalo>(smem, kZRow, x1, x1 + x_stride, wp0 + p.wp_stride[0], wp0 + 2 * p.wp_stride[0],
-                                 p.wp_stride[1], kp, j0);
+    // z over chunks J - Hm .. J - 1 in step order into the halo rows, from the staged x1, x2 (step
+    // s of chunk J - 1 - Hm + k: the halo rows, then x row 0 for k = Hm; zero before time 0).
+    for (int i = tid; i < 64 * kHalo; i += Tile::kThreads) {
+      auto staged = [&](int j, int s) {
+        const int k = s >> 6, e = s & 63;
+        const int row = k < kHalo ? halo_x_row(slot, j) + k : x_row(slot, j);
+        return to_float(*reinterpret_cast<const T*>(smem + swizzled_unit_offset(row, e >> 3) + 2 * (e & 7)));
+      };
+      const T* const wp1 = wp0 + p.wp_stride[0];
+      float zu = 0.0f, zv = 0.0f;
+      for (int k = 0; k < kp; ++k) {  // output step 64 + i of the staged frame; its taps from step 33 on
+        const int s = 64 + i - (kp - 1) + k;
+        zu = fmaf(to_float(wp1[k * p.wp_stride[1]]), staged(1, s), zu);
+        zv = fmaf(to_float(wp1[p.wp_stride[0] + k * p.wp_stride[1]]), staged(2, s), zv);
+      }
+      const int r = kZRow + (i >> 6), e = i & 63;
+      *reinterpret_cast<T*>(smem + swizzled_unit_offset(r, e >> 3) + 2 * (e & 7)) = from_float<T>(zu * zv);
     }
     sm90::wgmma_wait<0>();
     sm90::fence_registers(u);
@@ -454,11 +482,9 @@ __global__ void __launch_bounds__(WgmmaToeplitzTile::kThreads, 2)
   dskip = warp_sum(dskip);
   __syncthreads();  // the tile buffers are free
   // [kMixerBlocks][2 halves][128] diagonal sums (diagonal d at d + 64), [4] dskip per warp, then
-  // dwp's lag sums: [3][4 warps][32 lags], or [3][kDwpCoreTaps][128 threads] on the CUDA cores
-  // (over the z rows, or the first stage for the larger dwp sums of the CUDA cores)
-  float* const sums = reinterpret_cast<float*>(smem + (kDwpOnCores ? 0 : 128 * kZRow));
+  // dwp's lag sums: [3][4 warps][32 lags] (over the z rows)
+  float* const sums = reinterpret_cast<float*>(smem + 128 * kZRow);
   static_assert(4 * (256 * kMixerBlocks + 4 + 3 * 128) <= 128 * (kHalo + Tile::kChunks), "sums fit the z rows");
-  static_assert(4 * (256 * kMixerBlocks + 4 + 3 * kDwpCoreTaps * 128) <= 128 * Layout::kStageRows, "... a stage");
   float* const proj_sums = sums + 256 * kMixerBlocks + 4;
   {
     const int t = tid & 63, half = tid >> 6;
@@ -469,11 +495,14 @@ __global__ void __launch_bounds__(WgmmaToeplitzTile::kThreads, 2)
     }
   }
   if (lane == 0) sums[256 * kMixerBlocks + warp] = dskip;
-  if constexpr (kDwpOnCores) {  // [3][kDwpCoreTaps][128]: each thread's sums
+  if constexpr (kDwpOnCores) {  // each warp's sums (a fixed shuffle tree: reproducible), as the MMA path's
 #pragma unroll
     for (int j = 0; j < 3; ++j)
 #pragma unroll
-      for (int k = 0; k < kDwpCoreTaps; ++k) proj_sums[128 * (kDwpCoreTaps * j + k) + tid] = core_sum[k][j];
+      for (int k = 0; k < kDwpCoreTaps; ++k) {
+        const float sum = warp_sum(core_sum[k][j]);
+        if (lane == k) proj_sums[128 * j + 32 * warp + k] = sum;
+      }
   } else {
 #pragma unroll
     for (int j = 0; j < 3; ++j) proj_sums[128 * j + tid] = proj_sum[j];
@@ -482,14 +511,10 @@ __global__ void __launch_bounds__(WgmmaToeplitzTile::kThreads, 2)
   if (!partials) return;
   const int slots = 3 * kp + km + 1;
   float* const part = partials + ((c * p.batch + b) * int64_t(gridDim.y) + blockIdx.y) * slots;
-  if (tid < 3 * kp) {  // dwp row j's tap k: lag kp - 1 - k, the warps (or threads) in order
+  if (tid < 3 * kp) {  // dwp row j's tap k: lag kp - 1 - k, the warps in order
     const int j = tid / kp, s = kp - 1 - (tid - j * kp);
     float sum = 0.0f;
-    if constexpr (kDwpOnCores) {
-      for (int t = 0; t < Tile::kThreads; ++t) sum += proj_sums[128 * (kDwpCoreTaps * j + s) + t];
-    } else {
-      for (int w = 0; w < Tile::kThreads / 32; ++w) sum += proj_sums[128 * j + 32 * w + s];
-    }
+    for (int w = 0; w < Tile::kThreads / 32; ++w) sum += proj_sums[128 * j + 32 * w + s];
     part[tid] = sum;
   }
   for (int k = tid; k < km; k += Tile::kThreads) {
