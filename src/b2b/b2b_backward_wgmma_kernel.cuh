@@ -80,10 +80,18 @@ struct B2BWgmmaBackwardLayout {
   static_assert(kHalo >= 1, "the z and dh rows hold a 65-row dp tile");
 };
 
-// Element (r, c) of a 64 x 64 fp32 lag block: columns XOR-swizzled by r % 4 so that both the
-// accumulator pair stores (rows g, g + 8 of a warp) and the diagonal reads (one row, consecutive
-// columns across the threads) are free of bank conflicts.
-__device__ __forceinline__ int lag_block_index(int r, int c) { return 64 * r + (c ^ (8 * (r & 3))); }
+// Element (r, c) of a 64 x 64 fp32 lag block, skewed so that a diagonal is nearly a column: row r
+// holds column c at (c - 2 floor(r / 2)) % 64, XOR 16 on rows 2, 3 (mod 4). Element (r, (r - t) % 64)
+// then sits at a column that depends on t and r % 4 alone (lag_block_diagonal_column), so the
+// diagonal reads take immediate offsets (one row, consecutive columns across the threads: no bank
+// conflicts); the accumulator pair stores stay 8-byte aligned, with 2-way conflicts (no swizzle of
+// this form avoids them; the unskewed layout cost ~10 instructions per element read).
+__device__ __forceinline__ int lag_block_index(int r, int c) {
+  return 64 * r + (((c - (r & ~1)) & 63) ^ (16 * ((r >> 1) & 1)));
+}
+__device__ __forceinline__ int lag_block_diagonal_column(int t, int r_mod4) {
+  return (((r_mod4 & 1) - t) & 63) ^ (16 * (r_mod4 >> 1));
+}
 
 // Element (r, s) of a dwp band of 32-lag rows: lags XOR-swizzled by the row, so that the scattered
 // stores (one lag, many rows) and the reads (one row, consecutive lags) avoid bank conflicts.
@@ -306,12 +314,15 @@ __global__ void __launch_bounds__(WgmmaToeplitzTile::kThreads, 2)
         {  // Thread (t, half) = (tid % 64, tid / 64) sums element (r, (r - t) % 64) of each row r of its
            // half: diagonal t - 64 where r < t, diagonal t where r >= t (every element read once).
           const int t = tid & 63, r0 = 32 * (tid >> 6);
+          const float* const rows = block + 64 * r0;
+          int column[4];
+#pragma unroll
+          for (int k = 0; k < 4; ++k) column[k] = lag_block_diagonal_column(t, k);  // r0 % 4 == 0
           float below = 0.0f, above = 0.0f;
-#pragma unroll 8
+#pragma unroll
           for (int i = 0; i < 32; ++i) {
-            const int r = r0 + i;
-            const float v = block[lag_block_index(r, (r - t) & 63)];
-            if (r < t)
+            const float v = rows[64 * i + column[i & 3]];
+            if (r0 + i < t)
               below += v;
             else
               above += v;
