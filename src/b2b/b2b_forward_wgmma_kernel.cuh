@@ -16,19 +16,13 @@
 // column b. (Unreversed N would need a negative stride.) The projections skip the all-zero
 // k-slices of their last block: 5 of 8 slices run at Kp <= 17, 6 at Kp <= 32.
 //
-// The grid is persistent (as many blocks as the GPU holds at once): block k walks the tiles
-// [k W / G, (k + 1) W / G) of the W = B D tiles-per-row tiles in row-major order, across rows. At
-// the start of each tile the next tile's x rows are copied into the other stage, and where the
-// next tile starts a row, that row's filters are loaded into registers first; its tables are
-// rebuilt once this tile's MMAs are done. So a row's start waits neither for a block launch nor
-// for its filter loads or first copies (one block per row spent ~22 % of its samples there).
-// Per tile:
+// Per tile of a block (b, c), walking the consecutive tiles of its segment of the row:
 //   1. x rows 3c, 3c+1, 3c+2 over chunks [J - 1, J + 64) are in this stage (cp.async, zero
 //      outside [0, L)); the next tile's go into the other stage meanwhile;
 //   2. u = P1 x1, v = P2 x2 and gate = P0 x0 (15 MMAs, one commit group);
 //   3. z = u v, rounded to the storage type, into the z tile's rows Hm .. Hm + 63 (rows
 //      0 .. Hm - 1 hold the Hm chunks before J: carried from the previous tile, or computed
-//      on the CUDA cores at the first tile of a row the block walks), Hm = mixer blocks - 1;
+//      on the CUDA cores at the segment's first tile), Hm = mixer blocks - 1;
 //   4. h = M z (the mixer); out = gate (h + skip z) into an output tile (the stage's consumed
 //      x1 rows), written back in 16-byte stores.
 // z is rounded once to the 16-bit type, as in the mma.sync form (b2b_forward_tc_kernel.cuh).
@@ -61,9 +55,11 @@ struct B2BWgmmaLayout {
   static constexpr int kBytes = 1024 + kMixerTable + 128 * hankel_cores(kMixerBlocks);
 };
 
+// Block (b*D + c, segment) walks tiles [segment * tiles_per_segment, + tiles_per_segment) of its
+// row (fewer at the row's end).
 template <typename T, int kMixerBlocks>
 __global__ void __launch_bounds__(WgmmaToeplitzTile::kThreads, 3)
-    b2b_forward_wgmma_kernel(B2BForwardParams p, int64_t tiles) {
+    b2b_forward_wgmma_kernel(B2BForwardParams p, int64_t tiles, int64_t tiles_per_segment) {
 #ifdef CAUSALCONV_SM90A
   using Tile = WgmmaToeplitzTile;
   using Layout = B2BWgmmaLayout<kMixerBlocks>;
@@ -72,29 +68,22 @@ __global__ void __launch_bounds__(WgmmaToeplitzTile::kThreads, 3)
   const uint32_t smem_base = sm90::smem_u32(smem);
   const int kp = int(p.proj_width);
   const int lane = int(threadIdx.x) & 31, warp = int(threadIdx.x) >> 5, g = lane >> 2, q = lane & 3;
-  const int64_t n = p.length;
-  const int64_t work = p.batch * p.dim * tiles;
-  const int64_t begin = int64_t(blockIdx.x) * work / gridDim.x, end = int64_t(blockIdx.x + 1) * work / gridDim.x;
-  if (begin >= end) return;
 
-  // Row r = b D + c of the walk: its x rows, out row and channel.
-  struct Row {
-    const T* x0;
-    T* out;
-    int64_t c;
-  };
-  auto row_at = [&](int64_t r) {
-    const int64_t b = div_nonneg(r, p.dim), c = r - b * p.dim;
-    return Row{static_cast<const T*>(p.x) + b * p.x_stride[0] + 3 * c * p.x_stride[1],
-               static_cast<T*>(p.out) + b * p.out_stride[0] + c * p.out_stride[1], c};
-  };
+  const int64_t b = div_nonneg(int64_t(blockIdx.x), p.dim);
+  const int64_t c = int64_t(blockIdx.x) - b * p.dim;
+  const int64_t n = p.length;
+  const T* const x0 = static_cast<const T*>(p.x) + b * p.x_stride[0] + 3 * c * p.x_stride[1];
+  T* const out = static_cast<T*>(p.out) + b * p.out_stride[0] + c * p.out_stride[1];
+  const T* const wp0 = static_cast<const T*>(p.weight_proj) + 3 * c * p.wp_stride[0];
+  const int64_t first = int64_t(blockIdx.y) * tiles_per_segment;
+  const int64_t last = first + tiles_per_segment < tiles ? first + tiles_per_segment : tiles;
 
   // x row j of stage `slot`: chunk J - 1 + m at row slot * kStageRows + j * kXRows + m.
   auto x_row = [&](int slot, int j) { return slot * Layout::kStageRows + j * Layout::kXRows; };
   // cp.async of a tile's three x rows: unit u (steps 64 (J - 1) + 8u .. + 7, zero outside [0, n))
   // to unit u % 8 of row x_row + u / 8. A thread's units are the same in every row and tile.
   const int64_t x_stride = p.x_stride[1];
-  auto stage = [&](int slot, const T* x0, int64_t tile) {
+  auto stage = [&](int slot, int64_t tile) {
     constexpr int kUnits = 8 * Layout::kXRows, kThreads = Tile::kThreads;
     const int64_t first_step = (tile * Tile::kChunks - 1) * Tile::kChunk;
     auto copy_units = [&](auto interior) {
@@ -117,48 +106,32 @@ __global__ void __launch_bounds__(WgmmaToeplitzTile::kThreads, 3)
       copy_units(std::false_type{});
   };
 
-  constexpr int kProjLags = hankel_lag_entries<Layout::kProjBlocks>();
-  T* const lags = reinterpret_cast<T*>(smem + 128 * Layout::kZRow);  // 3 projections, then the mixer (z tile)
-  static_assert(2 * (3 * kProjLags + hankel_lag_entries<kMixerBlocks>()) <= 128 * Tile::kChunks, "lags fit");
-  // The four Hankel tables from filters in registers, through lag-ordered copies in the z tile
-  // (free: no MMA reads it). A later barrier orders these reads before the z tile's next writes.
-  auto build_tables = [&](const B2BLagFilters<Layout::kProjBlocks, kMixerBlocks, T>& f) {
-    f.store(lags);
+  B2BLagFilters<Layout::kProjBlocks, kMixerBlocks, T> filters;
+  filters.load(p, c);  // before the copies (B2BLagFilters)
+  if (first < last) stage(0, first);
+  cp_async_commit();
+  {  // The four Hankel tables, through lag-ordered copies of the filters in the (free) z tile.
+    constexpr int kProjLags = hankel_lag_entries<Layout::kProjBlocks>();
+    T* const lags = reinterpret_cast<T*>(smem + 128 * Layout::kZRow);  // 3 projections, then the mixer
+    filters.store(lags);
     __syncthreads();
     for (int j = 0; j < 3; ++j)
       hankel_table<Layout::kProjBlocks>(smem + Layout::kProjTable + j * Layout::kProjTableBytes,
                                         lags + j * kProjLags);
     hankel_table<kMixerBlocks>(smem + Layout::kMixerTable, lags + 3 * kProjLags);
-  };
-  auto skip_of = [&](int64_t c) { return to_float(static_cast<const T*>(p.skip_bias)[c * p.skip_stride]); };
-
-  int64_t r = div_nonneg(begin, tiles), tile = begin - r * tiles;
-  Row row = row_at(r);
-  B2BLagFilters<Layout::kProjBlocks, kMixerBlocks, T> filters;
-  filters.load(p, row.c);  // before the copies (B2BLagFilters)
-  float skip = skip_of(row.c);
-  stage(0, row.x0, tile);
-  cp_async_commit();
-  build_tables(filters);
+    static_assert(2 * (3 * kProjLags + hankel_lag_entries<kMixerBlocks>()) <= 128 * Tile::kChunks, "lags fit");
+  }  // (the loop's first barrier orders these reads before the z tile's first writes)
+  const float skip = to_float(static_cast<const T*>(p.skip_bias)[c * p.skip_stride]);
   const uint32_t proj_table = smem_base + Layout::kProjTable, mixer_table = smem_base + Layout::kMixerTable;
 
   int slot = 0;
-  bool row_start = true;  // the z halo comes from the CUDA cores, not the tile before
 #pragma unroll 1
-  for (int64_t w = begin; w < end; ++w, slot ^= 1) {
+  for (int64_t tile = first; tile < last; ++tile, slot ^= 1) {
     const int64_t j0 = tile * Tile::kOutputs;  // < n
-    const bool more = w + 1 < end, next_row = more && tile + 1 == tiles;
     cp_async_wait<0>();                // this thread's copies of the tile are done
     sm90::fence_proxy_async_shared();  // ... and visible to wgmma, as are the tables and the z halo
     __syncthreads();                   // every thread's; the other stage is free
-    Row next = row;
-    float next_skip = skip;
-    if (next_row) {  // the next row's filters, loaded ahead of its copies
-      next = row_at(r + 1);
-      filters.load(p, next.c);
-      next_skip = skip_of(next.c);
-    }
-    if (more) stage(slot ^ 1, next.x0, next_row ? 0 : tile + 1);
+    if (tile + 1 < last) stage(slot ^ 1, tile + 1);
     cp_async_commit();
 
     // 2. The three projections.
@@ -176,11 +149,10 @@ __global__ void __launch_bounds__(WgmmaToeplitzTile::kThreads, 3)
       projections(std::integral_constant<int, 3>{});
     else
       projections(std::integral_constant<int, 2>{});
-    if (row_start) {  // the z halo of the first tile of a row the block walks
-      const T* x1 = row.x0 + p.x_stride[1];
-      const T* wp1 = static_cast<const T*>(p.weight_proj) + (3 * row.c + 1) * p.wp_stride[0];
-      b2b_wgmma_z_halo<T, kHalo>(smem, Layout::kZRow, x1, x1 + p.x_stride[1], wp1, wp1 + p.wp_stride[0],
-                                 p.wp_stride[1], kp, j0);
+    if (tile == first) {  // the z halo of the segment's first tile
+      const T* x1 = x0 + p.x_stride[1];
+      b2b_wgmma_z_halo<T, kHalo>(smem, Layout::kZRow, x1, x1 + p.x_stride[1], wp0 + p.wp_stride[0],
+                                 wp0 + 2 * p.wp_stride[0], p.wp_stride[1], kp, j0);
     }
     sm90::wgmma_wait<0>();
     sm90::fence_registers(u);
@@ -209,7 +181,7 @@ __global__ void __launch_bounds__(WgmmaToeplitzTile::kThreads, 3)
     sm90::wgmma_commit();
     sm90::wgmma_wait<0>();
     sm90::fence_registers(h_acc);
-    __syncthreads();  // every warp's MMA reads are done: the z tile and the tables may be overwritten
+    __syncthreads();  // every warp's mixer reads are done: the z halo rows may be overwritten
     const int out_row = x_row(slot, 1);
 #pragma unroll
     for (int j = 0; j < 8; ++j)
@@ -220,26 +192,14 @@ __global__ void __launch_bounds__(WgmmaToeplitzTile::kThreads, 3)
         *reinterpret_cast<uint32_t*>(smem + hankel_pair_offset(out_row + m, j, q)) =
             pack_pair(from_float<T>(lo), from_float<T>(hi));
       }
-    if (next_row) {
-      build_tables(filters);  // the next row's
-    } else {  // the next tile's z halo: this tile's last Hm chunks (same swizzle phase: 64 rows apart)
-      for (int i = int(threadIdx.x); i < 8 * kHalo; i += Tile::kThreads) {
-        const int zr = Layout::kZRow + (i >> 3);
-        *reinterpret_cast<uint4*>(smem + 128 * zr + 16 * (i & 7)) =
-            *reinterpret_cast<const uint4*>(smem + 128 * (zr + Tile::kChunks) + 16 * (i & 7));
-      }
+    // The next tile's z halo: this tile's last Hm chunks (same swizzle phase: 64 rows apart).
+    for (int i = int(threadIdx.x); i < 8 * kHalo; i += Tile::kThreads) {
+      const int r = Layout::kZRow + (i >> 3);
+      *reinterpret_cast<uint4*>(smem + 128 * r + 16 * (i & 7)) =
+          *reinterpret_cast<const uint4*>(smem + 128 * (r + Tile::kChunks) + 16 * (i & 7));
     }
     __syncthreads();  // the output tile is complete
-    wgmma_toeplitz_store_tile(row.out, smem, out_row, j0, n);
-    row_start = next_row;
-    if (next_row) {
-      ++r;
-      tile = 0;
-      row = next;
-      skip = next_skip;
-    } else {
-      ++tile;
-    }
+    wgmma_toeplitz_store_tile(out, smem, out_row, j0, n);
   }
 #endif
 }

@@ -3,7 +3,6 @@
 
 #include <cuda_runtime.h>
 
-#include <cstdint>
 #include <string>
 
 namespace causalconv::detail {
@@ -35,15 +34,6 @@ inline int current_device_sm_count(const char* op) {
   check_cuda(cudaGetDevice(&device), op);
   check_cuda(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device), op);
   return sms;
-}
-
-// Blocks of `kernel` (at `threads` and `smem` bytes of dynamic shared memory) the current device
-// holds at once: the grid of a persistent kernel.
-template <typename Kernel>
-int64_t resident_blocks(Kernel kernel, int threads, size_t smem, const char* op) {
-  int per_sm = 0;
-  check_cuda(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem), op);
-  return int64_t(current_device_sm_count(op)) * (per_sm > 0 ? per_sm : 1);
 }
 
 // Compute capability 9.0 (Hopper), where the sm_90a kernels run (false when the query fails);

@@ -40,7 +40,7 @@ namespace emu = causalconv::emulation;
 
 struct Case {
   int64_t batch, dim, length, kp, km;
-  int64_t wgmma_blocks = 1;  // the wgmma form's persistent grid: block k walks tiles [k W / G, (k + 1) W / G)
+  int64_t tiles_per_segment = 32;  // the wgmma form's walk (its launcher's largest: 32)
 };
 
 // The mma.sync form (b2b_forward_tc_kernel) or, on rows of 16-byte vectors, the wgmma form.
@@ -56,12 +56,12 @@ void launch_emulated(const detail::B2BForwardParams& f) {
 }
 
 template <typename T, int kMixerBlocks>
-void launch_wgmma_emulated(const detail::B2BForwardParams& f, int64_t blocks) {
+void launch_wgmma_emulated(const detail::B2BForwardParams& f, int64_t tiles_per_segment) {
   using Tile = detail::WgmmaToeplitzTile;
   const int64_t tiles = (f.length + Tile::kOutputs - 1) / Tile::kOutputs;
-  const emu::Dim3 grid{unsigned(blocks), 1, 1};
+  const emu::Dim3 grid{unsigned(f.batch * f.dim), unsigned((tiles + tiles_per_segment - 1) / tiles_per_segment), 1};
   emu::launch(grid, Tile::kThreads, size_t(detail::B2BWgmmaLayout<kMixerBlocks>::kBytes), [&] {
-    detail::b2b_forward_wgmma_kernel_emulated<T, kMixerBlocks>(f, tiles);
+    detail::b2b_forward_wgmma_kernel_emulated<T, kMixerBlocks>(f, tiles, tiles_per_segment);
   });
 }
 
@@ -88,10 +88,10 @@ void run_case(const Case& cs, Form form = Form::mma_sync) {
   const int blocks = detail::toeplitz_blocks(int(Km));
   if (form == Form::wgmma) {
     switch (detail::toeplitz64_blocks(int(Km))) {
-      case 2: launch_wgmma_emulated<T, 2>(f, cs.wgmma_blocks); break;
-      case 3: launch_wgmma_emulated<T, 3>(f, cs.wgmma_blocks); break;
-      case 4: launch_wgmma_emulated<T, 4>(f, cs.wgmma_blocks); break;
-      default: launch_wgmma_emulated<T, 5>(f, cs.wgmma_blocks); break;
+      case 2: launch_wgmma_emulated<T, 2>(f, cs.tiles_per_segment); break;
+      case 3: launch_wgmma_emulated<T, 3>(f, cs.tiles_per_segment); break;
+      case 4: launch_wgmma_emulated<T, 4>(f, cs.tiles_per_segment); break;
+      default: launch_wgmma_emulated<T, 5>(f, cs.tiles_per_segment); break;
     }
   } else if (blocks <= 3)
     launch_emulated<T, 3>(f);
@@ -162,21 +162,19 @@ const Case kFloat16Cases[] = {
     {1, 1, 12285, 3, 33},   // aligned rows, 6 tiles
 };
 
-// Every row 16-byte aligned. Tiles of 4096 steps; W = B D tiles-per-row tiles shared by
-// wgmma_blocks blocks in contiguous ranges that cross rows and start inside them.
+// Every row 16-byte aligned. Tiles of 4096 steps; segments of tiles_per_segment tiles.
 const Case kWgmmaBFloat16Cases[] = {
     {1, 1, 1, 2, 16},               // L = 1
-    {2, 2, 100, 3, 9, 3},           // L < one unit past the halo; Km 9: 2 mixer blocks; W 4: ranges 1, 1, 2 rows
-    {1, 1, 9000, 3, 128},           // 3 tiles, the halo carried twice; partial last tile and unit
-    {1, 1, 9000, 32, 256, 2},       // Kp 32 (6 slices); 5 mixer blocks; the second block starts at tile 1
-    {1, 2, 12300, 17, 150, 3},      // Kp 17 (5 slices); 4 mixer blocks; W 8: ranges 2, 3, 3 (one starts at tile 2)
-    {2, 1, 5000, 18, 66, 8},        // Kp 18; 3 mixer blocks, the last nonzero in one k-slice only; W 4 < 8 blocks
-    {3, 1, 4100, 3, 128, 4},        // W 6: ranges of 1 or 2 tiles, starting at tile 0 or 1 of a row
+    {2, 2, 100, 3, 9},              // L < one unit of chunks past the halo; Km 9: 2 mixer blocks
+    {1, 1, 9000, 3, 128, 8},        // 3 tiles, the halo carried twice; partial last tile and unit
+    {1, 1, 9000, 32, 256, 2},       // Kp 32 (6 slices); 5 mixer blocks; a segment starting at tile 2
+    {1, 2, 12300, 17, 150, 1},      // Kp 17 (5 slices); 4 mixer blocks; every tile a segment's first
+    {2, 1, 5000, 18, 66, 8},        // Kp 18; 3 mixer blocks, the last nonzero in one k-slice only
 };
 
 const Case kWgmmaFloat16Cases[] = {
-    {1, 2, 300, 3, 255, 1},         // one block over two one-tile rows
-    {1, 1, 8193, 4, 65, 3},         // 2 mixer blocks at their widest; 3 tiles, the last holding one step
+    {1, 2, 300, 3, 255},
+    {1, 1, 8193, 4, 65, 1},         // 2 mixer blocks at their widest; 3 tiles, the last holding one step
     {1, 1, 4096, 5, 129},           // one whole tile; 3 mixer blocks at their widest
 };
 
