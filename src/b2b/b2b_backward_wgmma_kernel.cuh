@@ -438,7 +438,6 @@ __global__ void __launch_bounds__(WgmmaToeplitzTile::kThreads, 2)
         }
 #pragma unroll
         for (int k = 0; k < kDwpCoreTaps; ++k) {
-          if (k >= 2 && k >= kp) break;  // lags past Kp - 1 are not taps (a uniform branch: Kp 3 skips one)
           float sum = 0.0f;
 #pragma unroll
           for (int i = 0; i < 32; ++i) sum = fmaf(dpv[i], xv[i + 8 - k], sum);
