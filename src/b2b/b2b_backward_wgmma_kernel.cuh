@@ -80,14 +80,20 @@ struct B2BWgmmaBackwardLayout {
   static_assert(kHalo >= 1, "the z and dh rows hold a 65-row dp tile");
 };
 
-// Element (r, c) of a 64 x 64 fp32 lag block, skewed so that a diagonal is nearly a column: row r
-// holds column c at (c - 2 floor(r / 2)) % 64, XOR 16 on rows 2, 3 (mod 4). Element (r, (r - t) % 64)
-// then sits at a column that depends on t and r % 4 alone (lag_block_diagonal_column), so the
-// diagonal reads take immediate offsets (one row, consecutive columns across the threads: no bank
-// conflicts); the accumulator pair stores stay 8-byte aligned, with 2-way conflicts (no swizzle of
-// this form avoids them; the unskewed layout cost ~10 instructions per element read).
+// Element (r, c) of a 64 x 64 fp32 lag block. Skewed (kSkewed): row r holds column c at
+// (c - 2 floor(r / 2)) % 64, XOR 16 on rows 2, 3 (mod 4), so that element (r, (r - t) % 64) sits at
+// a column that depends on t and r % 4 alone (lag_block_diagonal_column): the diagonal reads take
+// immediate offsets (one row, consecutive columns across the threads: no bank conflicts), and the
+// accumulator pair stores stay 8-byte aligned with 2-way conflicts. Plain: columns XOR-swizzled by
+// r % 4, conflict-free on both sides, but ~10 instructions per diagonal read. The kernel takes
+// the skewed form up to 3 mixer blocks, the plain one above (H200, side by side, sessions 20 and
+// 21: the backward -2 % to -4 % at Km 128 skewed, +3 % to +4 % at Km 256; docs/performance.md).
+template <bool kSkewed>
 __device__ __forceinline__ int lag_block_index(int r, int c) {
-  return 64 * r + (((c - (r & ~1)) & 63) ^ (16 * ((r >> 1) & 1)));
+  if constexpr (kSkewed)
+    return 64 * r + (((c - (r & ~1)) & 63) ^ (16 * ((r >> 1) & 1)));
+  else
+    return 64 * r + (c ^ (8 * (r & 3)));
 }
 __device__ __forceinline__ int lag_block_diagonal_column(int t, int r_mod4) {
   return (((r_mod4 & 1) - t) & 63) ^ (16 * (r_mod4 >> 1));
@@ -110,6 +116,7 @@ __global__ void __launch_bounds__(WgmmaToeplitzTile::kThreads, 2)
   using Layout = B2BWgmmaBackwardLayout<kMixerBlocks>;
   constexpr int kHalo = Layout::kHalo, kZRow = Layout::kZRow, kDhRow = Layout::kDhRow;
   constexpr int kCarryRow = Layout::kCarryRow;
+  constexpr bool kSkewedLagBlocks = kMixerBlocks <= 3;  // (lag_block_index)
   unsigned char* const smem = wgmma_toeplitz_shared();
   const uint32_t smem_base = sm90::smem_u32(smem);
   const int kp = int(p.proj_width), km = int(p.mixer_width);
@@ -307,7 +314,7 @@ __global__ void __launch_bounds__(WgmmaToeplitzTile::kThreads, 2)
 #pragma unroll
           for (int h = 0; h < 2; ++h) {
             const int r = 16 * warp + g + 8 * h;
-            *reinterpret_cast<float2*>(block + lag_block_index(r, 8 * j + 2 * q)) =
+            *reinterpret_cast<float2*>(block + lag_block_index<kSkewedLagBlocks>(r, 8 * j + 2 * q)) =
                 make_float2(acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]);
           }
         __syncthreads();  // (also: every thread is done with the block stored two steps ago)
@@ -319,10 +326,13 @@ __global__ void __launch_bounds__(WgmmaToeplitzTile::kThreads, 2)
 #pragma unroll
           for (int k = 0; k < 4; ++k) column[k] = lag_block_diagonal_column(t, k);  // r0 % 4 == 0
           float below = 0.0f, above = 0.0f;
-#pragma unroll
+          constexpr int kUnroll = kSkewedLagBlocks ? 32 : 8;
+#pragma unroll kUnroll
           for (int i = 0; i < 32; ++i) {
-            const float v = rows[64 * i + column[i & 3]];
-            if (r0 + i < t)
+            const int r = r0 + i;
+            const float v = kSkewedLagBlocks ? rows[64 * i + column[i & 3]]
+                                             : block[lag_block_index<false>(r, (r - t) & 63)];
+            if (r < t)
               below += v;
             else
               above += v;
