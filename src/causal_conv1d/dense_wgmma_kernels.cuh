@@ -326,31 +326,31 @@ __device__ __forceinline__ int32_t window_start(int32_t t0, int32_t shift_base) 
   return s >= 0 ? s & ~7 : -((-s + 7) & ~7);
 }
 
-// Transposes kSteps steps x 64 channels of raw TMA boxes (rows = channels, 64 steps per 8 KiB
-// box, 128-byte swizzle) at `src` into step rows of 64 channels at `dst` (the same swizzle): the
-// operand windows of dense_wgmma_conv_rows. Warps 1..kTransposeWarps of the producer warpgroup; a
-// job is 8 steps (group sg) x 32 channels, four 8x8 matrices (channel groups cg), ldmatrix.trans
-// + stmatrix, conflict-free on both sides. A warp loads kBatch jobs before storing them: one
-// job at a time would leave a shared-memory round trip per job exposed, and the window is on
-// the critical path of every chunk.
-template <int kSteps>
-__device__ __forceinline__ void transpose_raw_window(uint32_t src, uint32_t dst, int warp, int lane) {
-  constexpr int kJobs = (kSteps / 8) * 2, kBatch = 4;
+// Transposes the first 8 * octs steps x 64 channels of raw TMA boxes (rows = channels, 64 steps
+// per 8 KiB box, 128-byte swizzle) at `src` into step rows of 64 channels at `dst` (the same
+// swizzle): the operand windows of dense_wgmma_conv_rows. Warps 1..kTransposeWarps of the producer
+// warpgroup; a job is 8 steps (group sg) x 32 channels, four 8x8 matrices (channel groups cg),
+// ldmatrix.trans + stmatrix, conflict-free on both sides. A warp loads kBatch jobs before storing
+// them: one job at a time would leave a shared-memory round trip per job exposed, and the window
+// is on the critical path of every chunk.
+__device__ __forceinline__ void transpose_raw_window(uint32_t src, uint32_t dst, int octs, int warp, int lane) {
+  constexpr int kBatch = 4;
+  const int jobs = 2 * octs;
   const int i = lane / 8, j = lane % 8;  // matrix i, its row j
-  for (int first = warp - 1; first < kJobs; first += kTransposeWarps * kBatch) {
+  for (int first = warp - 1; first < jobs; first += kTransposeWarps * kBatch) {
     uint32_t r[kBatch][4];
 #pragma unroll
     for (int b = 0; b < kBatch; ++b) {
       const int job = first + b * kTransposeWarps, sg = job / 2, cg = (job % 2) * 4 + i;
       // raw: box sg/8, row = channel 8cg + j, chunk (sg % 8) at its swizzled place.
-      if (job < kJobs)
+      if (job < jobs)
         sm90::ldmatrix_x4_trans(r[b], src + (sg / 8) * kRawBoxBytes + (8 * cg + j) * 128 + (((sg % 8) ^ j) << 4));
     }
 #pragma unroll
     for (int b = 0; b < kBatch; ++b) {
       const int job = first + b * kTransposeWarps, sg = job / 2, cg = (job % 2) * 4 + i;
       // window: row = step 8sg + j (phase j), chunk cg at its swizzled place.
-      if (job < kJobs) sm90::stmatrix_x4(dst + (8 * sg + j) * 128 + ((cg ^ j) << 4), r[b]);
+      if (job < jobs) sm90::stmatrix_x4(dst + (8 * sg + j) * 128 + ((cg ^ j) << 4), r[b]);
     }
   }
 }
@@ -430,6 +430,13 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
 
   if (warpgroup == 0) {  // window builders: warps 1-3
+    // The window's steps the taps read, in groups of 8 (off0 + (K-1)d + 256 rounded up), and the
+    // TMA boxes holding them: at K = 4, d = 1, 33 of the 40 groups, in 5 boxes (the last box's
+    // other steps are copied, not transposed). Against all 40 (H200, session 22): fp32 seed forward
+    // 0.826 -> 0.768 ms, bf16 0.305 -> 0.299. (A full barrier per box, transposing each box as it
+    // lands, was no faster: 0.771 / 0.303.)
+    const int32_t octs = (p.shift_base - window_start(0, p.shift_base) + (p.width - 1) * p.dilation + kBN + 7) / 8;
+    [[maybe_unused]] const int boxes = (octs + 7) / 8;  // (16-bit sources)
     int64_t it_w = 0;
     for (int64_t tile = blockIdx.x; tile < p.tiles; tile += gridDim.x) {
       const TileCoords c = tile_coords(p, tile);
@@ -446,8 +453,8 @@ __global__ void __launch_bounds__(kThreads, 1)
           const uint32_t raw_round = uint32_t(it_w / Tr::kRawSlots);
           if (warp == 1 && lane == 0) {
             if (raw_round > 0) sm90::mbarrier_wait(&raw_empty[rs], (raw_round - 1) & 1);
-            sm90::mbarrier_arrive_expect_tx(&raw_full[rs], kWinBytes);
-            for (int box = 0; box < kWinBoxes; ++box)
+            sm90::mbarrier_arrive_expect_tx(&raw_full[rs], uint32_t(boxes) * kRawBoxBytes);
+            for (int box = 0; box < boxes; ++box)
               sm90::tma_load_4d(raw + rs * kWinBytes + box * kRawBoxBytes, &src_map, &raw_full[rs], w0 + 64 * box,
                                 cc * kBK, c.g, c.b);
           }
@@ -457,7 +464,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         if (round > 0) sm90::mbarrier_wait(&win_empty[s], (round - 1) & 1);
         const uint32_t dst = sm90::smem_u32(win + s * Tr::kWindowBytes);
         if constexpr (!kLoadRows) {
-          transpose_raw_window<kWinSteps>(sm90::smem_u32(raw + raw_slot * kWinBytes), dst, warp, lane);
+          transpose_raw_window(sm90::smem_u32(raw + raw_slot * kWinBytes), dst, octs, warp, lane);
         } else {
           // Lane: channels 2*lane, 2*lane + 1 of the chunk; job: 8 steps.
           const int32_t s0 = cc * kBK + 2 * lane;
@@ -467,19 +474,19 @@ __global__ void __launch_bounds__(kThreads, 1)
           // kBatch jobs' loads in flight before their stores: the window must be ready within
           // the previous chunk's MMAs, and each load is a trip to L2 or HBM.
           constexpr int kBatch = 4, kStride = kTransposeWarps * kBatch;
-          for (int first = warp - 1; first < kWinSteps / 8; first += kStride) {
+          for (int first = warp - 1; first < octs; first += kStride) {
             float v[kBatch][2][8];
 #pragma unroll
             for (int b = 0; b < kBatch; ++b) {
               const int oct = first + b * kTransposeWarps;
-              const bool in_window = oct < kWinSteps / 8;
+              const bool in_window = oct < octs;
               load_eight_steps(row0, w0 + 8 * oct, p.length, in_window && s0 < p.in_g, v[b][0]);
               load_eight_steps(row0 + p.src_stride[1], w0 + 8 * oct, p.length, in_window && s0 + 1 < p.in_g, v[b][1]);
             }
 #pragma unroll
             for (int b = 0; b < kBatch; ++b) {
               const int oct = first + b * kTransposeWarps;
-              if (oct >= kWinSteps / 8) break;
+              if (oct >= octs) break;
 #pragma unroll
               for (int e = 0; e < 8; ++e) {
                 const int r = 8 * oct + e;
