@@ -326,6 +326,12 @@ __device__ __forceinline__ int32_t window_start(int32_t t0, int32_t shift_base) 
   return s >= 0 ? s & ~7 : -((-s + 7) & ~7);
 }
 
+// The window row tap 0 reads (off0, in [0, 8)): the same for every tile, as tiles start at
+// multiples of 256.
+__device__ __forceinline__ int32_t window_offset(int32_t shift_base) {
+  return shift_base - window_start(0, shift_base);
+}
+
 // Transposes the first 8 * octs steps x 64 channels of raw TMA boxes (rows = channels, 64 steps
 // per 8 KiB box, 128-byte swizzle) at `src` into step rows of 64 channels at `dst` (the same
 // swizzle): the operand windows of dense_wgmma_conv_rows. Warps 1..kTransposeWarps of the producer
@@ -435,7 +441,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     // other steps are copied, not transposed). Against all 40 (H200, session 22): fp32 seed forward
     // 0.826 -> 0.768 ms, bf16 0.305 -> 0.299. (A full barrier per box, transposing each box as it
     // lands, was no faster: 0.771 / 0.303.)
-    const int32_t octs = (p.shift_base - window_start(0, p.shift_base) + (p.width - 1) * p.dilation + kBN + 7) / 8;
+    const int32_t octs = (window_offset(p.shift_base) + (p.width - 1) * p.dilation + kBN + 7) / 8;
     [[maybe_unused]] const int boxes = (octs + 7) / 8;  // (16-bit sources)
     int64_t it_w = 0;
     for (int64_t tile = blockIdx.x; tile < p.tiles; tile += gridDim.x) {
@@ -517,7 +523,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 
   // Consumers: warpgroup 1 takes rows 0-63 of the tile, warpgroup 2 rows 64-127.
   const int cw = warpgroup - 1;
-  const int32_t off0 = p.shift_base - window_start(0, p.shift_base);  // the same for every tile
+  const int32_t off0 = window_offset(p.shift_base);
   int64_t it_a = 0, it_w = 0;
   for (int64_t tile = blockIdx.x; tile < p.tiles; tile += gridDim.x) {
     const TileCoords c = tile_coords(p, tile);
