@@ -342,6 +342,7 @@ struct WeightGradReduceArgs {
   void* dbias;    // nullptr: not wanted
   int64_t dw_stride[3], dbias_stride;
   int64_t c_out, in_per_group, width, parts;
+  bool tap_major;  // weight partials in (K, C_out, C_in/g) order (the Hopper kernel's), else (C_out, C_in/g, K)
 };
 
 template <typename T>
@@ -353,8 +354,18 @@ __global__ void __launch_bounds__(256) dense_weight_grad_reduce(WeightGradReduce
     for (int64_t q = 0; q < r.parts; ++q) s += partials[q * elements + e];
     if (e < weights) {
       if (!r.dweight) continue;
-      const int64_t o = div_nonneg(e, r.in_per_group * r.width), rem = e - o * r.in_per_group * r.width;
-      const int64_t i = div_nonneg(rem, r.width), k = rem - i * r.width;
+      int64_t o, i, k;
+      if (r.tap_major) {
+        k = div_nonneg(e, r.c_out * r.in_per_group);
+        const int64_t rem = e - k * r.c_out * r.in_per_group;
+        o = div_nonneg(rem, r.in_per_group);
+        i = rem - o * r.in_per_group;
+      } else {
+        o = div_nonneg(e, r.in_per_group * r.width);
+        const int64_t rem = e - o * r.in_per_group * r.width;
+        i = div_nonneg(rem, r.width);
+        k = rem - i * r.width;
+      }
       static_cast<T*>(r.dweight)[o * r.dw_stride[0] + i * r.dw_stride[1] + k * r.dw_stride[2]] = from_float<T>(s);
     } else if (r.dbias) {
       static_cast<T*>(r.dbias)[(e - weights) * r.dbias_stride] = from_float<T>(s);
@@ -468,7 +479,8 @@ void weight_grads_typed(const DenseBackwardParams& p, const G* g, const int64_t 
   const DenseGeometry& geo = p.g;
   if (geo.c_out == 0) return;
   const int64_t parts = partial_parts(p);
-  if (wgmma_weight_grads(p))
+  const bool on_hopper = wgmma_weight_grads(p);
+  if (on_hopper)
     launch_dense_wgmma_weight_grad(p, g, std::is_same_v<G, float>, g_stride, partials, tc_workspace,
                                    Stream{stream});
   else if (tc_weight_grads(p))
@@ -485,6 +497,7 @@ void weight_grads_typed(const DenseBackwardParams& p, const G* g, const int64_t 
   r.in_per_group = geo.in_per_group();
   r.width = geo.width;
   r.parts = parts;
+  r.tap_major = on_hopper;
   const int64_t elements = weight_grad_elements(geo);
   const unsigned reduce_blocks = unsigned(std::min<int64_t>((elements + 255) / 256, 65535));
   dense_weight_grad_reduce<T><<<reduce_blocks, 256, 0, stream>>>(r, partials);

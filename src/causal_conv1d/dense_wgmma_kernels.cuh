@@ -769,7 +769,10 @@ __global__ void __launch_bounds__(kThreads, 1)
   if (u1 > u0 && lane == 0) sm90::mbarrier_arrive(&empty[int((u1 - u0 - 1) % Tr::kStages)]);
 
   // Accumulator 4i + 2h + e of tap j: output row 16*warp + lane/4 + 8h, source 8i + 2*(lane%4) + e
-  // of the CTA's kChunks x 64.
+  // of the CTA's kChunks x 64. The partials are tap-major, (k, C_out, S) with the sources
+  // innermost (dense_weight_grad_reduce maps them back), so a lane's two sources are one 8-byte
+  // store and a warp's store fills whole 32-byte sectors: in (C_out, S, K) order each 4-byte
+  // value took a sector of its own, 8x the L2 write transactions.
   float* out = p.partials + part * p.part_elems;
 #pragma unroll
   for (int j = 0; j < kTaps; ++j) {
@@ -778,14 +781,18 @@ __global__ void __launch_bounds__(kThreads, 1)
     for (int h = 0; h < 2; ++h) {
       const int32_t o = m * kBM + cw * 64 + warp * 16 + lane / 4 + 8 * h;
       if (o >= p.out_g) continue;
-      float* row = out + (int64_t(g) * p.out_g + o) * p.in_g * p.width + k;
+      float* row = out + ((int64_t(k) * p.groups + g) * p.out_g + o) * p.in_g;
 #pragma unroll
-      for (int i = 0; i < 8 * kChunks; ++i)
-#pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          const int32_t s = c * kChunks * kBK + 8 * i + 2 * (lane % 4) + e;
-          if (s < p.in_g) row[int64_t(s) * p.width] = acc[j][4 * i + 2 * h + e];
+      for (int i = 0; i < 8 * kChunks; ++i) {
+        const int32_t s = c * kChunks * kBK + 8 * i + 2 * (lane % 4);
+        const float v0 = acc[j][4 * i + 2 * h], v1 = acc[j][4 * i + 2 * h + 1];
+        if (s + 1 < p.in_g && reinterpret_cast<uintptr_t>(row + s) % 8 == 0) {
+          *reinterpret_cast<float2*>(row + s) = make_float2(v0, v1);
+        } else {
+          if (s < p.in_g) row[s] = v0;
+          if (s + 1 < p.in_g) row[s + 1] = v1;
         }
+      }
     }
   }
 #endif

@@ -420,7 +420,10 @@ void run_weight_grad(const DwCase& cs, bool source_wide = false) {
       ++bad;
     }
   };
-  for (int64_t i = 0; i < cout * S * K; ++i) check("dweight", i, i, dw_ref.flat(i), dw_mag.flat(i));
+  for (int64_t i = 0; i < cout * S * K; ++i) {  // reference (o, s, k); the partials are tap-major (k, o, s)
+    const int64_t o = i / (S * K), s = i / K % S, k = i % K;
+    check("dweight", (k * cout + o) * S + s, i, dw_ref.flat(i), dw_mag.flat(i));
+  }
   if (cs.dbias)
     for (int64_t o = 0; o < cout; ++o) check("dbias", cout * S * K + o, o, db_ref(o), db_mag(o));
   EXPECT_EQ(bad, 0);
@@ -455,6 +458,7 @@ const DwCase kWeightGrad[] = {
     {1, 1, 40, 48, 9, 2, 90, true},  // two full 4-tap chunks in one launch, then one tap
     {2, 1, 48, 136, 4, 1, 200, false, false},  // no dbias: two output tiles, 8 parts
     {1, 1, 136, 136, 2, 1, 100, true},         // 3 source chunks: dbias rows split 44 / 44 / 40
+    {2, 1, 37, 41, 3, 1, 150, false},          // odd sources and outputs: unaligned partial rows
 };
 
 TEST(DenseWgmmaEmulated, ForwardBf16) {
