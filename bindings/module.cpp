@@ -18,6 +18,7 @@
 
 namespace nb = nanobind;
 using namespace causalconv;
+using namespace nb::literals;
 
 namespace {
 
@@ -57,8 +58,10 @@ Workspace to_workspace(const OptViewTuple& t) {
 }
 
 CausalConv1dForwardArgs conv_forward_args(const ViewTuple& x, const ViewTuple& weight, const OptViewTuple& bias,
-                                          const ViewTuple& y, int64_t dilation, int64_t groups, int activation) {
+                                          const ViewTuple& y, int64_t dilation, int64_t groups, int activation,
+                                          const OptViewTuple& saved_x = std::nullopt) {
   CausalConv1dForwardArgs a;
+  a.saved_x = to_workspace(saved_x);
   a.x = to_view(x);
   a.weight = to_view(weight);
   a.bias = to_view(bias);
@@ -72,8 +75,9 @@ CausalConv1dForwardArgs conv_forward_args(const ViewTuple& x, const ViewTuple& w
 CausalConv1dBackwardArgs conv_backward_args(const ViewTuple& x, const ViewTuple& weight, const OptViewTuple& bias,
                                             const ViewTuple& dy, const OptViewTuple& dx, const OptViewTuple& dweight,
                                             const OptViewTuple& dbias, int64_t dilation, int64_t groups,
-                                            int activation) {
+                                            int activation, const OptViewTuple& saved_x = std::nullopt) {
   CausalConv1dBackwardArgs a;
+  a.saved_x = to_workspace(saved_x);
   a.x = to_view(x);
   a.weight = to_view(weight);
   a.bias = to_view(bias);
@@ -120,31 +124,51 @@ NB_MODULE(_C, m) {
   m.attr("MAX_CHANNEL_LAST_BACKWARD_REACH") = kMaxChannelLastBackwardReach;
 
   // ---- CUDA ops: (tensors..., options..., [workspace, stream]) ----
-  m.def("causal_conv1d_forward_workspace_bytes",
+  // saved_x (optional, last): the copy of x a forward keeps for its backward (saved_x_bytes).
+  m.def(
+      "causal_conv1d_forward_workspace_bytes",
+      [](const ViewTuple& x, const ViewTuple& w, const OptViewTuple& bias, const ViewTuple& y, int64_t dilation,
+         int64_t groups, int activation, const OptViewTuple& saved_x) {
+        return causal_conv1d_forward_workspace_bytes(
+            conv_forward_args(x, w, bias, y, dilation, groups, activation, saved_x));
+      },
+      "x"_a, "weight"_a, "bias"_a.none(), "y"_a, "dilation"_a, "groups"_a, "activation"_a,
+      "saved_x"_a.none() = nb::none());
+  m.def("causal_conv1d_saved_x_bytes",
         [](const ViewTuple& x, const ViewTuple& w, const OptViewTuple& bias, const ViewTuple& y, int64_t dilation,
            int64_t groups, int activation) {
-          return causal_conv1d_forward_workspace_bytes(conv_forward_args(x, w, bias, y, dilation, groups, activation));
+          return causal_conv1d_saved_x_bytes(conv_forward_args(x, w, bias, y, dilation, groups, activation));
         });
-  m.def("causal_conv1d_forward",
-        [](const ViewTuple& x, const ViewTuple& w, const OptViewTuple& bias, const ViewTuple& y, int64_t dilation,
-           int64_t groups, int activation, const OptViewTuple& workspace, uintptr_t stream) {
-          causal_conv1d_forward(conv_forward_args(x, w, bias, y, dilation, groups, activation),
-                                to_workspace(workspace), to_stream(stream));
-        });
-  m.def("causal_conv1d_backward_workspace_bytes",
-        [](const ViewTuple& x, const ViewTuple& w, const OptViewTuple& bias, const ViewTuple& dy,
-           const OptViewTuple& dx, const OptViewTuple& dw, const OptViewTuple& dbias, int64_t dilation,
-           int64_t groups, int activation) {
-          return causal_conv1d_backward_workspace_bytes(
-              conv_backward_args(x, w, bias, dy, dx, dw, dbias, dilation, groups, activation));
-        });
-  m.def("causal_conv1d_backward",
-        [](const ViewTuple& x, const ViewTuple& w, const OptViewTuple& bias, const ViewTuple& dy,
-           const OptViewTuple& dx, const OptViewTuple& dw, const OptViewTuple& dbias, int64_t dilation,
-           int64_t groups, int activation, const OptViewTuple& workspace, uintptr_t stream) {
-          causal_conv1d_backward(conv_backward_args(x, w, bias, dy, dx, dw, dbias, dilation, groups, activation),
-                                 to_workspace(workspace), to_stream(stream));
-        });
+  m.def(
+      "causal_conv1d_forward",
+      [](const ViewTuple& x, const ViewTuple& w, const OptViewTuple& bias, const ViewTuple& y, int64_t dilation,
+         int64_t groups, int activation, const OptViewTuple& workspace, uintptr_t stream,
+         const OptViewTuple& saved_x) {
+        causal_conv1d_forward(conv_forward_args(x, w, bias, y, dilation, groups, activation, saved_x),
+                              to_workspace(workspace), to_stream(stream));
+      },
+      "x"_a, "weight"_a, "bias"_a.none(), "y"_a, "dilation"_a, "groups"_a, "activation"_a, "workspace"_a.none(),
+      "stream"_a, "saved_x"_a.none() = nb::none());
+  m.def(
+      "causal_conv1d_backward_workspace_bytes",
+      [](const ViewTuple& x, const ViewTuple& w, const OptViewTuple& bias, const ViewTuple& dy, const OptViewTuple& dx,
+         const OptViewTuple& dw, const OptViewTuple& dbias, int64_t dilation, int64_t groups, int activation,
+         const OptViewTuple& saved_x) {
+        return causal_conv1d_backward_workspace_bytes(
+            conv_backward_args(x, w, bias, dy, dx, dw, dbias, dilation, groups, activation, saved_x));
+      },
+      "x"_a, "weight"_a, "bias"_a.none(), "dy"_a, "dx"_a.none(), "dweight"_a.none(), "dbias"_a.none(), "dilation"_a,
+      "groups"_a, "activation"_a, "saved_x"_a.none() = nb::none());
+  m.def(
+      "causal_conv1d_backward",
+      [](const ViewTuple& x, const ViewTuple& w, const OptViewTuple& bias, const ViewTuple& dy, const OptViewTuple& dx,
+         const OptViewTuple& dw, const OptViewTuple& dbias, int64_t dilation, int64_t groups, int activation,
+         const OptViewTuple& workspace, uintptr_t stream, const OptViewTuple& saved_x) {
+        causal_conv1d_backward(conv_backward_args(x, w, bias, dy, dx, dw, dbias, dilation, groups, activation, saved_x),
+                               to_workspace(workspace), to_stream(stream));
+      },
+      "x"_a, "weight"_a, "bias"_a.none(), "dy"_a, "dx"_a.none(), "dweight"_a.none(), "dbias"_a.none(), "dilation"_a,
+      "groups"_a, "activation"_a, "workspace"_a.none(), "stream"_a, "saved_x"_a.none() = nb::none());
 
   m.def("b2b_causal_conv1d_forward_workspace_bytes",
         [](const ViewTuple& x, const ViewTuple& wp, const ViewTuple& wm, const ViewTuple& skip, const ViewTuple& out) {

@@ -53,6 +53,9 @@ struct CausalConv1dForwardArgs {
   int64_t dilation = 1;
   int64_t groups = 1;  // 0: infer C_in / weight.shape[1]
   Activation activation = Activation::none;
+  // Optional: causal_conv1d_saved_x_bytes(*this) bytes where the forward also writes the copy of x
+  // that the backward's weight gradient reads; pass it, untouched, as that backward's saved_x.
+  Workspace saved_x;
 };
 
 // Gradients through the activation. Each output is optional: absent means
@@ -68,6 +71,9 @@ struct CausalConv1dBackwardArgs {
   int64_t dilation = 1;
   int64_t groups = 1;  // 0: infer C_in / weight.shape[1]
   Activation activation = Activation::none;
+  // Optional: the saved_x a forward on this x, weight shape and options wrote (it must not have
+  // changed since): the weight gradient then reads it instead of copying x itself.
+  Workspace saved_x;
 };
 
 // ---- b2b_causal_conv1d: the fused Hyena operator ------------------------------
@@ -100,6 +106,10 @@ struct B2BCausalConv1dBackwardArgs {
 // weights); a short workspace is rejected before anything is launched.
 size_t causal_conv1d_forward_workspace_bytes(const CausalConv1dForwardArgs& args);
 void causal_conv1d_forward(const CausalConv1dForwardArgs& args, Workspace workspace, Stream stream);
+// The saved_x a forward can write for its backward: nonzero only where both run on the dense
+// Hopper kernels (a channel-last 16-bit copy of x, bf16 hi and lo for fp32: as many bytes as x,
+// held from the forward to the backward), and x is not 16-bit channel-last data read in place.
+size_t causal_conv1d_saved_x_bytes(const CausalConv1dForwardArgs& args);
 
 // Depthwise: x, dy and dx need unit stride along L (any batch and channel strides).
 // Dense/grouped: any strides. dweight and dbias are deterministic (fixed-order sums of

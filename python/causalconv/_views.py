@@ -39,11 +39,16 @@ def stream_of(t: torch.Tensor) -> int:
     return torch.cuda.current_stream(t.device).cuda_stream
 
 
-def workspace(nbytes: int, like: torch.Tensor) -> Optional[tuple]:
-    """Caller-owned scratch memory on like's device, from torch's caching allocator."""
+def scratch(nbytes: int, like: torch.Tensor) -> Optional[torch.Tensor]:
+    """nbytes of caller-owned memory on like's device, from torch's caching allocator (None for 0)."""
     if nbytes == 0:
         return None
-    return view(torch.empty(nbytes // 4 + 1, dtype=torch.float32, device=like.device))
+    return torch.empty(nbytes // 4 + 1, dtype=torch.float32, device=like.device)
+
+
+def workspace(nbytes: int, like: torch.Tensor) -> Optional[tuple]:
+    """Scratch memory for one call, as the view the core takes."""
+    return optional_view(scratch(nbytes, like))
 
 
 def rows_contiguous(t: torch.Tensor) -> torch.Tensor:

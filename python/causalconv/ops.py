@@ -12,7 +12,7 @@ from typing import Optional
 import torch
 
 from . import _C
-from ._views import eager_cuda, optional_view, rows_contiguous, stream_of, view, workspace
+from ._views import eager_cuda, optional_view, rows_contiguous, scratch, stream_of, view, workspace
 
 __all__ = ["causal_conv1d"]
 
@@ -42,13 +42,19 @@ def _output_channels(weight: torch.Tensor) -> int:
     return weight.shape[0] if weight.dim() >= 1 else 0
 
 
-def _forward(x, weight, bias, dilation: int, groups: int, activation: int) -> torch.Tensor:
-    """The forward kernels, called by the custom op and by the eager route."""
+def _forward(x, weight, bias, dilation: int, groups: int, activation: int, keep_x: bool = False):
+    """The forward kernels, called by the custom op and by the eager route: (y, saved_x).
+
+    keep_x: the forward also writes the copy of x that the backward's weight gradient would
+    otherwise make itself (dense Hopper kernels only; as many bytes as x, held until the
+    backward); saved_x is that buffer, for _backward_kernels, or None where there is none."""
     y = _new_output(x, _output_channels(weight))
     args = (view(x), view(weight), optional_view(bias), view(y), dilation, groups, activation)
-    ws = workspace(_C.causal_conv1d_forward_workspace_bytes(*args), x)
-    _C.causal_conv1d_forward(*args, ws, stream_of(x))
-    return y
+    saved_x = scratch(_C.causal_conv1d_saved_x_bytes(*args), x) if keep_x else None
+    saved_view = optional_view(saved_x)
+    ws = workspace(_C.causal_conv1d_forward_workspace_bytes(*args, saved_view), x)
+    _C.causal_conv1d_forward(*args, ws, stream_of(x), saved_view)
+    return y, saved_x
 
 
 # The gradients a backward call computes, as bits of `wanted`: the core skips a gradient it is
@@ -64,15 +70,17 @@ def _wanted_gradients(needs_input_grad, has_bias: bool) -> int:
         WANT_DBIAS if needs_bias and has_bias else 0)
 
 
-def _backward_kernels(x, weight, bias, dy, dilation: int, groups: int, activation: int, wanted: int = WANT_ALL):
+def _backward_kernels(x, weight, bias, dy, dilation: int, groups: int, activation: int, wanted: int = WANT_ALL,
+                      saved_x: Optional[torch.Tensor] = None):
     """The backward kernels, called by the custom op and by the eager route: (dx, dweight,
-    dbias), None for a gradient not in `wanted`."""
+    dbias), None for a gradient not in `wanted`. saved_x: what _forward kept of this x."""
     x, dy = _backward_layout(x, weight, dy, dilation, groups)
     dx, dweight, dbias = _new_grads(x, weight, wanted)
     args = (view(x), view(weight), optional_view(bias), view(dy), optional_view(dx), optional_view(dweight),
             optional_view(dbias), dilation, groups, activation)
-    ws = workspace(_C.causal_conv1d_backward_workspace_bytes(*args), x)
-    _C.causal_conv1d_backward(*args, ws, stream_of(x))
+    saved_view = optional_view(saved_x)
+    ws = workspace(_C.causal_conv1d_backward_workspace_bytes(*args, saved_view), x)
+    _C.causal_conv1d_backward(*args, ws, stream_of(x), saved_view)
     return dx, dweight, dbias
 
 
@@ -80,7 +88,7 @@ def _backward_kernels(x, weight, bias, dy, dilation: int, groups: int, activatio
 def _causal_conv1d_fwd(
     x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor], dilation: int, groups: int, activation: int
 ) -> torch.Tensor:
-    return _forward(x, weight, bias, dilation, groups, activation)
+    return _forward(x, weight, bias, dilation, groups, activation)[0]
 
 
 @_causal_conv1d_fwd.register_fake
@@ -146,9 +154,9 @@ def _setup_context(ctx, inputs, output):
 
 
 def _gradients(ctx, dy, backward_op):
-    x, weight, bias = ctx.saved_tensors
+    x, weight, bias = ctx.saved_tensors[:3]
     wanted = _wanted_gradients(ctx.needs_input_grad, bias is not None)
-    dx, dweight, dbias = backward_op(x, weight, bias, dy, *ctx.options, wanted)
+    dx, dweight, dbias = backward_op(x, weight, bias, dy, *ctx.options, wanted, *ctx.saved_tensors[3:])
     return (dx if wanted & WANT_DX else None, dweight if wanted & WANT_DWEIGHT else None,
             dbias if wanted & WANT_DBIAS and bias is not None else None, None, None, None)
 
@@ -162,13 +170,16 @@ _causal_conv1d_fwd.register_autograd(_backward, setup_context=_setup_context)
 
 class _EagerCausalConv1d(torch.autograd.Function):
     """The same kernel calls for eager CUDA data (see _views.eager_cuda): on meta tensors a
-    forward+backward through the custom op costs 360 us of host time, through this 175 us."""
+    forward+backward through the custom op costs 360 us of host time, through this 175 us.
+    When the weight needs a gradient the forward keeps its copy of x for the backward
+    (_forward's keep_x), which the custom op route does not do yet."""
 
     @staticmethod
     def forward(ctx, x, weight, bias, dilation, groups, activation):
-        ctx.save_for_backward(x, weight, bias)
+        y, saved_x = _forward(x, weight, bias, dilation, groups, activation, keep_x=ctx.needs_input_grad[1])
+        ctx.save_for_backward(x, weight, bias, saved_x)
         ctx.options = (dilation, groups, activation)
-        return _forward(x, weight, bias, dilation, groups, activation)
+        return y
 
     @staticmethod
     def backward(ctx, dy):

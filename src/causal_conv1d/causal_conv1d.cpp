@@ -112,6 +112,11 @@ detail::DenseBackwardParams dense_backward_params(const CausalConv1dBackwardArgs
   if (a.dweight) copy_strides(p.dw_stride, *a.dweight);
   p.bias_stride = a.bias ? a.bias->stride(0) : 0;
   p.dbias_stride = a.dbias ? a.dbias->stride(0) : 0;
+  if (a.saved_x.data) {  // read by the Hopper weight gradient only; ignored elsewhere
+    const size_t needed = detail::dense_wgmma_weight_grad_saved_x_bytes(p);
+    detail::check_buffer(kOp, "saved_x", needed, a.saved_x.data, a.saved_x.bytes);
+    if (needed > 0) p.saved_x = a.saved_x.data;
+  }
   return p;
 }
 
@@ -125,9 +130,26 @@ DenseForwardKernel dense_forward_kernel(const detail::DenseForwardParams& p) {
   return detail::dense_tc_forward_supported(p.g) ? DenseForwardKernel::mma_sync : DenseForwardKernel::generic;
 }
 
+// The copy of x the forward can keep for the backward (dense_wgmma_saved_x_bytes).
+size_t saved_x_bytes(const detail::DenseForwardParams& p) {
+  return dense_forward_kernel(p) == DenseForwardKernel::wgmma ? detail::dense_wgmma_saved_x_bytes(p) : 0;
+}
+
+// The dense forward's parameters, with the caller's saved_x where the forward keeps a copy of x
+// (checked to be large enough; ignored where it keeps none).
+detail::DenseForwardParams dense_forward_call(const CausalConv1dForwardArgs& a, const detail::ConvGeometry& g) {
+  detail::DenseForwardParams p = dense_forward_params(a, g);
+  if (a.saved_x.data) {
+    const size_t needed = saved_x_bytes(p);
+    detail::check_buffer(kOp, "saved_x", needed, a.saved_x.data, a.saved_x.bytes);
+    if (needed > 0) p.saved_x = a.saved_x.data;
+  }
+  return p;
+}
+
 size_t forward_workspace_bytes(const CausalConv1dForwardArgs& a, const detail::ConvGeometry& g) {
   if (g.depthwise || g.batch * g.c_out * g.length == 0) return 0;
-  const detail::DenseForwardParams p = dense_forward_params(a, g);
+  const detail::DenseForwardParams p = dense_forward_call(a, g);
   switch (dense_forward_kernel(p)) {
     case DenseForwardKernel::wgmma: return detail::dense_wgmma_forward_workspace_bytes(p);
     case DenseForwardKernel::mma_sync: return detail::dense_tc_forward_workspace_bytes(p.g);
@@ -158,13 +180,19 @@ void causal_conv1d_forward(const CausalConv1dForwardArgs& args, Workspace worksp
     detail::launch_depthwise_forward(forward_params(args, g), stream);
     return;
   }
-  detail::DenseForwardParams p = dense_forward_params(args, g);
+  detail::DenseForwardParams p = dense_forward_call(args, g);
   p.workspace = workspace.data;
   switch (dense_forward_kernel(p)) {
     case DenseForwardKernel::wgmma: detail::launch_dense_wgmma_forward(p, stream); break;
     case DenseForwardKernel::mma_sync: detail::launch_dense_tc_forward(p, stream); break;
     case DenseForwardKernel::generic: detail::launch_dense_forward_generic(p, stream); break;
   }
+}
+
+size_t causal_conv1d_saved_x_bytes(const CausalConv1dForwardArgs& args) {
+  const detail::ConvGeometry g = detail::validate(args, detail::Target::cuda);
+  if (g.depthwise || g.batch * g.c_out * g.length == 0) return 0;
+  return saved_x_bytes(dense_forward_params(args, g));
 }
 
 size_t causal_conv1d_backward_workspace_bytes(const CausalConv1dBackwardArgs& args) {

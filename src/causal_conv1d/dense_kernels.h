@@ -27,6 +27,7 @@ struct DenseForwardParams {
   const void* bias;  // nullptr: no bias
   void* y;
   void* workspace;  // dense_tc_forward_workspace_bytes(g) bytes when the tensor-core forward runs
+  void* saved_x;    // nullptr, or dense_wgmma_saved_x_bytes(*this) bytes for x's copy the backward reads
   int64_t x_stride[3], y_stride[3], w_stride[3];  // in elements: (b, c, t), (o, i, k)
   int64_t bias_stride;
 };
@@ -40,6 +41,7 @@ struct DenseBackwardParams {
   void* dx;       // nullptr: not wanted
   void* dweight;  // nullptr: not wanted
   void* dbias;    // nullptr: not wanted
+  const void* saved_x;  // nullptr, or the copy of x a forward kept (dense_wgmma_saved_x_bytes)
   int64_t x_stride[3], dy_stride[3], dx_stride[3], w_stride[3], dw_stride[3];
   int64_t bias_stride, dbias_stride;
 };
@@ -65,6 +67,11 @@ bool dense_wgmma_available(int device);  // sm_90a build, compute capability 9.0
 bool dense_wgmma_forward_supported(const DenseForwardParams& p);
 size_t dense_wgmma_forward_workspace_bytes(const DenseForwardParams& p);
 void launch_dense_wgmma_forward(const DenseForwardParams& p, Stream stream);
+// The forward can also write x's channel-last copy that the weight gradient reads (bf16 hi and lo
+// for fp32; the same bytes as x), to p.saved_x, for a backward given it as its saved_x: that
+// backward then skips its own pass over x. 0 where the forward and the weight gradient do not
+// both run here, or x is channel-last 16-bit data read in place.
+size_t dense_wgmma_saved_x_bytes(const DenseForwardParams& p);
 bool dense_wgmma_dx_supported(const DenseBackwardParams& p);
 size_t dense_wgmma_dx_workspace_bytes(const DenseBackwardParams& p);
 void launch_dense_wgmma_dx(const DenseBackwardParams& p, const void* grad, bool grad_fp32,
@@ -75,6 +82,8 @@ void launch_dense_wgmma_dx(const DenseBackwardParams& p, const void* grad, bool 
 // is separate from the partials; the gradient passed must be dy, or the fp32 gradient through
 // silu when the activation is silu (the workspace size assumes so).
 bool dense_wgmma_weight_grad_supported(const DenseBackwardParams& p);
+// The saved_x it reads in place of staging x (0: it does not run here).
+size_t dense_wgmma_weight_grad_saved_x_bytes(const DenseBackwardParams& p);
 int64_t dense_wgmma_weight_grad_parts(const DenseBackwardParams& p);
 size_t dense_wgmma_weight_grad_workspace_bytes(const DenseBackwardParams& p);
 void launch_dense_wgmma_weight_grad(const DenseBackwardParams& p, const void* grad, bool grad_fp32,

@@ -170,18 +170,34 @@ void launch_copy_to_channel_last(const void* src, bool src_fp32, const int64_t (
 
 
 // The gradient (B, C, L), any strides -> out[copy * B + b][c][t < pitch] in T's operand bits (fp32:
-// bf16 hi in copy 0, lo in copy 1): rows TMA can read with time innermost.
+// bf16 hi in copy 0, lo in copy 1; zero for t >= length): rows TMA can read with time innermost.
+// A thread stages 8 steps of one row, one 16-byte store per copy (pitch is a multiple of 8), from
+// 16-byte loads where the source row allows: element-wise 2-byte stores took 268 us for the fp32
+// seed's dy on the H200 (session 7), about half of copy speed.
 template <typename TS, typename T>
 __global__ void __launch_bounds__(256)
     stage_rows(const TS* src, int64_t ss0, int64_t ss1, int64_t ss2, int64_t channels, int64_t length, int64_t pitch,
-               int64_t count, int64_t copy_elems, uint16_t* out) {
+               int64_t rows, int64_t copy_elems, uint16_t* out) {
+  constexpr int kVec = 16 / sizeof(TS);  // source elements per 16-byte load
+  const int64_t octs = pitch / 8, count = rows * octs;
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < count; i += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t t = i % length, row = i / length;
+    const int64_t t = i % octs * 8, row = i / octs;
     const int64_t ch = row % channels, b = row / channels;
-    uint16_t hi, lo;
-    operand_bits<TS, T>(src[b * ss0 + ch * ss1 + t * ss2], hi, lo);
-    out[row * pitch + t] = hi;
-    if constexpr (std::is_same_v<T, float>) out[copy_elems + row * pitch + t] = lo;
+    const TS* from = src + b * ss0 + ch * ss1 + t * ss2;
+    alignas(16) TS v[8];
+    if (ss2 == 1 && t + 8 <= length && reinterpret_cast<uintptr_t>(from) % 16 == 0) {
+#pragma unroll
+      for (int e = 0; e < 8; e += kVec) *reinterpret_cast<uint4*>(v + e) = *reinterpret_cast<const uint4*>(from + e);
+    } else {
+#pragma unroll
+      for (int e = 0; e < 8; ++e) v[e] = t + e < length ? from[e * ss2] : TS(0.0f);
+    }
+    alignas(16) uint16_t hi[8], lo[8];
+#pragma unroll
+    for (int e = 0; e < 8; ++e) operand_bits<TS, T>(v[e], hi[e], lo[e]);
+    *reinterpret_cast<uint4*>(out + row * pitch + t) = *reinterpret_cast<const uint4*>(hi);
+    if constexpr (std::is_same_v<T, float>)
+      *reinterpret_cast<uint4*>(out + copy_elems + row * pitch + t) = *reinterpret_cast<const uint4*>(lo);
   }
 }
 
@@ -207,6 +223,7 @@ struct WgJob {
   DType dtype;
   bool silu;
   void* workspace;
+  uint16_t* keep_x;  // forward: also write x's channel-last copy here (dense_wgmma_saved_x_bytes); or nullptr
 };
 
 // The fields a job takes from the geometry alone.
@@ -238,6 +255,7 @@ WgJob forward_job(const DenseForwardParams& f) {
   j.dst_g = g.out_per_group();
   j.silu = g.silu;
   j.workspace = f.workspace;
+  j.keep_x = static_cast<uint16_t*>(f.saved_x);
   return j;
 }
 
@@ -300,6 +318,10 @@ struct WgLayout {
 
 constexpr size_t align_up(size_t v, size_t a) { return (v + a - 1) / a * a; }
 
+// Group rows of a channel-last staged copy: `per_group` channels padded to a multiple of 8, so that
+// every group row starts on 16 bytes.
+constexpr int64_t staged_row(int64_t per_group) { return (per_group + 7) / 8 * 8; }
+
 WgLayout wg_layout(const WgJob& j) {
   WgLayout l{};
   const int copies = j.dtype == DType::f32 ? 2 : 1;
@@ -309,10 +331,11 @@ WgLayout wg_layout(const WgJob& j) {
   l.weight_elems = j.groups * j.width * l.r_pad * l.c_pad;
   l.weight_bytes = align_up(size_t(l.weight_elems) * 2 * copies, 256);
   if (!src_read_in_place(j) && !src_rows_in_place(j)) {
-    l.s8 = (j.src_g + 7) / 8 * 8;
+    l.s8 = staged_row(j.src_g);
     l.src_copy_elems = j.batch * j.length * j.groups * l.s8;
   }
-  l.bytes = l.weight_bytes + size_t(l.src_copy_elems) * 2 * copies;
+  // A forward that keeps x stages it there, not in the workspace.
+  l.bytes = l.weight_bytes + (j.keep_x ? 0 : size_t(l.src_copy_elems) * 2 * copies);
   return l;
 }
 
@@ -346,6 +369,18 @@ CUtensorMap encode_tensor_map(const void* base, DType dtype, int rank, const uin
     throw Error(ErrorKind::runtime, std::string(what) + ": cuTensorMapEncodeTiled failed (CUresult " +
                                         std::to_string(int(status)) + ")");
   return map;
+}
+
+// A map over a channel-last staged copy, out[copy * B + b][t][g][s < s8] (copy_to_channel_last's
+// layout; `batches` = B x copies), as 4-D (s8, G, L, batches) in boxes of 64 channels x `steps`
+// steps of one group: a box never crosses into the next group.
+CUtensorMap staged_x_map(const void* base, DType mma_dtype, int64_t per_group, int64_t groups, int64_t length,
+                         int64_t batches, uint32_t steps, const char* what) {
+  const uint64_t s8 = uint64_t(staged_row(per_group));
+  const uint64_t dims[4] = {s8, uint64_t(groups), uint64_t(length), uint64_t(batches)};
+  const uint64_t strides[3] = {s8 * 2, uint64_t(groups) * s8 * 2, uint64_t(length * groups) * s8 * 2};
+  const uint32_t box[4] = {kBK, 1, steps, 1};
+  return encode_tensor_map(base, mma_dtype, 4, dims, strides, box, what);
 }
 
 template <typename T>
@@ -401,9 +436,14 @@ void launch_wgmma(const WgJob& j, cudaStream_t stream, const char* what) {
     p.src = j.src;
     for (int d = 0; d < 3; ++d) p.src_stride[d] = j.src_stride[d];
     p.in_g = int32_t(j.src_g);
+    CUtensorMap keep_map = w_map;  // stands in unless the forward keeps x
+    if (j.keep_x) {
+      keep_map = staged_x_map(j.keep_x, mma_dtype, j.src_g, j.groups, j.length, j.batch * Tr::kCopies, kBN, what);
+      p.keep_x = 1;
+    }
     auto launch = [&](auto kernel, size_t smem) {
       allow_dynamic_shared_memory(kernel, smem, what);
-      kernel<<<grid, kThreads, smem, stream>>>(w_map, rows_map, p);
+      kernel<<<grid, kThreads, smem, stream>>>(w_map, rows_map, keep_map, p);
       check_launch(what);
     };
     if (fp32_rows)
@@ -414,26 +454,22 @@ void launch_wgmma(const WgJob& j, cudaStream_t stream, const char* what) {
   }
 
   // The source as a 4-D map (SG, G, L, B) of channel-last rows: a box never crosses into the next group.
-  const void* src_base = j.src;
-  uint64_t dims[4] = {uint64_t(j.src_g), uint64_t(j.groups), uint64_t(j.length), uint64_t(j.batch)};
-  uint64_t strides[3];
+  CUtensorMap src_map;
   if (l.src_copy_elems == 0) {
-    strides[0] = uint64_t(j.groups > 1 ? j.src_g : j.src_stride[2]) * 2;  // a single group: any aligned value
-    strides[1] = uint64_t(j.src_stride[2]) * 2;
-    strides[2] = uint64_t(j.src_stride[0]) * 2;
+    const uint64_t dims[4] = {uint64_t(j.src_g), uint64_t(j.groups), uint64_t(j.length), uint64_t(j.batch)};
+    const uint64_t strides[3] = {uint64_t(j.groups > 1 ? j.src_g : j.src_stride[2]) * 2,  // one group: any aligned value
+                                 uint64_t(j.src_stride[2]) * 2, uint64_t(j.src_stride[0]) * 2};
+    const uint32_t box[4] = {kBK, 1, kBN, 1};
+    src_map = encode_tensor_map(j.src, mma_dtype, 4, dims, strides, box, what);
   } else {
-    auto* staged = reinterpret_cast<uint16_t*>(static_cast<uint8_t*>(j.workspace) + l.weight_bytes);
+    // Staged into the kept copy when the forward keeps x: the pre-pass writes the layout the
+    // weight gradient reads.
+    auto* staged = j.keep_x ? j.keep_x : reinterpret_cast<uint16_t*>(static_cast<uint8_t*>(j.workspace) + l.weight_bytes);
     launch_copy_to_channel_last<T>(j.src, j.src_fp32, j.src_stride, j.groups, j.src_g, l.s8, j.length, j.batch,
                                  l.src_copy_elems, staged, stream, what);
-    src_base = staged;
-    dims[0] = uint64_t(l.s8);
-    dims[3] = uint64_t(j.batch * Tr::kCopies);  // fp32: the lo copies follow the hi copies
-    strides[0] = uint64_t(l.s8) * 2;
-    strides[1] = uint64_t(j.groups * l.s8) * 2;
-    strides[2] = uint64_t(j.length * j.groups * l.s8) * 2;
+    // fp32: the lo copies follow the hi copies
+    src_map = staged_x_map(staged, mma_dtype, j.src_g, j.groups, j.length, j.batch * Tr::kCopies, kBN, what);
   }
-  const uint32_t box[4] = {kBK, 1, kBN, 1};
-  const CUtensorMap src_map = encode_tensor_map(src_base, mma_dtype, 4, dims, strides, box, what);
   allow_dynamic_shared_memory(dense_wgmma_conv<T>, Tr::kSmemBytes, what);
   dense_wgmma_conv<T><<<grid, kThreads, Tr::kSmemBytes, stream>>>(w_map, src_map, p);
   check_launch(what);
@@ -476,10 +512,16 @@ bool weight_grad_source_wide(int64_t sources) { return sources > 3 * kBK; }
 struct WgDwLayout {
   bool source_wide;
   int64_t o_tiles, c_chunks, k_chunks, t_units, units, parts, part_elems;
-  int64_t s8, x_copy_elems;       // channel-last x, always staged
+  int64_t s8, x_copy_elems;       // channel-last x: the forward's kept copy, or staged here
   int64_t g_pitch, g_copy_elems;  // gradient rows (0: read in place)
-  size_t x_bytes, bytes;          // staging bytes (the partials live elsewhere)
+  size_t x_bytes, bytes;          // staging bytes (the partials live elsewhere); x_bytes 0 when kept
 };
+
+// The bytes of x's channel-last copy (bf16 hi and lo for fp32) that the weight gradient reads.
+size_t channel_last_x_bytes(const DenseGeometry& g) {
+  const int copies = g.dtype == DType::f32 ? 2 : 1;
+  return align_up(size_t(g.batch * g.length * g.groups * staged_row(g.in_per_group())) * 2 * copies, 256);
+}
 
 WgDwLayout wg_dw_layout(const DenseBackwardParams& b, bool grad_in_place) {
   const DenseGeometry& g = b.g;
@@ -496,9 +538,9 @@ WgDwLayout wg_dw_layout(const DenseBackwardParams& b, bool grad_in_place) {
   const int64_t ctas = g.groups * l.o_tiles * l.c_chunks * l.k_chunks;
   const int64_t cap = std::max<int64_t>(1, (int64_t(1) << 26) / l.part_elems);  // <= 256 MiB of partials
   l.parts = std::max<int64_t>(1, std::min({(kDwTargetCtas + ctas - 1) / ctas, l.units, cap, int64_t(65535)}));
-  l.s8 = (S + 7) / 8 * 8;
+  l.s8 = staged_row(S);
   l.x_copy_elems = g.batch * g.length * g.groups * l.s8;
-  l.x_bytes = align_up(size_t(l.x_copy_elems) * 2 * copies, 256);
+  l.x_bytes = b.saved_x ? 0 : channel_last_x_bytes(g);
   if (!grad_in_place) {
     l.g_pitch = (g.length + 7) / 8 * 8;
     l.g_copy_elems = g.batch * g.c_out * l.g_pitch;
@@ -523,14 +565,15 @@ void launch_wgmma_weight_grad(const DenseBackwardParams& b, const void* grad, bo
   const WgDwLayout l = wg_dw_layout(b, in_place);
   const DType mma_dtype = Tr::kSplit ? DType::bf16 : g.dtype;
 
-  // x staged channel-last (as the forward stages it), in boxes of a tap's 64 rows of 64 channels.
-  launch_copy_to_channel_last<T>(b.x, false, b.x_stride, g.groups, S, l.s8, g.length, g.batch, l.x_copy_elems,
-                                 static_cast<uint16_t*>(workspace), stream, what);
-  const uint64_t x_dims[4] = {uint64_t(l.s8), uint64_t(g.groups), uint64_t(g.length), uint64_t(g.batch * Tr::kCopies)};
-  const uint64_t x_strides[3] = {uint64_t(l.s8) * 2, uint64_t(g.groups * l.s8) * 2,
-                                 uint64_t(g.length * g.groups * l.s8) * 2};
-  const uint32_t x_box[4] = {kBK, 1, kDwSteps, 1};
-  const CUtensorMap x_map = encode_tensor_map(workspace, mma_dtype, 4, x_dims, x_strides, x_box, what);
+  // x channel-last, in boxes of a tap's 64 rows of 64 channels: the copy the forward kept, or
+  // staged here as the forward stages it.
+  const void* x_base = b.saved_x;
+  if (!x_base) {
+    launch_copy_to_channel_last<T>(b.x, false, b.x_stride, g.groups, S, l.s8, g.length, g.batch, l.x_copy_elems,
+                                   static_cast<uint16_t*>(workspace), stream, what);
+    x_base = workspace;
+  }
+  const CUtensorMap x_map = staged_x_map(x_base, mma_dtype, S, g.groups, g.length, g.batch * Tr::kCopies, kDwSteps, what);
 
   // The gradient as (L, D, G, B) rows with time innermost.
   const void* g_base = grad;
@@ -538,14 +581,14 @@ void launch_wgmma_weight_grad(const DenseBackwardParams& b, const void* grad, bo
   uint64_t g_strides[3] = {uint64_t(gs[1]) * 2, uint64_t(D * gs[1]) * 2, uint64_t(gs[0]) * 2};
   if (!in_place) {
     auto* g_staged = reinterpret_cast<uint16_t*>(reinterpret_cast<uint8_t*>(workspace) + l.x_bytes);
-    const int64_t count = g.batch * g.c_out * g.length;
-    const unsigned blocks = unsigned(std::min<int64_t>((count + 255) / 256, 132 * 64));
+    const int64_t rows = g.batch * g.c_out, octs = rows * (l.g_pitch / 8);
+    const unsigned blocks = unsigned(std::min<int64_t>((octs + 255) / 256, 132 * 32));
     if (grad_fp32)
       stage_rows<float, T><<<blocks, 256, 0, stream>>>(static_cast<const float*>(grad), gs[0], gs[1], gs[2], g.c_out,
-                                                       g.length, l.g_pitch, count, l.g_copy_elems, g_staged);
+                                                       g.length, l.g_pitch, rows, l.g_copy_elems, g_staged);
     else
       stage_rows<T, T><<<blocks, 256, 0, stream>>>(static_cast<const T*>(grad), gs[0], gs[1], gs[2], g.c_out,
-                                                   g.length, l.g_pitch, count, l.g_copy_elems, g_staged);
+                                                   g.length, l.g_pitch, rows, l.g_copy_elems, g_staged);
     check_launch(what);
     g_base = g_staged;
     g_dims[3] = uint64_t(g.batch * Tr::kCopies);
@@ -610,6 +653,15 @@ bool dense_wgmma_forward_supported(const DenseForwardParams& f) { return job_sup
 
 size_t dense_wgmma_forward_workspace_bytes(const DenseForwardParams& f) { return wg_layout(forward_job(f)).bytes; }
 
+size_t dense_wgmma_saved_x_bytes(const DenseForwardParams& f) {
+  const WgJob j = forward_job(f);
+  if (!job_supported(j, f.g.hopper) || src_read_in_place(j)) return 0;
+  DenseBackwardParams b{};
+  b.g = f.g;
+  b.dweight = f.y;  // any non-null pointer: a backward that wants dweight
+  return dense_wgmma_weight_grad_supported(b) ? channel_last_x_bytes(f.g) : 0;
+}
+
 void launch_dense_wgmma_forward(const DenseForwardParams& f, Stream stream) {
   launch_job(forward_job(f), stream, "causal_conv1d forward (dense, Hopper tensor cores)");
 }
@@ -641,6 +693,10 @@ bool dense_wgmma_weight_grad_supported(const DenseBackwardParams& b) {
   const WgDwLayout l = wg_dw_layout(b, backward_grad_in_place(b));
   return !(g.batch > 65535 || g.groups * l.s8 + kStageChannels >= kMaxCoordinate ||
            g.groups * l.o_tiles * l.c_chunks * l.k_chunks > 2147483647 || D >= kMaxCoordinate);
+}
+
+size_t dense_wgmma_weight_grad_saved_x_bytes(const DenseBackwardParams& b) {
+  return dense_wgmma_weight_grad_supported(b) ? channel_last_x_bytes(b.g) : 0;
 }
 
 int64_t dense_wgmma_weight_grad_parts(const DenseBackwardParams& b) {

@@ -111,6 +111,9 @@ struct WgParams {
   const void* src;
   int64_t src_stride[3];
   int32_t in_g;
+  // dense_wgmma_conv_rows, forward: 1 = the o-tile 0 CTAs also store each window's own 256 steps
+  // through keep_map, the channel-last copy of x the weight gradient reads (its pre-pass's layout).
+  int32_t keep_x;
 };
 
 struct TileCoords {
@@ -378,7 +381,7 @@ __device__ __forceinline__ void load_eight_steps(const float* row, int32_t t, in
 template <typename T, typename TS = T>
 __global__ void __launch_bounds__(kThreads, 1)
     dense_wgmma_conv_rows(const __grid_constant__ CUtensorMap w_map, const __grid_constant__ CUtensorMap src_map,
-                          const WgParams p) {
+                          const __grid_constant__ CUtensorMap keep_map, const WgParams p) {
 #ifdef CAUSALCONV_SM90A
   using Tr = RowTraits<T, TS>;
   // fp32 source rows: loaded by the window builders (no TMA boxes); else 16-bit rows of T by TMA.
@@ -408,7 +411,8 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
     for (int s = 0; s < Tr::kWindows; ++s) {
       sm90::mbarrier_init(&win_full[s], kTransposeWarps);
-      sm90::mbarrier_init(&win_empty[s], kConsumerWarps);
+      // keep_x: one more arrival, the window's store having read it
+      sm90::mbarrier_init(&win_empty[s], kConsumerWarps + (p.keep_x ? 1 : 0));
     }
     sm90::mbarrier_init_fence();
   }
@@ -443,6 +447,17 @@ __global__ void __launch_bounds__(kThreads, 1)
     // lands, was no faster: 0.771 / 0.303.)
     const int32_t octs = (window_offset(p.shift_base) + (p.width - 1) * p.dilation + kBN + 7) / 8;
     [[maybe_unused]] const int boxes = (octs + 7) / 8;  // (16-bit sources)
+    // keep_x: lane 0 of warp 1 stores a window once all three warps have built it, and releases it
+    // (its extra win_empty arrival) when the store has read it, one chunk later: the wait then
+    // overlaps the next chunk's raw copies. `kept` is the window so owed; -1: none.
+    const bool keeper = p.keep_x && warp == 1 && lane == 0;
+    int kept = -1;
+    auto release_kept = [&] {
+      if (kept < 0) return;
+      sm90::bulk_wait_group_read<0>();
+      sm90::mbarrier_arrive(&win_empty[kept]);
+      kept = -1;
+    };
     int64_t it_w = 0;
     for (int64_t tile = blockIdx.x; tile < p.tiles; tile += gridDim.x) {
       const TileCoords c = tile_coords(p, tile);
@@ -464,8 +479,11 @@ __global__ void __launch_bounds__(kThreads, 1)
               sm90::tma_load_4d(raw + rs * kWinBytes + box * kRawBoxBytes, &src_map, &raw_full[rs], w0 + 64 * box,
                                 cc * kBK, c.g, c.b);
           }
+          if (keeper) release_kept();
           sm90::mbarrier_wait(&raw_full[rs], raw_round & 1);
           raw_slot = rs;
+        } else {
+          if (keeper) release_kept();
         }
         if (round > 0) sm90::mbarrier_wait(&win_empty[s], (round - 1) & 1);
         const uint32_t dst = sm90::smem_u32(win + s * Tr::kWindowBytes);
@@ -516,8 +534,21 @@ __global__ void __launch_bounds__(kThreads, 1)
           if constexpr (!kLoadRows) sm90::mbarrier_arrive(&raw_empty[raw_slot]);
           sm90::mbarrier_arrive(&win_full[s]);
         }
+        if (keeper) {
+          if (c.m == 0) {
+            // The tile's own steps t0 .. t0 + 255 are window rows r0 = t0 - w0 on (a multiple of
+            // 8, so the tile keeps TMA's swizzle phase); TMA clips the store at L and the group.
+            sm90::mbarrier_wait(&win_full[s], round & 1);
+            const uint8_t* own = win + s * Tr::kWindowBytes + (c.tt * kBN - w0) * 128;
+            for (int copy = 0; copy < Tr::kCopies; ++copy)
+              sm90::tma_store_4d(&keep_map, own + copy * kWinBytes, cc * kBK, c.g, c.tt * kBN, c.b + copy * p.batch);
+            sm90::bulk_commit_group();
+          }
+          kept = s;
+        }
       }
     }
+    if (keeper) sm90::bulk_wait_group<0>();  // the stores' writes, before the CTA exits
     return;
   }
 

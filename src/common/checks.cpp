@@ -65,9 +65,13 @@ void check_unit_time_stride(const char* op, const char* arg, const TensorView& t
     fail_argument(op, arg, "unit stride along L (make it contiguous)", "stride " + std::to_string(t.stride(2)));
 }
 
-void check_workspace(const char* op, size_t needed, const void* data, size_t bytes) {
+void check_buffer(const char* op, const char* name, size_t needed, const void* data, size_t bytes) {
   if (bytes < needed || (needed > 0 && data == nullptr))
-    fail_argument(op, "workspace", "at least " + std::to_string(needed) + " bytes", std::to_string(bytes) + " bytes");
+    fail_argument(op, name, "at least " + std::to_string(needed) + " bytes", std::to_string(bytes) + " bytes");
+}
+
+void check_workspace(const char* op, size_t needed, const void* data, size_t bytes) {
+  check_buffer(op, "workspace", needed, data, bytes);
 }
 
 }  // namespace causalconv::detail

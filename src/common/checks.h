@@ -37,5 +37,7 @@ void check_unit_time_stride(const char* op, const char* arg, const TensorView& t
 
 // The caller's workspace holds at least `needed` bytes (and has a pointer when it must).
 void check_workspace(const char* op, size_t needed, const void* data, size_t bytes);
+// A caller-owned buffer `name` of at least `needed` bytes (a workspace, a kept copy).
+void check_buffer(const char* op, const char* name, size_t needed, const void* data, size_t bytes);
 
 }  // namespace causalconv::detail

@@ -91,6 +91,27 @@ __device__ __forceinline__ void tma_prefetch_descriptor(const void* map) {
   asm volatile("prefetch.tensormap [%0];" ::"l"(map) : "memory");
 }
 
+// ---- TMA: box copies shared -> global (the map's bounds clip the box), in bulk groups ----
+
+// The source must be made visible to the async proxy first (fence_proxy_async_shared by its writers).
+__device__ __forceinline__ void tma_store_4d(const void* map, const void* src, int32_t c0, int32_t c1, int32_t c2,
+                                             int32_t c3) {
+  asm volatile("cp.async.bulk.tensor.4d.global.shared::cta.bulk_group [%0, {%2, %3, %4, %5}], [%1];" ::"l"(map),
+               "r"(smem_u32(src)), "r"(c0), "r"(c1), "r"(c2), "r"(c3)
+               : "memory");
+}
+__device__ __forceinline__ void bulk_commit_group() { asm volatile("cp.async.bulk.commit_group;" ::: "memory"); }
+// Waits until at most kPending committed groups still read their shared-memory source.
+template <int kPending>
+__device__ __forceinline__ void bulk_wait_group_read() {
+  asm volatile("cp.async.bulk.wait_group.read %0;" ::"n"(kPending) : "memory");
+}
+// Waits until at most kPending committed groups are still in flight (their writes included).
+template <int kPending>
+__device__ __forceinline__ void bulk_wait_group() {
+  asm volatile("cp.async.bulk.wait_group %0;" ::"n"(kPending) : "memory");
+}
+
 // ---- wgmma ----
 
 // Shared-memory matrix descriptor, 128-byte swizzle. For a K-major operand: rows of 64 16-bit
@@ -423,12 +444,13 @@ inline void mbarrier_wait(uint64_t* bar, uint32_t parity) {
 
 // ---- TMA ----
 
-inline void tma_load(void* dst, const void* map_bytes, uint64_t* bar, const int32_t* coords) {
-  const auto& m = *static_cast<const EmulatedTensorMap*>(map_bytes);
+// Walks a box of the map at `coords` whose swizzled shared-memory tile starts at `at`: fn(global
+// byte offset, inside the map's bounds, shared address) per element; returns the box's bytes.
+template <typename Fn>
+inline uint32_t walk_box(const EmulatedTensorMap& m, const int32_t* coords, uint32_t at, Fn fn) {
   if (!m.swizzle_128b || m.box[0] * 2 != 128) emulation_fault("only 128-byte rows with the 128-byte swizzle");
   if ((int64_t(coords[0]) * 2) % 16 != 0) emulation_fault("innermost TMA coordinate not a whole 16 bytes");
-  const uint32_t at = smem_u32(dst);
-  if (at % 1024 != 0) emulation_fault("swizzled TMA destination not 1024-byte aligned");
+  if (at % 1024 != 0) emulation_fault("swizzled TMA tile not 1024-byte aligned");
   uint32_t box[4] = {1, 1, 1, 1};
   for (int d = 0; d < m.rank; ++d) box[d] = m.box[d];
   uint32_t row = 0;
@@ -444,11 +466,19 @@ inline void tma_load(void* dst, const void* map_bytes, uint64_t* bar, const int3
             if (c < 0 || c >= int64_t(m.dims[d])) inside = false;
             offset += uint64_t(c) * (d == 0 ? 2 : m.strides[d - 1]);
           }
-          uint16_t v = 0;
-          if (inside) std::memcpy(&v, static_cast<const uint8_t*>(m.base) + offset, 2);
-          std::memcpy(swizzled(at + row * 128 + i0 * 2), &v, 2);
+          fn(offset, inside, at + row * 128 + i0 * 2);
         }
-  mbarrier_complete_tx(bar, row * 128);
+  return row * 128;
+}
+
+inline void tma_load(void* dst, const void* map_bytes, uint64_t* bar, const int32_t* coords) {
+  const auto& m = *static_cast<const EmulatedTensorMap*>(map_bytes);
+  const uint32_t bytes = walk_box(m, coords, smem_u32(dst), [&](uint64_t offset, bool inside, uint32_t address) {
+    uint16_t v = 0;
+    if (inside) std::memcpy(&v, static_cast<const uint8_t*>(m.base) + offset, 2);
+    std::memcpy(swizzled(address), &v, 2);
+  });
+  mbarrier_complete_tx(bar, bytes);
 }
 
 inline void tma_load_2d(void* dst, const void* map, uint64_t* bar, int32_t c0, int32_t c1) {
@@ -464,6 +494,22 @@ inline void tma_load_4d(void* dst, const void* map, uint64_t* bar, int32_t c0, i
 }
 
 inline void tma_prefetch_descriptor(const void*) {}
+
+// A store completes at once here: the bulk-group waits have nothing to wait for.
+inline void tma_store_4d(const void* map_bytes, const void* src, int32_t c0, int32_t c1, int32_t c2, int32_t c3) {
+  const auto& m = *static_cast<const EmulatedTensorMap*>(map_bytes);
+  if (m.rank != 4) emulation_fault("tma_store_4d on a map of another rank");
+  const int32_t coords[4] = {c0, c1, c2, c3};
+  auto* base = static_cast<uint8_t*>(const_cast<void*>(m.base));
+  walk_box(m, coords, smem_u32(src), [&](uint64_t offset, bool inside, uint32_t address) {
+    if (inside) std::memcpy(base + offset, swizzled(address), 2);
+  });
+}
+inline void bulk_commit_group() {}
+template <int kPending>
+inline void bulk_wait_group_read() {}
+template <int kPending>
+inline void bulk_wait_group() {}
 
 // ---- wgmma ----
 

@@ -154,10 +154,13 @@ struct ConvCase {
 // 16-byte pitch with NaN that must never be read; else channel-last as the pre-pass stages it.
 // fp32_rows (16-bit T): the rows given in fp32 (as the silu gradient reaches dx), which the
 // kernel rounds to T (values already T's, so the reference is unchanged).
+// keep (forward from rows): the kernel also stores x's channel-last copy for the weight gradient,
+// which must equal the pre-pass's, every padding channel included.
 template <typename T>
-void run_conv(const ConvCase& cs, bool rows = false, bool fp32_rows = false) {
+void run_conv(const ConvCase& cs, bool rows = false, bool fp32_rows = false, bool keep = false) {
   using Tr = detail::WgTraits<T>;
   SCOPED_TRACE(::testing::Message() << name_of<T>() << (rows ? (fp32_rows ? " fp32 rows" : " rows") : " staged")
+                                    << (keep ? " keeping x" : "")
                                     << (cs.transposed ? " dx" : " forward") << " B" << cs.batch
                                     << " G" << cs.groups << " Cin/g " << cs.cin_g << " Cout/g " << cs.cout_g << " K"
                                     << cs.width << " d" << cs.dilation << " L" << cs.length << " bias " << cs.bias
@@ -237,6 +240,15 @@ void run_conv(const ConvCase& cs, bool rows = false, bool fp32_rows = false) {
   p.silu = cs.silu && !cs.transposed;
   p.tiles = int64_t(p.o_tiles) * p.t_tiles * B * G;
   const unsigned grid = unsigned(std::min<int64_t>(p.tiles, cs.ctas));
+  std::vector<uint16_t> kept(keep ? staged.size() : 0, uint16_t(0x5A5A));  // a pattern every element must lose
+  CUtensorMap keep_map = w_map;
+  if (keep) {
+    keep_map = sm90::emulated_tensor_map(
+        tensor_map(kept.data(), 4, {uint64_t(s8), uint64_t(G), uint64_t(L), uint64_t(B * kCopies<T>)},
+                   {uint64_t(s8) * 2, uint64_t(G * s8) * 2, uint64_t(L * G * s8) * 2},
+                   {uint32_t(detail::kBK), 1, uint32_t(detail::kBN), 1}));
+    p.keep_x = 1;
+  }
   if (rows) {
     p.src = fp32_rows ? static_cast<const void*>(src_rows_fp32.data()) : static_cast<const void*>(src_rows.data());
     p.src_stride[0] = src_channels * src_pitch;
@@ -246,9 +258,9 @@ void run_conv(const ConvCase& cs, bool rows = false, bool fp32_rows = false) {
     const size_t smem = fp32_rows ? detail::RowTraits<T, float>::kSmemBytes : detail::RowTraits<T, T>::kSmemBytes;
     emu::launch({grid, 1, 1}, detail::kThreads, smem, [&] {
       if (fp32_rows)
-        detail::dense_wgmma_conv_rows_emulated<T, float>(w_map, src_map, p);
+        detail::dense_wgmma_conv_rows_emulated<T, float>(w_map, src_map, keep_map, p);
       else
-        detail::dense_wgmma_conv_rows_emulated<T, T>(w_map, src_map, p);
+        detail::dense_wgmma_conv_rows_emulated<T, T>(w_map, src_map, keep_map, p);
     });
   } else {
     emu::launch({grid, 1, 1}, detail::kThreads, Tr::kSmemBytes,
@@ -296,6 +308,11 @@ void run_conv(const ConvCase& cs, bool rows = false, bool fp32_rows = false) {
     if ((row >= B * channels || t >= L) && widen(dst[size_t(i)]) != widen(sentinel)) ++touched;
   }
   EXPECT_EQ(touched, 0) << "wrote outside the destination's elements";
+  if (keep) {
+    int64_t differ = 0;
+    for (size_t i = 0; i < kept.size(); ++i) differ += kept[i] != staged[i];
+    EXPECT_EQ(differ, 0) << "elements of the kept x unlike the pre-pass's copy, of " << kept.size();
+  }
   std::printf("[ dense_wgmma ] %s %s %s: max |error| / magnitude %.3g\n", name_of<T>(), rows ? "rows" : "staged",
               cs.transposed ? "dx" : "forward", worst);
 }
@@ -478,6 +495,17 @@ TEST(DenseWgmmaEmulated, ForwardFromRowsBf16) {
 TEST(DenseWgmmaEmulated, ForwardFromRowsFp16) {
   run_conv<__half>(kForward[1], true);
   run_conv<__half>(kRowsForward[0], true);
+}
+// The forward that keeps x for the weight gradient: two output tiles (only o-tile 0 stores),
+// several tiles per CTA, two source chunks, and a group of 37 sources (rows padded to 40).
+TEST(DenseWgmmaEmulated, ForwardFromRowsKeepingX) {
+  const ConvCase odd_groups{false, 2, 2, 37, 40, 4, 1, 600, true, false, 2};
+  run_conv<__nv_bfloat16>(odd_groups, true, false, true);
+  run_conv<__nv_bfloat16>(kForward[1], true, false, true);
+  run_conv<__nv_bfloat16>(kRowsForward[1], true, false, true);
+  run_conv<__half>(kRowsForward[0], true, false, true);
+  run_conv<float>(odd_groups, true, false, true);
+  run_conv<float>(kForward[1], true, false, true);
 }
 TEST(DenseWgmmaEmulated, ForwardFromRowsFp32) {
   run_conv<float>(kForward[0], true);

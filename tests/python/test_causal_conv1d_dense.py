@@ -420,6 +420,65 @@ def test_rejected_calls_write_nothing():
     assert torch.isnan(y).all() and torch.isnan(dx).all() and torch.isnan(dw).all()
 
 
+def on_hopper():
+    return torch.cuda.is_available() and torch.cuda.get_device_capability() == (9, 0)
+
+
+# (B, C_in, C_out, L, K, dilation, groups, dtype, activation): the Hopper forward from rows (L a
+# multiple of 8), grouped with 40 sources a group (rows padded to 40), the staged pre-pass (L = 517;
+# fp32 with K = 3), the fp32 rows, silu (its backward recomputes the forward).
+KEPT_X_CASES = {
+    "bf16_rows": (2, 96, 136, 520, 4, 1, 1, torch.bfloat16, None),
+    "fp16_grouped_rows": (1, 80, 64, 1000, 3, 2, 2, torch.float16, None),
+    "bf16_staged": (2, 64, 64, 517, 4, 1, 1, torch.bfloat16, None),
+    "fp32_rows": (1, 64, 96, 800, 4, 3, 1, torch.float32, None),
+    "fp32_staged": (2, 72, 64, 300, 3, 1, 1, torch.float32, None),
+    "bf16_silu": (1, 64, 64, 512, 2, 1, 1, torch.bfloat16, "silu"),
+}
+
+
+@requires_cuda
+@pytest.mark.parametrize("case", list(KEPT_X_CASES))
+def test_kept_x_gives_the_same_gradients(case, seeded):
+    # The eager route's forward keeps x's channel-last copy for the weight gradient (Hopper); the
+    # custom op's route (no copy kept: the backward makes its own) must give the same bits.
+    if not on_hopper():
+        pytest.skip("the forward keeps a copy of x only on the Hopper (sm_90) kernels")
+    b, c_in, c_out, length, k, dilation, groups, dtype, activation = KEPT_X_CASES[case]
+    x, w, bias = make_inputs(b, c_in, c_out, length, k, groups, dtype)
+    code = 0 if activation is None else 1
+    y = torch.empty(b, c_out, length, device="cuda", dtype=dtype)
+    assert _C.causal_conv1d_saved_x_bytes(view(x), view(w), view(bias), view(y), dilation, groups, code) > 0
+    dy = torch.randn(b, c_out, length, device="cuda", dtype=dtype)
+    grads = []
+    for op in (lambda *a: causalconv.causal_conv1d(*a, dilation=dilation, groups=groups, activation=activation),
+               lambda *a: torch.ops.causalconv.causal_conv1d_fwd(*a, dilation, groups, code)):
+        leaves = [t.detach().requires_grad_() for t in (x, w, bias)]
+        out = op(*leaves)
+        out.backward(dy)
+        grads.append([out.detach()] + [t.grad for t in leaves])
+    for name, kept, own in zip(("y", "dx", "dweight", "dbias"), *grads):
+        assert torch.equal(kept, own), f"{name}: the kept copy of x changed the result"
+    ref = causalconv.reference.causal_conv1d_backward(x, w, bias, dy, dilation, groups, activation)
+    assert_close(grads[0][2], ref[1], dtype, "dweight", reduction=True)
+
+
+@requires_cuda
+def test_a_short_saved_x_is_rejected():
+    if not on_hopper():
+        pytest.skip("a copy of x is kept only on the Hopper (sm_90) kernels")
+    x, w, _ = make_inputs(1, 64, 64, 256, 4, 1, torch.bfloat16)
+    y = torch.empty(1, 64, 256, device="cuda", dtype=torch.bfloat16)
+    args = (view(x), view(w), None, view(y), 1, 1, 0)
+    short = torch.empty(_C.causal_conv1d_saved_x_bytes(*args) // 4 - 1, device="cuda")
+    with pytest.raises(ValueError, match=r"causal_conv1d: saved_x: expected at least \d+ bytes, got \d+ bytes"):
+        _C.causal_conv1d_forward(*args, None, 0, view(short))
+    dy, dw = torch.randn_like(y), torch.empty_like(w)
+    with pytest.raises(ValueError, match=r"causal_conv1d: saved_x: expected at least \d+ bytes"):
+        _C.causal_conv1d_backward(view(x), view(w), None, view(dy), None, view(dw), None, 1, 1, 0, None, 0,
+                                  view(short))
+
+
 # ---- nn.CausalConv1d ----
 
 
