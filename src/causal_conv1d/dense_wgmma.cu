@@ -613,7 +613,7 @@ void launch_wgmma_weight_grad(const DenseBackwardParams& b, const void* grad, bo
   p.c_chunks = int32_t(l.c_chunks);
   p.t_units = int32_t(l.t_units);
   p.parts = int32_t(l.parts);
-  p.sum_bias = b.dbias != nullptr;  // without it the dbias warps of those CTAs stay idle
+  p.sum_bias = b.dbias != nullptr;  // without it no CTA sums dbias
   DwLaunch launches[2];
   for (int i = 0, n = dw_launches(int(g.width), l.source_wide, launches); i < n; ++i) {
     p.q_base = launches[i].q_base;
@@ -624,7 +624,7 @@ void launch_wgmma_weight_grad(const DenseBackwardParams& b, const void* grad, bo
       kernel<<<grid, kThreads, smem, stream>>>(g_map, x_map, p);
       check_launch(what);
     };
-    constexpr size_t smem = Tr::kSmemBytes;
+    constexpr size_t smem = kDwSmemBytes<T>;
     if (l.source_wide) {
       launch(dense_wgmma_weight_grad<T, 1, kDwWideChunks>, smem);
       continue;

@@ -609,8 +609,11 @@ __global__ void __launch_bounds__(kThreads, 1)
 // The two consumer warpgroups keep one accumulator set per tap (kTaps x 32 kChunks fp32). CTAs of
 // one part sum a fixed contiguous range of units and write fp32 partials in dense_generic.cu's
 // layout (parts x (C_out*S*K, then C_out)); its ordered reduction makes the result bitwise
-// reproducible. In the CTAs of the first source chunk and tap chunk, two idle producer warps
-// sum G's rows from the staged tiles (dbias).
+// reproducible. In the CTAs of the first source chunk and tap chunk the consumers also sum G's
+// rows (dbias) on the tensor cores: one m64n8k16 per k-step against a tile of ones. (Two producer
+// warps summing the staged rows instead cost the bf16 seed's fwd+bwd 70 us on the H200, session 24:
+// as readers of the ring they gated every stage's refill; reading G from global memory beside the
+// ring cost 59 us more, the added L2 traffic of an L2-bound kernel.)
 // The tap count is a template parameter: with a run-time bound on the accumulator sets in use,
 // ptxas cannot tell which registers the asynchronous wgmmas own and fences every one of them
 // (warning C7519). A width-K call launches full 4-tap chunks and, if K % 4, one launch of the
@@ -631,6 +634,12 @@ constexpr int64_t kDwTargetCtas = 528;
 
 template <typename T>
 using DwTraits = RingTraits<T, kATileBytes + kDwTaps * kDwBBytes>;
+
+// The weight gradient's shared memory: the ring with its barriers, then (1024 bytes past the
+// stages) the ones tile, 8 rows of 64 16-bit ones: dbias's B operand. The ring's own 1024 bytes of
+// slack cover the stages' alignment; the ones need 1024 more past the barriers' 1024.
+template <typename T>
+constexpr size_t kDwSmemBytes = DwTraits<T>::kSmemBytes + 2048;
 
 struct DwParams {
   float* partials;
@@ -668,21 +677,6 @@ inline int64_t dw_tap_groups(int64_t width, bool source_wide) {
   return source_wide ? width : (width + kDwTaps - 1) / kDwTaps;
 }
 
-// Sum of the 64 16-bit values of one 128-byte row of a staged tile (any order: the swizzle only
-// permutes 16-byte chunks within the row).
-template <typename Mma>
-__device__ __forceinline__ float row_sum(const uint8_t* row) {
-  float sum = 0.0f;
-#pragma unroll
-  for (int c = 0; c < 8; ++c) {
-    const uint4 v = reinterpret_cast<const uint4*>(row)[c];
-    const Mma* e = reinterpret_cast<const Mma*>(&v);
-#pragma unroll
-    for (int i = 0; i < 8; ++i) sum += to_float(e[i]);
-  }
-  return sum;
-}
-
 template <typename T, int kTaps, int kChunks>
 __global__ void __launch_bounds__(kThreads, 1)
     dense_wgmma_weight_grad(const __grid_constant__ CUtensorMap g_map, const __grid_constant__ CUtensorMap x_map,
@@ -705,8 +699,17 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int64_t u0 = part * p.units / p.parts, u1 = (part + 1) * p.units / p.parts;
 
   const int warpgroup = threadIdx.x / 128, warp = (threadIdx.x % 128) / 32, lane = threadIdx.x % 32;
-  // Arrivals per stage: the consumer warps, and the dbias warps in the tiles that sum dbias.
-  const Ring ring = start_ring<Tr>(smem_raw, kConsumerWarps + (bias_tile ? 2 : 0), &g_map, &x_map);
+  // The ones tile (dbias), visible to wgmma before start_ring's barrier.
+  uint8_t* const ones = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023)) +
+                        Tr::kStages * Tr::kStageBytes + 1024;
+  if (bias_tile && threadIdx.x < 128) {
+    const Mma one = from_float<Mma>(1.0f);
+    const uint16_t bits = reinterpret_cast<const uint16_t&>(one);
+    reinterpret_cast<uint32_t*>(ones)[threadIdx.x * 2] = bits * 0x10001u;
+    reinterpret_cast<uint32_t*>(ones)[threadIdx.x * 2 + 1] = bits * 0x10001u;
+    sm90::fence_proxy_async_shared();
+  }
+  const Ring ring = start_ring<Tr>(smem_raw, kConsumerWarps, &g_map, &x_map);
   uint8_t* const stages = ring.stages;
   uint64_t* const full = ring.full;
   uint64_t* const empty = ring.empty;
@@ -733,25 +736,6 @@ __global__ void __launch_bounds__(kThreads, 1)
             }
         }
       }
-    } else if (bias_tile && (warp == 1 || warp == 2)) {  // dbias: 64 threads x 2 rows of G
-      const int r0 = (threadIdx.x - 32) * 2;
-      float sums[2] = {0.0f, 0.0f};
-      for (int64_t u = u0; u < u1; ++u) {
-        const int64_t it = u - u0;
-        const int slot = int(it % Tr::kStages);
-        sm90::mbarrier_wait(&full[slot], uint32_t(it / Tr::kStages) & 1);
-        const uint8_t* st = stages + slot * Tr::kStageBytes;
-        for (int copy = 0; copy < Tr::kCopies; ++copy)
-          for (int h = 0; h < 2; ++h) sums[h] += row_sum<Mma>(st + copy * kATileBytes + (r0 + h) * 128);
-        __syncwarp();
-        if (lane == 0) sm90::mbarrier_arrive(&empty[slot]);
-      }
-      for (int h = 0; h < 2; ++h) {
-        const int32_t o = m * kBM + r0 + h;
-        if (o < p.out_g)
-          p.partials[part * p.part_elems + int64_t(p.groups) * p.out_g * p.in_g * p.width + int64_t(g) * p.out_g + o] =
-              sums[h];
-      }
     }
     return;
   }
@@ -760,6 +744,9 @@ __global__ void __launch_bounds__(kThreads, 1)
   float acc[kTaps][32 * kChunks];
 #pragma unroll
   for (int j = 0; j < kTaps; ++j) clear_accumulators(acc[j]);
+  float bias_acc[4];  // dbias: G's row sums (m64n8: every column the same)
+  clear_accumulators(bias_acc);
+  const uint32_t ones_u32 = sm90::smem_u32(ones);
   for (int64_t u = u0; u < u1; ++u) {
     const int64_t it = u - u0;
     const int slot = int(it % Tr::kStages);
@@ -789,6 +776,13 @@ __global__ void __launch_bounds__(kThreads, 1)
           mma(da_lo, b_hi);
         }
       }
+      if (bias_tile) {  // fp32: hi and lo both, summing to G
+        const uint64_t d_ones = sm90::smem_descriptor(ones_u32 + kk * 32, 16, 1024);
+        sm90::wgmma_m64n8k16<Mma>(bias_acc, da, d_ones, 1);
+        if constexpr (Tr::kSplit)
+          sm90::wgmma_m64n8k16<Mma>(bias_acc, sm90::smem_descriptor(a_hi + kATileBytes + kk * 32, 16, 1024), d_ones,
+                                    1);
+      }
     }
     sm90::wgmma_commit();
     sm90::wgmma_wait<1>();
@@ -797,6 +791,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   sm90::wgmma_wait<0>();
 #pragma unroll
   for (int j = 0; j < kTaps; ++j) sm90::fence_registers(acc[j]);
+  sm90::fence_registers(bias_acc);
   if (u1 > u0 && lane == 0) sm90::mbarrier_arrive(&empty[int((u1 - u0 - 1) % Tr::kStages)]);
 
   // Accumulator 4i + 2h + e of tap j: output row 16*warp + lane/4 + 8h, source 8i + 2*(lane%4) + e
@@ -805,6 +800,11 @@ __global__ void __launch_bounds__(kThreads, 1)
   // store and a warp's store fills whole 32-byte sectors: in (C_out, S, K) order each 4-byte
   // value took a sector of its own, 8x the L2 write transactions.
   float* out = p.partials + part * p.part_elems;
+  if (bias_tile && lane % 4 == 0)  // column 0: accumulators 0 (row lane/4) and 2 (row lane/4 + 8)
+    for (int h = 0; h < 2; ++h) {
+      const int32_t o = m * kBM + cw * 64 + warp * 16 + lane / 4 + 8 * h;
+      if (o < p.out_g) out[int64_t(p.groups) * p.out_g * p.in_g * p.width + int64_t(g) * p.out_g + o] = bias_acc[2 * h];
+    }
 #pragma unroll
   for (int j = 0; j < kTaps; ++j) {
     const int32_t k = q * kQTaps + j;

@@ -251,6 +251,25 @@ __device__ __forceinline__ void wgmma_m64n64k16_bt(float (&d)[32], uint64_t desc
   wgmma_m64k16_ss<T, 0, 1, 64>(d, desc_a, desc_b, accumulate);
 }
 
+// D[64 x 8] (+)= A[64 x 16] * B[16 x 8], both K-major in shared memory (B: 8 rows of the
+// reduction, one 8-row core group). With B all ones every column of D is A's row sums: the
+// weight gradient's dbias on the tensor cores.
+template <typename T>
+__device__ __forceinline__ void wgmma_m64n8k16(float (&d)[4], uint64_t desc_a, uint64_t desc_b, uint32_t accumulate) {
+#ifdef CAUSALCONV_SM90A
+#define CAUSALCONV_WGMMA_M64N8K16(TYPE)                                                                   \
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %6, 0;\n"                                               \
+               "wgmma.mma_async.sync.aligned.m64n8k16.f32." TYPE "." TYPE " {%0, %1, %2, %3}, %4, %5, p, 1, 1, 0, 0;\n}\n" \
+               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])                                             \
+               : "l"(desc_a), "l"(desc_b), "r"(accumulate))
+  if constexpr (std::is_same_v<T, __half>)
+    CAUSALCONV_WGMMA_M64N8K16("f16");
+  else
+    CAUSALCONV_WGMMA_M64N8K16("bf16");
+#undef CAUSALCONV_WGMMA_M64N8K16
+#endif
+}
+
 // Both operands MN-major: A as rows of 64 M values, one per reduction index (the layout of
 // wgmma_m64n64k16_bt's B), B as there. For correlations of two staged rows over time (the b2b
 // wgmma backward's weight gradients).
@@ -692,6 +711,11 @@ inline void wgmma_m64n256k16_bt(float (&d)[128], uint64_t desc_a, uint64_t desc_
 template <typename T>
 inline void wgmma_m64n64k16(float (&d)[32], uint64_t desc_a, uint64_t desc_b, uint32_t accumulate) {
   wgmma_emulated<T, 64, false>(d, desc_a, desc_b, accumulate);
+}
+
+template <typename T>
+inline void wgmma_m64n8k16(float (&d)[4], uint64_t desc_a, uint64_t desc_b, uint32_t accumulate) {
+  wgmma_emulated<T, 8, false>(d, desc_a, desc_b, accumulate);
 }
 
 template <typename T>

@@ -322,7 +322,7 @@ void run_conv(const ConvCase& cs, bool rows = false, bool fp32_rows = false, boo
 struct DwCase {
   int64_t batch, groups, cin_g, cout_g, width, dilation, length;
   bool grad_in_place;  // 16-bit dy read by TMA where it lies (else staged rows, as stage_rows)
-  bool dbias = true;   // false: no dbias (its warps stay idle and out of the ring)
+  bool dbias = true;   // false: no dbias (no CTA runs its m64n8 row sums)
 };
 
 // source_wide: CTAs over 4 x 64 sources of one tap (m64n256k16), as the launcher runs groups of
@@ -403,7 +403,7 @@ void run_weight_grad(const DwCase& cs, bool source_wide = false) {
     auto launch = [&](auto kernel, size_t smem) {
       emu::launch({grid, unsigned(parts), 1}, detail::kThreads, smem, [&] { kernel(g_map, x_map, p); });
     };
-    constexpr size_t smem = Tr::kSmemBytes;
+    constexpr size_t smem = detail::kDwSmemBytes<T>;
     if (source_wide) {
       launch(detail::dense_wgmma_weight_grad_emulated<T, 1, detail::kDwWideChunks>, smem);
       continue;
