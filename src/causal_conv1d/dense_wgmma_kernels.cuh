@@ -747,51 +747,59 @@ __global__ void __launch_bounds__(kThreads, 1)
   float bias_acc[4];  // dbias: G's row sums (m64n8: every column the same)
   clear_accumulators(bias_acc);
   const uint32_t ones_u32 = sm90::smem_u32(ones);
-  for (int64_t u = u0; u < u1; ++u) {
-    const int64_t it = u - u0;
-    const int slot = int(it % Tr::kStages);
-    sm90::mbarrier_wait(&full[slot], uint32_t(it / Tr::kStages) & 1);
-    const uint32_t st = sm90::smem_u32(stages + slot * Tr::kStageBytes);
-    const uint32_t a_hi = st + cw * 64 * 128, b_hi = st + Tr::kCopies * kATileBytes;
-    const uint32_t b_lo = b_hi + kDwTaps * kDwBBytes;  // fp32: the lo copy's x
-    sm90::wgmma_fence();
+  // The loop is compiled twice, with and without dbias's MMAs: a run-time condition around a
+  // wgmma makes ptxas fence the accumulators of every wgmma in the loop (warning C7519).
+  auto consume = [&](auto with_bias) {
+    constexpr bool kBias = decltype(with_bias)::value;
+    for (int64_t u = u0; u < u1; ++u) {
+      const int64_t it = u - u0;
+      const int slot = int(it % Tr::kStages);
+      sm90::mbarrier_wait(&full[slot], uint32_t(it / Tr::kStages) & 1);
+      const uint32_t st = sm90::smem_u32(stages + slot * Tr::kStageBytes);
+      const uint32_t a_hi = st + cw * 64 * 128, b_hi = st + Tr::kCopies * kATileBytes;
+      sm90::wgmma_fence();
 #pragma unroll
-    for (int kk = 0; kk < kDwSteps / 16; ++kk) {
-      const uint64_t da = sm90::smem_descriptor(a_hi + kk * 32, 16, 1024);
+      for (int kk = 0; kk < kDwSteps / 16; ++kk) {
+        const uint64_t da = sm90::smem_descriptor(a_hi + kk * 32, 16, 1024);
 #pragma unroll
-      for (int j = 0; j < kTaps; ++j) {
-        // Tap j's boxes, the N-major groups kDwBBytes apart (the descriptor's leading offset).
-        const uint32_t b_tap = j * kChunks * kDwBBytes + kk * 2048;
-        auto mma = [&](uint64_t da_, uint32_t b_) {
-          const uint64_t db = sm90::smem_descriptor(b_ + b_tap, kDwBBytes, 1024);
-          if constexpr (kChunks == 1)
-            sm90::wgmma_m64n64k16_bt<Mma>(acc[j], da_, db, 1);
-          else
-            sm90::wgmma_m64n256k16_bt<Mma>(acc[j], da_, db, 1);
-        };
-        mma(da, b_hi);
-        if constexpr (Tr::kSplit) {
-          const uint64_t da_lo = sm90::smem_descriptor(a_hi + kATileBytes + kk * 32, 16, 1024);
-          mma(da, b_lo);
-          mma(da_lo, b_hi);
+        for (int j = 0; j < kTaps; ++j) {
+          // Tap j's boxes, the N-major groups kDwBBytes apart (the descriptor's leading offset).
+          const uint32_t b_tap = j * kChunks * kDwBBytes + kk * 2048;
+          auto mma = [&](uint64_t da_, uint32_t b_) {
+            const uint64_t db = sm90::smem_descriptor(b_ + b_tap, kDwBBytes, 1024);
+            if constexpr (kChunks == 1)
+              sm90::wgmma_m64n64k16_bt<Mma>(acc[j], da_, db, 1);
+            else
+              sm90::wgmma_m64n256k16_bt<Mma>(acc[j], da_, db, 1);
+          };
+          mma(da, b_hi);
+          if constexpr (Tr::kSplit) {
+            const uint64_t da_lo = sm90::smem_descriptor(a_hi + kATileBytes + kk * 32, 16, 1024);
+            mma(da, b_hi + kDwTaps * kDwBBytes);  // the lo copy's x
+            mma(da_lo, b_hi);
+          }
+        }
+        if constexpr (kBias) {  // fp32: hi and lo both, summing to G
+          const uint64_t d_ones = sm90::smem_descriptor(ones_u32 + kk * 32, 16, 1024);
+          sm90::wgmma_m64n8k16<Mma>(bias_acc, da, d_ones, 1);
+          if constexpr (Tr::kSplit)
+            sm90::wgmma_m64n8k16<Mma>(bias_acc, sm90::smem_descriptor(a_hi + kATileBytes + kk * 32, 16, 1024),
+                                      d_ones, 1);
         }
       }
-      if (bias_tile) {  // fp32: hi and lo both, summing to G
-        const uint64_t d_ones = sm90::smem_descriptor(ones_u32 + kk * 32, 16, 1024);
-        sm90::wgmma_m64n8k16<Mma>(bias_acc, da, d_ones, 1);
-        if constexpr (Tr::kSplit)
-          sm90::wgmma_m64n8k16<Mma>(bias_acc, sm90::smem_descriptor(a_hi + kATileBytes + kk * 32, 16, 1024), d_ones,
-                                    1);
-      }
+      sm90::wgmma_commit();
+      sm90::wgmma_wait<1>();
+      if (it > 0 && lane == 0) sm90::mbarrier_arrive(&empty[int((it - 1) % Tr::kStages)]);
     }
-    sm90::wgmma_commit();
-    sm90::wgmma_wait<1>();
-    if (it > 0 && lane == 0) sm90::mbarrier_arrive(&empty[int((it - 1) % Tr::kStages)]);
-  }
-  sm90::wgmma_wait<0>();
+    sm90::wgmma_wait<0>();
 #pragma unroll
-  for (int j = 0; j < kTaps; ++j) sm90::fence_registers(acc[j]);
-  sm90::fence_registers(bias_acc);
+    for (int j = 0; j < kTaps; ++j) sm90::fence_registers(acc[j]);
+    if constexpr (kBias) sm90::fence_registers(bias_acc);
+  };
+  if (bias_tile)
+    consume(std::true_type{});
+  else
+    consume(std::false_type{});
   if (u1 > u0 && lane == 0) sm90::mbarrier_arrive(&empty[int((u1 - u0 - 1) % Tr::kStages)]);
 
   // Accumulator 4i + 2h + e of tap j: output row 16*warp + lane/4 + 8h, source 8i + 2*(lane%4) + e
