@@ -169,15 +169,16 @@ void launch_copy_to_channel_last(const void* src, bool src_fp32, const int64_t (
 }
 
 
-// The gradient (B, C, L), any strides -> out[copy * B + b][c][t < pitch] in T's operand bits (fp32:
-// bf16 hi in copy 0, lo in copy 1; zero for t >= length): rows TMA can read with time innermost.
-// A thread stages 8 steps of one row, one 16-byte store per copy (pitch is a multiple of 8), from
-// 16-byte loads where the source row allows: element-wise 2-byte stores took 268 us for the fp32
-// seed's dy on the H200 (session 7), about half of copy speed.
+// The gradient (B, C, L), any strides -> out[b][c][t < pitch] in 16-bit T (zero for t >= length):
+// rows TMA can read with time innermost (fp32's are split by the weight gradient's kernel itself).
+// A thread stages 8 steps of one row, one 16-byte store (pitch is a multiple of 8), from 16-byte
+// loads where the source row allows: element-wise 2-byte stores ran at about half of copy speed
+// on the H200 (session 7).
 template <typename TS, typename T>
 __global__ void __launch_bounds__(256)
     stage_rows(const TS* src, int64_t ss0, int64_t ss1, int64_t ss2, int64_t channels, int64_t length, int64_t pitch,
-               int64_t rows, int64_t copy_elems, uint16_t* out) {
+               int64_t rows, uint16_t* out) {
+  static_assert(!std::is_same_v<T, float>, "16-bit rows");
   constexpr int kVec = 16 / sizeof(TS);  // source elements per 16-byte load
   const int64_t octs = pitch / 8, count = rows * octs;
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < count; i += int64_t(gridDim.x) * blockDim.x) {
@@ -196,8 +197,6 @@ __global__ void __launch_bounds__(256)
 #pragma unroll
     for (int e = 0; e < 8; ++e) operand_bits<TS, T>(v[e], hi[e], lo[e]);
     *reinterpret_cast<uint4*>(out + row * pitch + t) = *reinterpret_cast<const uint4*>(hi);
-    if constexpr (std::is_same_v<T, float>)
-      *reinterpret_cast<uint4*>(out + copy_elems + row * pitch + t) = *reinterpret_cast<const uint4*>(lo);
   }
 }
 
@@ -513,7 +512,7 @@ struct WgDwLayout {
   bool source_wide;
   int64_t o_tiles, c_chunks, k_chunks, t_units, units, parts, part_elems;
   int64_t s8, x_copy_elems;       // channel-last x: the forward's kept copy, or staged here
-  int64_t g_pitch, g_copy_elems;  // gradient rows (0: read in place)
+  int64_t g_pitch, g_copy_elems;  // staged gradient rows (0: read in place, or fp32 built in the kernel)
   size_t x_bytes, bytes;          // staging bytes (the partials live elsewhere); x_bytes 0 when kept
 };
 
@@ -526,7 +525,6 @@ size_t channel_last_x_bytes(const DenseGeometry& g) {
 WgDwLayout wg_dw_layout(const DenseBackwardParams& b, bool grad_in_place) {
   const DenseGeometry& g = b.g;
   const int64_t S = g.in_per_group(), D = g.out_per_group();
-  const int copies = g.dtype == DType::f32 ? 2 : 1;
   WgDwLayout l{};
   l.source_wide = weight_grad_source_wide(S);
   l.o_tiles = (D + kBM - 1) / kBM;
@@ -541,17 +539,48 @@ WgDwLayout wg_dw_layout(const DenseBackwardParams& b, bool grad_in_place) {
   l.s8 = staged_row(S);
   l.x_copy_elems = g.batch * g.length * g.groups * l.s8;
   l.x_bytes = b.saved_x ? 0 : channel_last_x_bytes(g);
-  if (!grad_in_place) {
+  if (!grad_in_place && g.dtype != DType::f32) {
     l.g_pitch = (g.length + 7) / 8 * 8;
     l.g_copy_elems = g.batch * g.c_out * l.g_pitch;
   }
-  l.bytes = l.x_bytes + size_t(l.g_copy_elems) * 2 * copies;
+  l.bytes = l.x_bytes + size_t(l.g_copy_elems) * 2;
   return l;
 }
 
 // What the backward passes as the gradient: dy, or the fp32 gradient through silu (contiguous).
 bool backward_grad_in_place(const DenseBackwardParams& b) {
   return !b.g.silu && grad_rows_in_place(b.g.dtype, b.dy, false, b.dy_stride);
+}
+
+// The 16-bit gradient rows as (L, D, G, B) with time innermost, for TMA: dy where it lies, or
+// staged by stage_rows (dy with other strides, or the fp32 gradient through silu rounded to T).
+template <typename T>
+CUtensorMap grad_rows_map(const DenseBackwardParams& b, const void* grad, bool grad_fp32, const int64_t (&gs)[3],
+                          bool in_place, const WgDwLayout& l, void* workspace, cudaStream_t stream,
+                          const char* what) {
+  const DenseGeometry& g = b.g;
+  const int64_t D = g.out_per_group();
+  const void* g_base = grad;
+  uint64_t g_dims[4] = {uint64_t(g.length), uint64_t(D), uint64_t(g.groups), uint64_t(g.batch)};
+  uint64_t g_strides[3] = {uint64_t(gs[1]) * 2, uint64_t(D * gs[1]) * 2, uint64_t(gs[0]) * 2};
+  if (!in_place) {
+    auto* g_staged = reinterpret_cast<uint16_t*>(reinterpret_cast<uint8_t*>(workspace) + l.x_bytes);
+    const int64_t rows = g.batch * g.c_out, octs = rows * (l.g_pitch / 8);
+    const unsigned blocks = unsigned(std::min<int64_t>((octs + 255) / 256, 132 * 32));
+    if (grad_fp32)
+      stage_rows<float, T><<<blocks, 256, 0, stream>>>(static_cast<const float*>(grad), gs[0], gs[1], gs[2], g.c_out,
+                                                       g.length, l.g_pitch, rows, g_staged);
+    else
+      stage_rows<T, T><<<blocks, 256, 0, stream>>>(static_cast<const T*>(grad), gs[0], gs[1], gs[2], g.c_out,
+                                                   g.length, l.g_pitch, rows, g_staged);
+    check_launch(what);
+    g_base = g_staged;
+    g_strides[0] = uint64_t(l.g_pitch) * 2;
+    g_strides[1] = uint64_t(D * l.g_pitch) * 2;
+    g_strides[2] = uint64_t(g.c_out * l.g_pitch) * 2;
+  }
+  const uint32_t g_box[4] = {kDwSteps, kBM, 1, 1};
+  return encode_tensor_map(g_base, g.dtype, 4, g_dims, g_strides, g_box, what);
 }
 
 template <typename T>
@@ -575,31 +604,19 @@ void launch_wgmma_weight_grad(const DenseBackwardParams& b, const void* grad, bo
   }
   const CUtensorMap x_map = staged_x_map(x_base, mma_dtype, S, g.groups, g.length, g.batch * Tr::kCopies, kDwSteps, what);
 
-  // The gradient as (L, D, G, B) rows with time innermost.
-  const void* g_base = grad;
-  uint64_t g_dims[4] = {uint64_t(g.length), uint64_t(D), uint64_t(g.groups), uint64_t(g.batch)};
-  uint64_t g_strides[3] = {uint64_t(gs[1]) * 2, uint64_t(D * gs[1]) * 2, uint64_t(gs[0]) * 2};
-  if (!in_place) {
-    auto* g_staged = reinterpret_cast<uint16_t*>(reinterpret_cast<uint8_t*>(workspace) + l.x_bytes);
-    const int64_t rows = g.batch * g.c_out, octs = rows * (l.g_pitch / 8);
-    const unsigned blocks = unsigned(std::min<int64_t>((octs + 255) / 256, 132 * 32));
-    if (grad_fp32)
-      stage_rows<float, T><<<blocks, 256, 0, stream>>>(static_cast<const float*>(grad), gs[0], gs[1], gs[2], g.c_out,
-                                                       g.length, l.g_pitch, rows, l.g_copy_elems, g_staged);
-    else
-      stage_rows<T, T><<<blocks, 256, 0, stream>>>(static_cast<const T*>(grad), gs[0], gs[1], gs[2], g.c_out,
-                                                   g.length, l.g_pitch, rows, l.g_copy_elems, g_staged);
-    check_launch(what);
-    g_base = g_staged;
-    g_dims[3] = uint64_t(g.batch * Tr::kCopies);
-    g_strides[0] = uint64_t(l.g_pitch) * 2;
-    g_strides[1] = uint64_t(D * l.g_pitch) * 2;
-    g_strides[2] = uint64_t(g.c_out * l.g_pitch) * 2;
-  }
-  const uint32_t g_box[4] = {kDwSteps, kBM, 1, 1};
-  const CUtensorMap g_map = encode_tensor_map(g_base, mma_dtype, 4, g_dims, g_strides, g_box, what);
-
   DwParams p{};
+  // The gradient as (L, D, G, B) rows with time innermost: 16-bit, by TMA (in place or staged);
+  // fp32, loaded by the kernel's A builders (the x map stands in for a G map).
+  CUtensorMap g_map = x_map;
+  if constexpr (Tr::kSplit) {
+    p.grad = static_cast<const float*>(grad);
+    for (int d = 0; d < 3; ++d) p.grad_stride[d] = gs[d];
+    p.length = int32_t(g.length);
+    p.rows_vector = gs[2] == 1 && reinterpret_cast<uintptr_t>(grad) % 16 == 0 && gs[1] % 4 == 0 && gs[0] % 4 == 0;
+  } else {
+    g_map = grad_rows_map<T>(b, grad, grad_fp32, gs, in_place, l, workspace, stream, what);
+  }
+
   p.partials = partials;
   p.part_elems = l.part_elems;
   p.units = l.units;

@@ -69,15 +69,16 @@ using WgTraits = RingTraits<T, kATileBytes + kBTileBytes>;
 
 struct Ring {
   uint8_t* stages;
-  uint64_t* full;   // completed by the producer's TMA bytes
+  uint64_t* full;   // completed by the producer's TMA bytes (and any warps writing the stage)
   uint64_t* empty;  // completed by the consumers' arrivals
 };
 
 // Carves the ring out of dynamic shared memory; thread 0 initialises its barriers and
-// prefetches the two tensor maps, then the block synchronises.
+// prefetches the two tensor maps, then the block synchronises. A stage is full once the producer
+// has arrived with its TMA bytes and full_arrivals - 1 warps that write part of it themselves.
 template <typename Tr>
 __device__ __forceinline__ Ring start_ring(uint8_t* smem_raw, uint32_t empty_arrivals, const CUtensorMap* map_a,
-                                           const CUtensorMap* map_b) {
+                                           const CUtensorMap* map_b, uint32_t full_arrivals = 1) {
   Ring r;
   r.stages = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
   r.full = reinterpret_cast<uint64_t*>(r.stages + Tr::kStages * Tr::kStageBytes);
@@ -87,7 +88,7 @@ __device__ __forceinline__ Ring start_ring(uint8_t* smem_raw, uint32_t empty_arr
     sm90::tma_prefetch_descriptor(map_a);
     sm90::tma_prefetch_descriptor(map_b);
     for (int s = 0; s < Tr::kStages; ++s) {
-      sm90::mbarrier_init(&r.full[s], 1);
+      sm90::mbarrier_init(&r.full[s], full_arrivals);
       sm90::mbarrier_init(&r.empty[s], empty_arrivals);
     }
     sm90::mbarrier_init_fence();
@@ -596,7 +597,12 @@ __global__ void __launch_bounds__(kThreads, 1)
 //
 // A GEMM over B x L per (group, 128 outputs, kChunks x 64 sources, kTaps taps; kTaps x kChunks
 // <= 4): M = o, N = s per tap, reduction = time in units of 64 steps of one batch row. Per unit:
-//   A: G[b][o][t0, +64), 128 x 64, K-major (time is G's innermost axis; t0 is a multiple of 64);
+//   A: G[b][o][t0, +64), 128 x 64, K-major (time is G's innermost axis; t0 is a multiple of 64):
+//      16-bit, a TMA box of G's rows (in place, or staged by stage_rows); fp32, built in the stage
+//      by warps 1-3 of the producer warpgroup from G's fp32 rows (bf16 hi and lo tiles), which
+//      they load into registers before the stage frees, so the loads overlap two stages of MMAs.
+//      (stage_rows splitting G beforehand took 136 us of the fp32 seed's backward on the H200,
+//      session 25, for the same bytes the kernel now reads from L2 as fp32.)
 //   B_k: x rows t0 - (K-1-k)d + [0, 64) of the channel-last x staged for the forward, 64 sources
 //        per TMA box: N-major (tap shifts land on the outer time axis, any value); a tap's
 //        kChunks boxes lie one after another, the N-major groups of one m64n(64 kChunks)k16.
@@ -642,6 +648,11 @@ template <typename T>
 constexpr size_t kDwSmemBytes = DwTraits<T>::kSmemBytes + 2048;
 
 struct DwParams {
+  // fp32: G's rows (B, C_out, L), any strides, loaded by the A builders; rows_vector: unit time
+  // stride and 16-byte aligned rows (16-byte loads).
+  const float* grad;
+  int64_t grad_stride[3];
+  int32_t length, rows_vector;
   float* partials;
   int64_t part_elems;  // C_out*S*K + C_out
   int64_t units;       // batch * t_units
@@ -677,6 +688,65 @@ inline int64_t dw_tap_groups(int64_t width, bool source_wide) {
   return source_wide ? width : (width + kDwTaps - 1) / kDwTaps;
 }
 
+constexpr int kDwBuilderWarps = 3;  // fp32: warps 1-3 of the producer warpgroup build A
+
+// fp32 A tiles: per stage (unit u: batch row b, steps t0 .. t0 + 63) the 128 gradient rows of
+// output tile m, split into bf16 hi (the stage's first 16 KiB) and lo (the next), in the layout
+// the TMA box had: row r at 128 r, 16-byte chunk j of 8 steps at j ^ (r % 8) (128-byte swizzle
+// of a 1024-aligned stage). Zero past the group's outputs and past L. A thread (of 96) takes
+// items of one row's 8 steps; a warp covers 4 whole 256-byte row pieces per load.
+template <typename DwP>
+__device__ __forceinline__ void build_grad_tiles(const DwP& p, uint8_t* stages, uint64_t* full, uint64_t* empty,
+                                                 int32_t m, int32_t g, int64_t u0, int64_t u1, int tid) {
+  using Tr = DwTraits<float>;
+  constexpr int kItemsPerStage = kBM * kDwSteps / 8;
+  constexpr int kThreadsBuilding = kDwBuilderWarps * 32;
+  constexpr int kItems = (kItemsPerStage + kThreadsBuilding - 1) / kThreadsBuilding;
+  for (int64_t u = u0; u < u1; ++u) {
+    const int64_t it = u - u0;
+    const int slot = int(it % Tr::kStages);
+    const uint32_t round = uint32_t(it / Tr::kStages);
+    const int32_t b = int32_t(u / p.t_units), t0 = int32_t(u % p.t_units) * kDwSteps;
+    float v[kItems][8];
+#pragma unroll
+    for (int n = 0; n < kItems; ++n) {
+      const int item = tid + n * kThreadsBuilding, r = item / 8, t = t0 + item % 8 * 8;
+      const int32_t o = m * kBM + r;
+      const bool live = item < kItemsPerStage && o < p.out_g;
+      const float* row = p.grad + b * p.grad_stride[0] + (int64_t(g) * p.out_g + o) * p.grad_stride[1];
+      if (live && p.rows_vector && t + 8 <= p.length) {
+        const float4 lo4 = *reinterpret_cast<const float4*>(row + t);
+        const float4 hi4 = *reinterpret_cast<const float4*>(row + t + 4);
+        v[n][0] = lo4.x, v[n][1] = lo4.y, v[n][2] = lo4.z, v[n][3] = lo4.w;
+        v[n][4] = hi4.x, v[n][5] = hi4.y, v[n][6] = hi4.z, v[n][7] = hi4.w;
+      } else {
+#pragma unroll
+        for (int e = 0; e < 8; ++e) v[n][e] = live && t + e < p.length ? row[(t + e) * p.grad_stride[2]] : 0.0f;
+      }
+    }
+    if (round > 0) sm90::mbarrier_wait(&empty[slot], (round - 1) & 1);
+    uint8_t* const a = stages + slot * Tr::kStageBytes;
+#pragma unroll
+    for (int n = 0; n < kItems; ++n) {
+      const int item = tid + n * kThreadsBuilding, r = item / 8, j = item % 8;
+      if (item >= kItemsPerStage) break;
+      alignas(16) uint32_t hi[4], lo[4];
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const float x0 = v[n][2 * e], x1 = v[n][2 * e + 1], h0 = bf16_hi(x0), h1 = bf16_hi(x1);
+        hi[e] = pack2<false>(h0, h1);
+        lo[e] = pack2<false>(x0 - h0, x1 - h1);
+      }
+      const uint32_t at = uint32_t(r) * 128 + (uint32_t(j ^ (r % 8)) << 4);
+      *reinterpret_cast<uint4*>(a + at) = *reinterpret_cast<const uint4*>(hi);
+      *reinterpret_cast<uint4*>(a + kATileBytes + at) = *reinterpret_cast<const uint4*>(lo);
+    }
+    sm90::fence_proxy_async_shared();  // the tiles' bytes, before the consumers' wgmma reads them
+    __syncwarp();
+    if (tid % 32 == 0) sm90::mbarrier_arrive(&full[slot]);
+  }
+}
+
 template <typename T, int kTaps, int kChunks>
 __global__ void __launch_bounds__(kThreads, 1)
     dense_wgmma_weight_grad(const __grid_constant__ CUtensorMap g_map, const __grid_constant__ CUtensorMap x_map,
@@ -709,14 +779,23 @@ __global__ void __launch_bounds__(kThreads, 1)
     reinterpret_cast<uint32_t*>(ones)[threadIdx.x * 2 + 1] = bits * 0x10001u;
     sm90::fence_proxy_async_shared();
   }
-  const Ring ring = start_ring<Tr>(smem_raw, kConsumerWarps, &g_map, &x_map);
+  // fp32: A is built by the three builder warps, each arriving on the stage's `full`.
+  constexpr bool kBuildA = Tr::kSplit;
+  const Ring ring = start_ring<Tr>(smem_raw, kConsumerWarps, &g_map, &x_map, kBuildA ? 1 + kDwBuilderWarps : 1);
   uint8_t* const stages = ring.stages;
   uint64_t* const full = ring.full;
   uint64_t* const empty = ring.empty;
 
   if (warpgroup == 0) {
-    if (threadIdx.x == 0) {  // producer: G's tile, and the x rows of the CTA's taps
-      const uint32_t bytes = Tr::kCopies * (kATileBytes + kTaps * kChunks * kDwBBytes);
+    if constexpr (kBuildA) {
+      if (warp >= 1) {
+        build_grad_tiles(p, stages, full, empty, m, g, u0, u1, threadIdx.x - 32);
+        return;
+      }
+    }
+    if (threadIdx.x == 0) {  // producer: G's tile (16-bit), and the x rows of the CTA's taps
+      const uint32_t a_bytes = kBuildA ? 0 : kATileBytes;
+      const uint32_t bytes = Tr::kCopies * (a_bytes + kTaps * kChunks * kDwBBytes);
       for (int64_t u = u0; u < u1; ++u) {
         const int64_t it = u - u0;
         const int slot = int(it % Tr::kStages);
@@ -726,7 +805,8 @@ __global__ void __launch_bounds__(kThreads, 1)
         const int32_t b = int32_t(u / p.t_units), t0 = int32_t(u % p.t_units) * kDwSteps;
         sm90::mbarrier_arrive_expect_tx(&full[slot], bytes);
         for (int copy = 0; copy < Tr::kCopies; ++copy) {
-          sm90::tma_load_4d(st + copy * kATileBytes, &g_map, &full[slot], t0, m * kBM, g, b + copy * p.batch);
+          if constexpr (!kBuildA)
+            sm90::tma_load_4d(st + copy * kATileBytes, &g_map, &full[slot], t0, m * kBM, g, b + copy * p.batch);
           for (int j = 0; j < kTaps; ++j)
             for (int i = 0; i < kChunks; ++i) {
               const int32_t k = q * kQTaps + j;

@@ -323,6 +323,7 @@ struct DwCase {
   int64_t batch, groups, cin_g, cout_g, width, dilation, length;
   bool grad_in_place;  // 16-bit dy read by TMA where it lies (else staged rows, as stage_rows)
   bool dbias = true;   // false: no dbias (no CTA runs its m64n8 row sums)
+  bool channel_last_grad = false;  // fp32: G with unit channel stride (the A builders' scalar loads)
 };
 
 // source_wide: CTAs over 4 x 64 sources of one tap (m64n256k16), as the launcher runs groups of
@@ -334,7 +335,7 @@ void run_weight_grad(const DwCase& cs, bool source_wide = false) {
                                     << cs.batch << " G" << cs.groups << " Cin/g "
                                     << cs.cin_g << " Cout/g " << cs.cout_g << " K" << cs.width << " d"
                                     << cs.dilation << " L" << cs.length << " in place " << cs.grad_in_place
-                                    << " dbias " << cs.dbias);
+                                    << " dbias " << cs.dbias << " channel-last G " << cs.channel_last_grad);
   const int64_t B = cs.batch, G = cs.groups, K = cs.width, L = cs.length, dil = cs.dilation;
   const int64_t S = cs.cin_g, D = cs.cout_g, cin = G * S, cout = G * D;
   const bool in_place = cs.grad_in_place && !std::is_same_v<T, float>;
@@ -353,23 +354,24 @@ void run_weight_grad(const DwCase& cs, bool source_wide = false) {
                  {uint64_t(s8) * 2, uint64_t(G * s8) * 2, uint64_t(L * G * s8) * 2},
                  {uint32_t(detail::kBK), 1, uint32_t(detail::kDwSteps), 1}));
 
-  // The gradient rows, time innermost: in place (a row pitch past L, padding NaN), or staged as
-  // stage_rows writes them (pitch rounded up to 8; the padding is never written there: NaN here).
+  // 16-bit: the gradient rows, time innermost, for TMA: in place (a row pitch past L, padding NaN),
+  // or staged as stage_rows writes them (pitch rounded up to 8; the padding is never written
+  // there: NaN here). fp32: the kernel builds A from G's fp32 rows (below); the x map stands in.
   const int64_t pitch = in_place ? (L + 7) / 8 * 8 + 8 : (L + 7) / 8 * 8;
-  const int64_t copy_elems = B * cout * pitch;
-  std::vector<uint16_t> rows(size_t(copy_elems * (in_place ? 1 : kCopies<T>)), nan_bits<T>());
+  std::vector<uint16_t> rows(size_t(B * cout * pitch), nan_bits<T>());
   for (int64_t r = 0; r < B * cout; ++r)
     for (int64_t t = 0; t < L; ++t) {
       uint16_t hi, lo;
       operand_bits<T>(dy_e[size_t(r * L + t)], hi, lo);
       rows[size_t(r * pitch + t)] = hi;
-      if (!in_place && kCopies<T> == 2) rows[size_t(copy_elems + r * pitch + t)] = lo;
     }
-  const CUtensorMap g_map = sm90::emulated_tensor_map(
-      tensor_map(rows.data(), 4,
-                 {uint64_t(L), uint64_t(D), uint64_t(G), uint64_t(B * (in_place ? 1 : kCopies<T>))},
-                 {uint64_t(pitch) * 2, uint64_t(D * pitch) * 2, uint64_t(cout * pitch) * 2},
-                 {uint32_t(detail::kDwSteps), uint32_t(detail::kBM), 1, 1}));
+  const CUtensorMap g_map =
+      std::is_same_v<T, float>
+          ? x_map
+          : sm90::emulated_tensor_map(tensor_map(rows.data(), 4, {uint64_t(L), uint64_t(D), uint64_t(G), uint64_t(B)},
+                                                 {uint64_t(pitch) * 2, uint64_t(D * pitch) * 2,
+                                                  uint64_t(cout * pitch) * 2},
+                                                 {uint32_t(detail::kDwSteps), uint32_t(detail::kBM), 1, 1}));
 
   // wg_dw_layout's partition.
   const int64_t o_tiles = (D + detail::kBM - 1) / detail::kBM, c_chunks = detail::dw_source_groups(S, source_wide);
@@ -395,6 +397,22 @@ void run_weight_grad(const DwCase& cs, bool source_wide = false) {
   p.t_units = int32_t(t_units);
   p.parts = int32_t(parts);
   p.sum_bias = cs.dbias;
+  // fp32: the A builders read G's fp32 rows (B, C_out, L) where they lie, or channel-last.
+  std::vector<float> grad_cl;
+  if constexpr (std::is_same_v<T, float>) {
+    p.grad = dy_e.data();
+    p.grad_stride[0] = cout * L, p.grad_stride[1] = L, p.grad_stride[2] = 1;
+    if (cs.channel_last_grad) {
+      grad_cl.resize(dy_e.size());
+      for (int64_t b = 0; b < B; ++b)
+        for (int64_t c = 0; c < cout; ++c)
+          for (int64_t t = 0; t < L; ++t) grad_cl[size_t((b * L + t) * cout + c)] = dy_e[size_t((b * cout + c) * L + t)];
+      p.grad = grad_cl.data();
+      p.grad_stride[1] = 1, p.grad_stride[2] = cout;
+    }
+    p.length = int32_t(L);
+    p.rows_vector = p.grad_stride[2] == 1 && L % 4 == 0;  // as the launcher: 16-byte aligned rows
+  }
   detail::DwLaunch launches[2];  // as launch_wgmma_weight_grad
   for (int i = 0, n = detail::dw_launches(int(K), source_wide, launches); i < n; ++i) {
     p.q_base = launches[i].q_base;
@@ -553,6 +571,7 @@ TEST(DenseWgmmaEmulated, WeightGradFp32) {
   run_weight_grad<float>(kWeightGrad[3]);
   run_weight_grad<float>(kWeightGrad[5]);
   run_weight_grad<float>(kWeightGrad[6]);
+  run_weight_grad<float>({1, 1, 40, 136, 3, 2, 100, false, true, true});  // channel-last G: strided loads
 }
 
 }  // namespace

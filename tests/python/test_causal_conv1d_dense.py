@@ -66,12 +66,12 @@ def check_forward(x, w, bias, dilation, groups, activation=None):
     return y
 
 
-def check_grads(x, w, bias, dilation, groups, activation=None):
+def check_grads(x, w, bias, dilation, groups, activation=None, dy=None):
     x, w = x.detach().requires_grad_(True), w.detach().requires_grad_(True)
     if bias is not None:
         bias = bias.detach().requires_grad_(True)
     y = causalconv.causal_conv1d(x, w, bias, dilation=dilation, groups=groups, activation=activation)
-    dy = torch.randn_like(y)
+    dy = torch.randn_like(y) if dy is None else dy
     y.backward(dy)
     ref = causalconv.reference.causal_conv1d_backward(x, w, bias, dy, dilation, groups, activation)
     mag = causalconv.reference.causal_conv1d_backward(x.abs(), w.abs(), None if bias is None else bias.abs(),
@@ -172,6 +172,25 @@ def test_hopper_rows_with_a_padded_pitch(dtype, groups, seeded):
     _, w, bias = make_inputs(b, c_in, c_out, length, 4, groups, dtype)
     check_forward(x, w, bias, 2, groups)
     check_grads(x, w, bias, 2, groups)
+
+
+@requires_cuda
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("layout", ["channel_last", "padded_pitch", "odd_offset"])
+def test_hopper_gradients_for_any_dy_layout(dtype, layout, seeded):
+    # dy as autograd may hand it over: channel-last (the front end copies it to rows), rows inside
+    # a wider buffer, rows off 16 bytes. The Hopper weight gradient reads 16-bit rows by TMA (in
+    # place or staged) and fp32 rows with its own loads (16 bytes at a time where aligned, else
+    # element-wise; other strides: the C++ emulated tests).
+    b, c_in, c_out, length = 2, 96, 136, 517
+    x, w, bias = make_inputs(b, c_in, c_out, length, 4, 1, dtype)
+    if layout == "channel_last":
+        dy = torch.randn(b, length, c_out, device="cuda", dtype=dtype).transpose(1, 2)
+    elif layout == "padded_pitch":
+        dy = torch.randn(b, c_out, 536, device="cuda", dtype=dtype)[:, :, :length]
+    else:
+        dy = torch.randn(b, c_out, length + 1, device="cuda", dtype=dtype)[:, :, 1:]
+    check_grads(x, w, bias, 2, 1, dy=dy)
 
 
 @requires_cuda
