@@ -688,19 +688,27 @@ inline int64_t dw_tap_groups(int64_t width, bool source_wide) {
   return source_wide ? width : (width + kDwTaps - 1) / kDwTaps;
 }
 
-constexpr int kDwBuilderWarps = 3;  // fp32: warps 1-3 of the producer warpgroup build A
+// fp32's A builders: warps 1-3 of the producer warpgroup, or all four with kDwWarp0Builds, warp
+// 0's lane 0 then also issuing each stage's TMA copies once the stage is free (between its loads
+// and its stores). Off until timed on the H200 (session 26's stall samples: the consumers wait for
+// stages, the builders for their loads; four warps take 8 items each, three 11 with a 64-item tail).
+// The launcher takes this value; the emulated tests run both.
+constexpr bool kDwWarp0Builds = false;
+constexpr int dw_builder_warps(bool warp0_builds) { return warp0_builds ? 4 : 3; }
 
 // fp32 A tiles: per stage (unit u: batch row b, steps t0 .. t0 + 63) the 128 gradient rows of
 // output tile m, split into bf16 hi (the stage's first 16 KiB) and lo (the next), in the layout
 // the TMA box had: row r at 128 r, 16-byte chunk j of 8 steps at j ^ (r % 8) (128-byte swizzle
-// of a 1024-aligned stage). Zero past the group's outputs and past L. A thread (of 96) takes
-// items of one row's 8 steps; a warp covers 4 whole 256-byte row pieces per load.
-template <typename DwP>
+// of a 1024-aligned stage). Zero past the group's outputs and past L. A builder thread (96, or 128
+// with kWarp0Builds) takes items of one row's 8 steps; a warp covers 4 whole 256-byte row pieces
+// per load. With kWarp0Builds thread 0 calls issue_copies(u, slot) once unit u's stage is free.
+template <bool kWarp0Builds, typename DwP, typename IssueCopies>
 __device__ __forceinline__ void build_grad_tiles(const DwP& p, uint8_t* stages, uint64_t* full, uint64_t* empty,
-                                                 int32_t m, int32_t g, int64_t u0, int64_t u1, int tid) {
+                                                 int32_t m, int32_t g, int64_t u0, int64_t u1, int tid,
+                                                 IssueCopies&& issue_copies) {
   using Tr = DwTraits<float>;
   constexpr int kItemsPerStage = kBM * kDwSteps / 8;
-  constexpr int kThreadsBuilding = kDwBuilderWarps * 32;
+  constexpr int kThreadsBuilding = dw_builder_warps(kWarp0Builds) * 32;
   constexpr int kItems = (kItemsPerStage + kThreadsBuilding - 1) / kThreadsBuilding;
   for (int64_t u = u0; u < u1; ++u) {
     const int64_t it = u - u0;
@@ -725,6 +733,7 @@ __device__ __forceinline__ void build_grad_tiles(const DwP& p, uint8_t* stages, 
       }
     }
     if (round > 0) sm90::mbarrier_wait(&empty[slot], (round - 1) & 1);
+    if (kWarp0Builds && tid == 0) issue_copies(u, slot);
     uint8_t* const a = stages + slot * Tr::kStageBytes;
 #pragma unroll
     for (int n = 0; n < kItems; ++n) {
@@ -747,7 +756,7 @@ __device__ __forceinline__ void build_grad_tiles(const DwP& p, uint8_t* stages, 
   }
 }
 
-template <typename T, int kTaps, int kChunks>
+template <typename T, int kTaps, int kChunks, bool kWarp0Builds = kDwWarp0Builds>
 __global__ void __launch_bounds__(kThreads, 1)
     dense_wgmma_weight_grad(const __grid_constant__ CUtensorMap g_map, const __grid_constant__ CUtensorMap x_map,
                             const DwParams p) {
@@ -779,42 +788,47 @@ __global__ void __launch_bounds__(kThreads, 1)
     reinterpret_cast<uint32_t*>(ones)[threadIdx.x * 2 + 1] = bits * 0x10001u;
     sm90::fence_proxy_async_shared();
   }
-  // fp32: A is built by the three builder warps, each arriving on the stage's `full`.
+  // fp32: A is built by the builder warps, each arriving on the stage's `full`.
   constexpr bool kBuildA = Tr::kSplit;
-  const Ring ring = start_ring<Tr>(smem_raw, kConsumerWarps, &g_map, &x_map, kBuildA ? 1 + kDwBuilderWarps : 1);
+  const Ring ring =
+      start_ring<Tr>(smem_raw, kConsumerWarps, &g_map, &x_map, kBuildA ? 1 + dw_builder_warps(kWarp0Builds) : 1);
   uint8_t* const stages = ring.stages;
   uint64_t* const full = ring.full;
   uint64_t* const empty = ring.empty;
 
   if (warpgroup == 0) {
+    // Unit u's copies into its free stage: G's tile (16-bit), and the x rows of the CTA's taps.
+    auto issue_copies = [&](int64_t u, int slot) {
+      constexpr uint32_t kBytes = Tr::kCopies * ((kBuildA ? 0 : kATileBytes) + kTaps * kChunks * kDwBBytes);
+      uint8_t* st = stages + slot * Tr::kStageBytes;
+      const int32_t b = int32_t(u / p.t_units), t0 = int32_t(u % p.t_units) * kDwSteps;
+      sm90::mbarrier_arrive_expect_tx(&full[slot], kBytes);
+      for (int copy = 0; copy < Tr::kCopies; ++copy) {
+        if constexpr (!kBuildA)
+          sm90::tma_load_4d(st + copy * kATileBytes, &g_map, &full[slot], t0, m * kBM, g, b + copy * p.batch);
+        for (int j = 0; j < kTaps; ++j)
+          for (int i = 0; i < kChunks; ++i) {
+            const int32_t k = q * kQTaps + j;
+            sm90::tma_load_4d(st + Tr::kCopies * kATileBytes + (copy * kDwTaps + j * kChunks + i) * kDwBBytes,
+                              &x_map, &full[slot], (c * kChunks + i) * kBK, g, t0 - (p.width - 1 - k) * p.dilation,
+                              b + copy * p.batch);
+          }
+      }
+    };
     if constexpr (kBuildA) {
-      if (warp >= 1) {
-        build_grad_tiles(p, stages, full, empty, m, g, u0, u1, threadIdx.x - 32);
+      if (kWarp0Builds || warp >= 1) {
+        build_grad_tiles<kWarp0Builds>(p, stages, full, empty, m, g, u0, u1, threadIdx.x - (kWarp0Builds ? 0 : 32),
+                                       issue_copies);
         return;
       }
     }
-    if (threadIdx.x == 0) {  // producer: G's tile (16-bit), and the x rows of the CTA's taps
-      const uint32_t a_bytes = kBuildA ? 0 : kATileBytes;
-      const uint32_t bytes = Tr::kCopies * (a_bytes + kTaps * kChunks * kDwBBytes);
+    if (threadIdx.x == 0) {  // the producer
       for (int64_t u = u0; u < u1; ++u) {
         const int64_t it = u - u0;
         const int slot = int(it % Tr::kStages);
         const uint32_t round = uint32_t(it / Tr::kStages);
         if (round > 0) sm90::mbarrier_wait(&empty[slot], (round - 1) & 1);
-        uint8_t* st = stages + slot * Tr::kStageBytes;
-        const int32_t b = int32_t(u / p.t_units), t0 = int32_t(u % p.t_units) * kDwSteps;
-        sm90::mbarrier_arrive_expect_tx(&full[slot], bytes);
-        for (int copy = 0; copy < Tr::kCopies; ++copy) {
-          if constexpr (!kBuildA)
-            sm90::tma_load_4d(st + copy * kATileBytes, &g_map, &full[slot], t0, m * kBM, g, b + copy * p.batch);
-          for (int j = 0; j < kTaps; ++j)
-            for (int i = 0; i < kChunks; ++i) {
-              const int32_t k = q * kQTaps + j;
-              sm90::tma_load_4d(st + Tr::kCopies * kATileBytes + (copy * kDwTaps + j * kChunks + i) * kDwBBytes,
-                                &x_map, &full[slot], (c * kChunks + i) * kBK, g, t0 - (p.width - 1 - k) * p.dilation,
-                                b + copy * p.batch);
-            }
-        }
+        issue_copies(u, slot);
       }
     }
     return;

@@ -327,15 +327,17 @@ struct DwCase {
 };
 
 // source_wide: CTAs over 4 x 64 sources of one tap (m64n256k16), as the launcher runs groups of
-// more than 192 sources; else 64 sources of up to 4 taps.
-template <typename T>
+// more than 192 sources; else 64 sources of up to 4 taps. kWarp0Builds: fp32's A built by all
+// four producer warps (kDwWarp0Builds; the launcher's setting by default).
+template <typename T, bool kWarp0Builds = detail::kDwWarp0Builds>
 void run_weight_grad(const DwCase& cs, bool source_wide = false) {
   using Tr = detail::DwTraits<T>;
   SCOPED_TRACE(::testing::Message() << name_of<T>() << (source_wide ? " source-wide" : "") << " dweight B"
                                     << cs.batch << " G" << cs.groups << " Cin/g "
                                     << cs.cin_g << " Cout/g " << cs.cout_g << " K" << cs.width << " d"
                                     << cs.dilation << " L" << cs.length << " in place " << cs.grad_in_place
-                                    << " dbias " << cs.dbias << " channel-last G " << cs.channel_last_grad);
+                                    << " dbias " << cs.dbias << " channel-last G " << cs.channel_last_grad
+                                    << " warp 0 builds " << kWarp0Builds);
   const int64_t B = cs.batch, G = cs.groups, K = cs.width, L = cs.length, dil = cs.dilation;
   const int64_t S = cs.cin_g, D = cs.cout_g, cin = G * S, cout = G * D;
   const bool in_place = cs.grad_in_place && !std::is_same_v<T, float>;
@@ -423,14 +425,14 @@ void run_weight_grad(const DwCase& cs, bool source_wide = false) {
     };
     constexpr size_t smem = detail::kDwSmemBytes<T>;
     if (source_wide) {
-      launch(detail::dense_wgmma_weight_grad_emulated<T, 1, detail::kDwWideChunks>, smem);
+      launch(detail::dense_wgmma_weight_grad_emulated<T, 1, detail::kDwWideChunks, kWarp0Builds>, smem);
       continue;
     }
     switch (launches[i].taps) {
-      case 1: launch(detail::dense_wgmma_weight_grad_emulated<T, 1, 1>, smem); break;
-      case 2: launch(detail::dense_wgmma_weight_grad_emulated<T, 2, 1>, smem); break;
-      case 3: launch(detail::dense_wgmma_weight_grad_emulated<T, 3, 1>, smem); break;
-      default: launch(detail::dense_wgmma_weight_grad_emulated<T, 4, 1>, smem); break;
+      case 1: launch(detail::dense_wgmma_weight_grad_emulated<T, 1, 1, kWarp0Builds>, smem); break;
+      case 2: launch(detail::dense_wgmma_weight_grad_emulated<T, 2, 1, kWarp0Builds>, smem); break;
+      case 3: launch(detail::dense_wgmma_weight_grad_emulated<T, 3, 1, kWarp0Builds>, smem); break;
+      default: launch(detail::dense_wgmma_weight_grad_emulated<T, 4, 1, kWarp0Builds>, smem); break;
     }
   }
 
@@ -572,6 +574,14 @@ TEST(DenseWgmmaEmulated, WeightGradFp32) {
   run_weight_grad<float>(kWeightGrad[5]);
   run_weight_grad<float>(kWeightGrad[6]);
   run_weight_grad<float>({1, 1, 40, 136, 3, 2, 100, false, true, true});  // channel-last G: strided loads
+}
+// The other setting of kDwWarp0Builds than the launcher's (a flag waiting for the GPU).
+TEST(DenseWgmmaEmulated, WeightGradFp32OtherBuilderWarps) {
+  constexpr bool kOther = !detail::kDwWarp0Builds;
+  run_weight_grad<float, kOther>(kWeightGrad[0]);
+  run_weight_grad<float, kOther>(kWeightGrad[6]);
+  run_weight_grad<float, kOther>(kWeightGradSourceWide[1], true);
+  run_weight_grad<float, kOther>({1, 1, 40, 136, 3, 2, 100, false, true, true});
 }
 
 }  // namespace
