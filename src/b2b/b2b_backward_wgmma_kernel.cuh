@@ -117,7 +117,7 @@ __global__ void __launch_bounds__(WgmmaToeplitzTile::kThreads, 2)
   constexpr int kHalo = Layout::kHalo, kZRow = Layout::kZRow, kDhRow = Layout::kDhRow;
   constexpr int kCarryRow = Layout::kCarryRow;
   constexpr bool kSkewedLagBlocks = kMixerBlocks <= 3;  // (lag_block_index)
-  unsigned char* const smem = wgmma_toeplitz_shared();
+  unsigned char* const smem = sm90::aligned_dynamic_shared();
   const uint32_t smem_base = sm90::smem_u32(smem);
   const int kp = int(p.proj_width), km = int(p.mixer_width);
   const int tid = int(threadIdx.x), lane = tid & 31, warp = tid >> 5, g = lane >> 2, q = lane & 3;

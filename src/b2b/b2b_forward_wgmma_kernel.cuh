@@ -64,7 +64,7 @@ __global__ void __launch_bounds__(WgmmaToeplitzTile::kThreads, 3)
   using Tile = WgmmaToeplitzTile;
   using Layout = B2BWgmmaLayout<kMixerBlocks>;
   constexpr int kHalo = Layout::kHalo;
-  unsigned char* const smem = wgmma_toeplitz_shared();
+  unsigned char* const smem = sm90::aligned_dynamic_shared();
   const uint32_t smem_base = sm90::smem_u32(smem);
   const int kp = int(p.proj_width);
   const int lane = int(threadIdx.x) & 31, warp = int(threadIdx.x) >> 5, g = lane >> 2, q = lane & 3;

@@ -171,7 +171,7 @@ __global__ void __launch_bounds__(WgmmaToeplitzTile::kThreads, wgmma_min_blocks_
 #ifdef CAUSALCONV_SM90A
   using Tile = WgmmaToeplitzTile;
   using Smem = DepthwiseWgmmaSmem<kBlocks>;
-  unsigned char* const stages = wgmma_toeplitz_shared();
+  unsigned char* const stages = sm90::aligned_dynamic_shared();
   unsigned char* const out_s = stages + Smem::kStages * Smem::kStageBytes;  // [kChunks rows of 128 bytes]
   uint32_t* const pairs_s = reinterpret_cast<uint32_t*>(out_s + Smem::kOutBytes);
 

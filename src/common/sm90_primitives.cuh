@@ -38,6 +38,15 @@ __device__ __forceinline__ uint32_t smem_u32(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
 }
 
+// The block's dynamic shared memory from its first 1024-byte aligned byte (the 128-byte swizzle's
+// period; size the request 1024 bytes over). An offset into the shared array rather than an
+// integer round trip: through uintptr_t the compiler loses the pointer's address space and its
+// accesses become generic LD/ST (the dense kernels' fp32 builders stored that way until session 27).
+__device__ __forceinline__ uint8_t* aligned_dynamic_shared() {
+  uint8_t* const raw = dynamic_shared();
+  return raw + ((1024u - (smem_u32(raw) & 1023u)) & 1023u);
+}
+
 // ---- mbarriers ----
 
 __device__ __forceinline__ void mbarrier_init(uint64_t* bar, uint32_t count) {
@@ -147,6 +156,9 @@ using causalconv::detail::stmatrix_x4_trans;
 __device__ __forceinline__ void fence_proxy_async_shared() {
   asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
 }
+
+// Asks L2 to fetch the 128-byte line holding `p` (global memory) ahead of a load that will need it.
+__device__ __forceinline__ void prefetch_l2(const void* p) { asm volatile("prefetch.global.L2 [%0];" ::"l"(p)); }
 
 __device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
 __device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
@@ -390,6 +402,11 @@ inline uint32_t smem_u32(const void* p) {
       off >= (ptrdiff_t(1) << 18))
     emulation_fault("address outside the block's shared memory");
   return uint32_t(off);
+}
+
+inline uint8_t* aligned_dynamic_shared() {
+  uint8_t* const raw = dynamic_shared();
+  return raw + ((1024u - (smem_u32(raw) & 1023u)) & 1023u);
 }
 
 // The byte at shared address `address` after the 128-byte swizzle.
@@ -687,6 +704,7 @@ inline void stmatrix_x4_trans(uint32_t smem_address, const uint32_t (&r)[4]) {
 }
 
 inline void fence_proxy_async_shared() {}
+inline void prefetch_l2(const void*) {}
 
 inline void wgmma_fence() {}
 inline void wgmma_commit() {}

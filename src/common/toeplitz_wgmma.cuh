@@ -45,12 +45,4 @@ __device__ __forceinline__ void wgmma_toeplitz_store_tile(T* row, const unsigned
   }
 }
 
-// The block's dynamic shared memory from its 1024-byte aligned start: an offset into the shared
-// array rather than an integer round trip, so that the compiler still knows the pointer's
-// accesses are shared ones (LDS/STS, not generic LD/ST).
-__device__ __forceinline__ unsigned char* wgmma_toeplitz_shared() {
-  uint8_t* const raw = sm90::dynamic_shared();
-  return raw + ((1024u - (sm90::smem_u32(raw) & 1023u)) & 1023u);
-}
-
 }  // namespace causalconv::detail
