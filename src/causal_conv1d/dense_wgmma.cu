@@ -169,16 +169,15 @@ void launch_copy_to_channel_last(const void* src, bool src_fp32, const int64_t (
 }
 
 
-// The gradient (B, C, L), any strides -> out[b][c][t < pitch] in 16-bit T (zero for t >= length):
-// rows TMA can read with time innermost (fp32's are split by the weight gradient's kernel itself).
-// A thread stages 8 steps of one row, one 16-byte store (pitch is a multiple of 8), from 16-byte
-// loads where the source row allows: element-wise 2-byte stores ran at about half of copy speed
-// on the H200 (session 7).
+// The gradient (B, C, L), any strides -> out[b][c][t < pitch] in T (16-bit, or fp32 as it is;
+// zero for t >= length): rows TMA can read with time innermost. A thread stages 8 steps of one
+// row, 16-byte stores (pitch is a multiple of 8), from 16-byte loads where the source row allows:
+// element-wise 2-byte stores ran at about half of copy speed on the H200 (session 7).
 template <typename TS, typename T>
 __global__ void __launch_bounds__(256)
     stage_rows(const TS* src, int64_t ss0, int64_t ss1, int64_t ss2, int64_t channels, int64_t length, int64_t pitch,
-               int64_t rows, uint16_t* out) {
-  static_assert(!std::is_same_v<T, float>, "16-bit rows");
+               int64_t rows, void* out) {
+  static_assert(!std::is_same_v<T, float> || std::is_same_v<TS, float>, "fp32 rows from fp32 ones");
   constexpr int kVec = 16 / sizeof(TS);  // source elements per 16-byte load
   const int64_t octs = pitch / 8, count = rows * octs;
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < count; i += int64_t(gridDim.x) * blockDim.x) {
@@ -193,10 +192,16 @@ __global__ void __launch_bounds__(256)
 #pragma unroll
       for (int e = 0; e < 8; ++e) v[e] = t + e < length ? from[e * ss2] : TS(0.0f);
     }
-    alignas(16) uint16_t hi[8], lo[8];
+    if constexpr (std::is_same_v<T, float>) {
+      auto* to = reinterpret_cast<uint4*>(static_cast<float*>(out) + row * pitch + t);
+      to[0] = *reinterpret_cast<const uint4*>(v);
+      to[1] = *reinterpret_cast<const uint4*>(v + 4);
+    } else {
+      alignas(16) uint16_t hi[8], lo[8];
 #pragma unroll
-    for (int e = 0; e < 8; ++e) operand_bits<TS, T>(v[e], hi[e], lo[e]);
-    *reinterpret_cast<uint4*>(out + row * pitch + t) = *reinterpret_cast<const uint4*>(hi);
+      for (int e = 0; e < 8; ++e) operand_bits<TS, T>(v[e], hi[e], lo[e]);
+      *reinterpret_cast<uint4*>(static_cast<uint16_t*>(out) + row * pitch + t) = *reinterpret_cast<const uint4*>(hi);
+    }
   }
 }
 
@@ -351,15 +356,18 @@ PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
   return encode;
 }
 
-// A tiled map over a 16-bit tensor (dims innermost first, strides in bytes for dims 1..rank-1),
-// 128-byte swizzle, zero fill out of bounds.
+// A tiled map over a 16-bit or fp32 tensor (dims innermost first, strides in bytes for dims
+// 1..rank-1), 128-byte swizzle, zero fill out of bounds.
 CUtensorMap encode_tensor_map(const void* base, DType dtype, int rank, const uint64_t* dims, const uint64_t* strides,
                               const uint32_t* box, const char* what) {
   CUtensorMap map{};
   const uint32_t unit[4] = {1, 1, 1, 1};
   auto encode = tensor_map_encoder();
   const CUresult status =
-      encode ? encode(&map, dtype == DType::f16 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16 : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
+      encode ? encode(&map,
+                      dtype == DType::f32   ? CU_TENSOR_MAP_DATA_TYPE_FLOAT32
+                      : dtype == DType::f16 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16
+                                            : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
                       cuuint32_t(rank), const_cast<void*>(base), dims, strides, box, unit,
                       CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
                       CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE)
@@ -495,10 +503,15 @@ bool job_supported(const WgJob& j, bool hopper) {
 
 // ---- weight gradients: host side ----
 
-// The gradient rows (dy, 16-bit, time innermost, 16-byte aligned) that TMA can read in place.
+// The gradient rows TMA can read in place as the weight gradient's A: in the dtype's own type
+// (an fp32 gradient of a 16-bit dtype is rounded while staged), time innermost, 16-byte aligned
+// base and row strides.
 bool grad_rows_in_place(DType dtype, const void* grad, bool grad_fp32, const int64_t (&gs)[3]) {
-  return dtype != DType::f32 && !grad_fp32 && gs[2] == 1 && reinterpret_cast<uintptr_t>(grad) % 16 == 0 &&
-         gs[1] > 0 && gs[1] % 8 == 0 && gs[0] >= 0 && gs[0] % 8 == 0;
+  const bool fp32 = dtype == DType::f32;
+  if (grad_fp32 && !fp32) return false;
+  const int64_t per_16_bytes = fp32 ? 4 : 8;
+  return gs[2] == 1 && reinterpret_cast<uintptr_t>(grad) % 16 == 0 && gs[1] > 0 && gs[1] % per_16_bytes == 0 &&
+         gs[0] >= 0 && gs[0] % per_16_bytes == 0;
 }
 
 // The weight gradient's CTAs over 256 sources of one tap (m64n256k16) instead of 64 sources of
@@ -512,7 +525,7 @@ struct WgDwLayout {
   bool source_wide;
   int64_t o_tiles, c_chunks, k_chunks, t_units, units, parts, part_elems;
   int64_t s8, x_copy_elems;       // channel-last x: the forward's kept copy, or staged here
-  int64_t g_pitch, g_copy_elems;  // staged gradient rows (0: read in place, or fp32 built in the kernel)
+  int64_t g_pitch, g_copy_elems;  // staged gradient rows (0: read in place)
   size_t x_bytes, bytes;          // staging bytes (the partials live elsewhere); x_bytes 0 when kept
 };
 
@@ -539,11 +552,11 @@ WgDwLayout wg_dw_layout(const DenseBackwardParams& b, bool grad_in_place) {
   l.s8 = staged_row(S);
   l.x_copy_elems = g.batch * g.length * g.groups * l.s8;
   l.x_bytes = b.saved_x ? 0 : channel_last_x_bytes(g);
-  if (!grad_in_place && g.dtype != DType::f32) {
+  if (!grad_in_place) {
     l.g_pitch = (g.length + 7) / 8 * 8;
     l.g_copy_elems = g.batch * g.c_out * l.g_pitch;
   }
-  l.bytes = l.x_bytes + size_t(l.g_copy_elems) * 2;
+  l.bytes = l.x_bytes + size_t(l.g_copy_elems) * (g.dtype == DType::f32 ? 4 : 2);
   return l;
 }
 
@@ -552,19 +565,21 @@ bool backward_grad_in_place(const DenseBackwardParams& b) {
   return !b.g.silu && grad_rows_in_place(b.g.dtype, b.dy, false, b.dy_stride);
 }
 
-// The 16-bit gradient rows as (L, D, G, B) with time innermost, for TMA: dy where it lies, or
-// staged by stage_rows (dy with other strides, or the fp32 gradient through silu rounded to T).
+// The gradient rows as (L, D, G, B) with time innermost, in T (16-bit, or fp32), for TMA: where
+// they lie, or staged by stage_rows (other strides, or an fp32 gradient through silu rounded to a
+// 16-bit T). Boxes of 128 rows x 128 bytes: 64 16-bit steps, or 32 fp32 ones (two per unit).
 template <typename T>
 CUtensorMap grad_rows_map(const DenseBackwardParams& b, const void* grad, bool grad_fp32, const int64_t (&gs)[3],
                           bool in_place, const WgDwLayout& l, void* workspace, cudaStream_t stream,
                           const char* what) {
+  constexpr uint64_t kBytes = sizeof(T);
   const DenseGeometry& g = b.g;
   const int64_t D = g.out_per_group();
   const void* g_base = grad;
   uint64_t g_dims[4] = {uint64_t(g.length), uint64_t(D), uint64_t(g.groups), uint64_t(g.batch)};
-  uint64_t g_strides[3] = {uint64_t(gs[1]) * 2, uint64_t(D * gs[1]) * 2, uint64_t(gs[0]) * 2};
+  uint64_t g_strides[3] = {uint64_t(gs[1]) * kBytes, uint64_t(D * gs[1]) * kBytes, uint64_t(gs[0]) * kBytes};
   if (!in_place) {
-    auto* g_staged = reinterpret_cast<uint16_t*>(reinterpret_cast<uint8_t*>(workspace) + l.x_bytes);
+    void* g_staged = reinterpret_cast<uint8_t*>(workspace) + l.x_bytes;
     const int64_t rows = g.batch * g.c_out, octs = rows * (l.g_pitch / 8);
     const unsigned blocks = unsigned(std::min<int64_t>((octs + 255) / 256, 132 * 32));
     if (grad_fp32)
@@ -575,11 +590,11 @@ CUtensorMap grad_rows_map(const DenseBackwardParams& b, const void* grad, bool g
                                                    g.length, l.g_pitch, rows, g_staged);
     check_launch(what);
     g_base = g_staged;
-    g_strides[0] = uint64_t(l.g_pitch) * 2;
-    g_strides[1] = uint64_t(D * l.g_pitch) * 2;
-    g_strides[2] = uint64_t(g.c_out * l.g_pitch) * 2;
+    g_strides[0] = uint64_t(l.g_pitch) * kBytes;
+    g_strides[1] = uint64_t(D * l.g_pitch) * kBytes;
+    g_strides[2] = uint64_t(g.c_out * l.g_pitch) * kBytes;
   }
-  const uint32_t g_box[4] = {kDwSteps, kBM, 1, 1};
+  const uint32_t g_box[4] = {uint32_t(128 / kBytes), kBM, 1, 1};
   return encode_tensor_map(g_base, g.dtype, 4, g_dims, g_strides, g_box, what);
 }
 
@@ -604,19 +619,8 @@ void launch_wgmma_weight_grad(const DenseBackwardParams& b, const void* grad, bo
   }
   const CUtensorMap x_map = staged_x_map(x_base, mma_dtype, S, g.groups, g.length, g.batch * Tr::kCopies, kDwSteps, what);
 
+  const CUtensorMap g_map = grad_rows_map<T>(b, grad, grad_fp32, gs, in_place, l, workspace, stream, what);
   DwParams p{};
-  // The gradient as (L, D, G, B) rows with time innermost: 16-bit, by TMA (in place or staged);
-  // fp32, loaded by the kernel's A builders (the x map stands in for a G map).
-  CUtensorMap g_map = x_map;
-  if constexpr (Tr::kSplit) {
-    p.grad = static_cast<const float*>(grad);
-    for (int d = 0; d < 3; ++d) p.grad_stride[d] = gs[d];
-    p.length = int32_t(g.length);
-    p.rows_vector = gs[2] == 1 && reinterpret_cast<uintptr_t>(grad) % 16 == 0 && gs[1] % 4 == 0 && gs[0] % 4 == 0;
-  } else {
-    g_map = grad_rows_map<T>(b, grad, grad_fp32, gs, in_place, l, workspace, stream, what);
-  }
-
   p.partials = partials;
   p.part_elems = l.part_elems;
   p.units = l.units;

@@ -597,11 +597,12 @@ __global__ void __launch_bounds__(kThreads, 1)
 // A GEMM over B x L per (group, 128 outputs, kChunks x 64 sources, kTaps taps; kTaps x kChunks
 // <= 4): M = o, N = s per tap, reduction = time in units of 64 steps of one batch row. Per unit:
 //   A: G[b][o][t0, +64), 128 x 64, K-major (time is G's innermost axis; t0 is a multiple of 64):
-//      16-bit, a TMA box of G's rows (in place, or staged by stage_rows); fp32, built in the stage
-//      by warps 1-3 of the producer warpgroup from G's fp32 rows (bf16 hi and lo tiles), which
-//      they load into registers before the stage frees, so the loads overlap two stages of MMAs.
-//      (stage_rows splitting G beforehand took 136 us of the fp32 seed's backward on the H200,
-//      session 25, for the same bytes the kernel now reads from L2 as fp32.)
+//      16-bit, a TMA box of G's rows (in place, or staged by stage_rows); fp32, two TMA boxes of
+//      32 fp32 steps (in place, or staged as fp32 rows), which the consumers read into registers
+//      and split into bf16 hi and lo A fragments themselves (wgmma with A from registers), so the
+//      stage holds G's bytes once and no warp stands between TMA and the MMAs. (Before session 27
+//      producer warps split G into hi and lo tiles in the stage from global loads: their loads'
+//      latency paced the kernel, 755 us on the fp32 seed where the MMAs need ~520.)
 //   B_k: x rows t0 - (K-1-k)d + [0, 64) of the channel-last x staged for the forward, 64 sources
 //        per TMA box: N-major (tap shifts land on the outer time axis, any value); a tap's
 //        kChunks boxes lie one after another, the N-major groups of one m64n(64 kChunks)k16.
@@ -647,11 +648,6 @@ template <typename T>
 constexpr size_t kDwSmemBytes = DwTraits<T>::kSmemBytes + 2048;
 
 struct DwParams {
-  // fp32: G's rows (B, C_out, L), any strides, loaded by the A builders; rows_vector: unit time
-  // stride and 16-byte aligned rows (16-byte loads).
-  const float* grad;
-  int64_t grad_stride[3];
-  int32_t length, rows_vector;
   float* partials;
   int64_t part_elems;  // C_out*S*K + C_out
   int64_t units;       // batch * t_units
@@ -687,76 +683,30 @@ inline int64_t dw_tap_groups(int64_t width, bool source_wide) {
   return source_wide ? width : (width + kDwTaps - 1) / kDwTaps;
 }
 
-// fp32's A builders: warps 1-3 of the producer warpgroup, or all four with kDwWarp0Builds, warp
-// 0's lane 0 then also issuing each stage's TMA copies once the stage is free (between its loads
-// and its stores): four warps take 8 items each, three 11 with a 64-item tail. H200, CUDA graphs,
-// side by side in two calls (session 27): fp32 B16 C64 L16000 K2 d8 fwd+bwd 0.384 -> 0.366 and
-// 0.382 -> 0.366 ms, the seed and B8 C512 unchanged (2.430 / 2.433, 0.936 / 0.929).
-// The launcher takes this value; the emulated tests run both.
-constexpr bool kDwWarp0Builds = true;
-constexpr int dw_builder_warps(bool warp0_builds) { return warp0_builds ? 4 : 3; }
-
-// fp32 A tiles: per stage (unit u: batch row b, steps t0 .. t0 + 63) the 128 gradient rows of
-// output tile m, split into bf16 hi (the stage's first 16 KiB) and lo (the next), in the layout
-// the TMA box had: row r at 128 r, 16-byte chunk j of 8 steps at j ^ (r % 8) (128-byte swizzle
-// of a 1024-aligned stage). Zero past the group's outputs and past L. A builder thread (96, or 128
-// with kWarp0Builds) takes items of one row's 8 steps; a warp covers 4 whole 256-byte row pieces
-// per load. With kWarp0Builds thread 0 calls issue_copies(u, slot) once unit u's stage is free.
-template <bool kWarp0Builds, typename DwP, typename IssueCopies>
-__device__ __forceinline__ void build_grad_tiles(const DwP& p, uint8_t* stages, uint64_t* full, uint64_t* empty,
-                                                 int32_t m, int32_t g, int64_t u0, int64_t u1, int tid,
-                                                 IssueCopies&& issue_copies) {
-  using Tr = DwTraits<float>;
-  constexpr int kItemsPerStage = kBM * kDwSteps / 8;
-  constexpr int kThreadsBuilding = dw_builder_warps(kWarp0Builds) * 32;
-  constexpr int kItems = (kItemsPerStage + kThreadsBuilding - 1) / kThreadsBuilding;
-  for (int64_t u = u0; u < u1; ++u) {
-    const int64_t it = u - u0;
-    const int slot = int(it % Tr::kStages);
-    const uint32_t round = uint32_t(it / Tr::kStages);
-    const int32_t b = int32_t(u / p.t_units), t0 = int32_t(u % p.t_units) * kDwSteps;
-    float v[kItems][8];
+// fp32 A from the stage's raw G tile (two TMA boxes of 128 rows x 32 fp32 steps, 128-byte
+// swizzle: box s / 32, row r at 128 r, 16-byte chunk (s % 32) / 4 at its place ^ (r % 8)) into
+// k16 slice kk's A fragments of consumer warp `warp` of warpgroup cw (rows cw 64 + 16 warp + lane/4
+// and 8 below, steps 16 kk + 2 (lane % 4) and 8 on, in pairs): the bf16 hi halves and the lo
+// remainders, and (kBias) the eight values' sums into the lane's two rows. Conflict-free 8-byte
+// loads: a quarter warp reads eight rows' chunks, all different after the swizzle.
+template <bool kBias>
+__device__ __forceinline__ void split_a_fragment(const uint8_t* a_tile, int cw, int warp, int lane, int kk,
+                                                 uint32_t (&hi)[4], uint32_t (&lo)[4], float (&row_sum)[2]) {
+  const int r = cw * 64 + warp * 16 + lane / 4, q = lane % 4;
+  const int chunk = 4 * (kk % 2) + q / 2, word = 2 * (q % 2);
+  const uint8_t* box = a_tile + (kk / 2) * kATileBytes;
 #pragma unroll
-    for (int n = 0; n < kItems; ++n) {
-      const int item = tid + n * kThreadsBuilding, r = item / 8, t = t0 + item % 8 * 8;
-      const int32_t o = m * kBM + r;
-      const bool live = item < kItemsPerStage && o < p.out_g;
-      const float* row = p.grad + b * p.grad_stride[0] + (int64_t(g) * p.out_g + o) * p.grad_stride[1];
-      if (live && p.rows_vector && t + 8 <= p.length) {
-        const float4 lo4 = *reinterpret_cast<const float4*>(row + t);
-        const float4 hi4 = *reinterpret_cast<const float4*>(row + t + 4);
-        v[n][0] = lo4.x, v[n][1] = lo4.y, v[n][2] = lo4.z, v[n][3] = lo4.w;
-        v[n][4] = hi4.x, v[n][5] = hi4.y, v[n][6] = hi4.z, v[n][7] = hi4.w;
-      } else {
-#pragma unroll
-        for (int e = 0; e < 8; ++e) v[n][e] = live && t + e < p.length ? row[(t + e) * p.grad_stride[2]] : 0.0f;
-      }
-    }
-    if (round > 0) sm90::mbarrier_wait(&empty[slot], (round - 1) & 1);
-    if (kWarp0Builds && tid == 0) issue_copies(u, slot);
-    uint8_t* const a = stages + slot * Tr::kStageBytes;
-#pragma unroll
-    for (int n = 0; n < kItems; ++n) {
-      const int item = tid + n * kThreadsBuilding, r = item / 8, j = item % 8;
-      if (item >= kItemsPerStage) break;
-      alignas(16) uint32_t hi[4], lo[4];
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const float x0 = v[n][2 * e], x1 = v[n][2 * e + 1], h0 = bf16_hi(x0), h1 = bf16_hi(x1);
-        hi[e] = pack2<false>(h0, h1);
-        lo[e] = pack2<false>(x0 - h0, x1 - h1);
-      }
-      const uint32_t at = uint32_t(r) * 128 + (uint32_t(j ^ (r % 8)) << 4);
-      *reinterpret_cast<uint4*>(a + at) = *reinterpret_cast<const uint4*>(hi);
-      *reinterpret_cast<uint4*>(a + kATileBytes + at) = *reinterpret_cast<const uint4*>(lo);
-    }
-    sm90::fence_proxy_async_shared();  // the tiles' bytes, before the consumers' wgmma reads them
-    __syncwarp();
-    if (tid % 32 == 0) sm90::mbarrier_arrive(&full[slot]);
+  for (int i = 0; i < 4; ++i) {  // fragment register i: row r + 8 (i & 1), steps + 8 (i >> 1)
+    const int row = r + 8 * (i & 1), c = chunk + 2 * (i >> 1);
+    const float2 v = *reinterpret_cast<const float2*>(box + row * 128 + ((c ^ (row % 8)) << 4) + word * 4);
+    const float h0 = bf16_hi(v.x), h1 = bf16_hi(v.y);
+    hi[i] = pack2<false>(h0, h1);
+    lo[i] = pack2<false>(v.x - h0, v.y - h1);
+    if constexpr (kBias) row_sum[i & 1] += v.x + v.y;
   }
 }
 
-template <typename T, int kTaps, int kChunks, bool kWarp0Builds = kDwWarp0Builds>
+template <typename T, int kTaps, int kChunks>
 __global__ void __launch_bounds__(kThreads, 1)
     dense_wgmma_weight_grad(const __grid_constant__ CUtensorMap g_map, const __grid_constant__ CUtensorMap x_map,
                             const DwParams p) {
@@ -778,33 +728,37 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int64_t u0 = part * p.units / p.parts, u1 = (part + 1) * p.units / p.parts;
 
   const int warpgroup = threadIdx.x / 128, warp = (threadIdx.x % 128) / 32, lane = threadIdx.x % 32;
-  // The ones tile (dbias), visible to wgmma before start_ring's barrier.
+  // 16-bit: the ones tile (dbias's B), visible to wgmma before start_ring's barrier. fp32 sums its
+  // A values as it splits them.
   uint8_t* const ones = smem + Tr::kStages * Tr::kStageBytes + 1024;
-  if (bias_tile && threadIdx.x < 128) {
+  if (!Tr::kSplit && bias_tile && threadIdx.x < 128) {
     const Mma one = from_float<Mma>(1.0f);
     const uint16_t bits = reinterpret_cast<const uint16_t&>(one);
     reinterpret_cast<uint32_t*>(ones)[threadIdx.x * 2] = bits * 0x10001u;
     reinterpret_cast<uint32_t*>(ones)[threadIdx.x * 2 + 1] = bits * 0x10001u;
     sm90::fence_proxy_async_shared();
   }
-  // fp32: A is built by the builder warps, each arriving on the stage's `full`.
-  constexpr bool kBuildA = Tr::kSplit;
-  const Ring ring =
-      start_ring<Tr>(smem, kConsumerWarps, &g_map, &x_map, kBuildA ? 1 + dw_builder_warps(kWarp0Builds) : 1);
+  const Ring ring = start_ring<Tr>(smem, kConsumerWarps, &g_map, &x_map);
   uint8_t* const stages = ring.stages;
   uint64_t* const full = ring.full;
   uint64_t* const empty = ring.empty;
 
   if (warpgroup == 0) {
-    // Unit u's copies into its free stage: G's tile (16-bit), and the x rows of the CTA's taps.
-    auto issue_copies = [&](int64_t u, int slot) {
-      constexpr uint32_t kBytes = Tr::kCopies * ((kBuildA ? 0 : kATileBytes) + kTaps * kChunks * kDwBBytes);
+    if (threadIdx.x != 0) return;
+    // The producer: unit u's copies into its free stage. G's tile: 16-bit, one box of 64 steps;
+    // fp32, copy i the box of steps t0 + 32 i. x: the rows of the CTA's taps (fp32: bf16 hi, then
+    // lo, as batch rows b and B + b of the kept copy).
+    for (int64_t u = u0; u < u1; ++u) {
+      const int64_t it = u - u0;
+      const int slot = int(it % Tr::kStages);
+      const uint32_t round = uint32_t(it / Tr::kStages);
+      if (round > 0) sm90::mbarrier_wait(&empty[slot], (round - 1) & 1);
+      constexpr uint32_t kBytes = Tr::kCopies * (kATileBytes + kTaps * kChunks * kDwBBytes);
       uint8_t* st = stages + slot * Tr::kStageBytes;
       const int32_t b = int32_t(u / p.t_units), t0 = int32_t(u % p.t_units) * kDwSteps;
       sm90::mbarrier_arrive_expect_tx(&full[slot], kBytes);
       for (int copy = 0; copy < Tr::kCopies; ++copy) {
-        if constexpr (!kBuildA)
-          sm90::tma_load_4d(st + copy * kATileBytes, &g_map, &full[slot], t0, m * kBM, g, b + copy * p.batch);
+        sm90::tma_load_4d(st + copy * kATileBytes, &g_map, &full[slot], t0 + copy * (kDwSteps / 2), m * kBM, g, b);
         for (int j = 0; j < kTaps; ++j)
           for (int i = 0; i < kChunks; ++i) {
             const int32_t k = q * kQTaps + j;
@@ -812,22 +766,6 @@ __global__ void __launch_bounds__(kThreads, 1)
                               &x_map, &full[slot], (c * kChunks + i) * kBK, g, t0 - (p.width - 1 - k) * p.dilation,
                               b + copy * p.batch);
           }
-      }
-    };
-    if constexpr (kBuildA) {
-      if (kWarp0Builds || warp >= 1) {
-        build_grad_tiles<kWarp0Builds>(p, stages, full, empty, m, g, u0, u1, threadIdx.x - (kWarp0Builds ? 0 : 32),
-                                       issue_copies);
-        return;
-      }
-    }
-    if (threadIdx.x == 0) {  // the producer
-      for (int64_t u = u0; u < u1; ++u) {
-        const int64_t it = u - u0;
-        const int slot = int(it % Tr::kStages);
-        const uint32_t round = uint32_t(it / Tr::kStages);
-        if (round > 0) sm90::mbarrier_wait(&empty[slot], (round - 1) & 1);
-        issue_copies(u, slot);
       }
     }
     return;
@@ -837,11 +775,27 @@ __global__ void __launch_bounds__(kThreads, 1)
   float acc[kTaps][32 * kChunks];
 #pragma unroll
   for (int j = 0; j < kTaps; ++j) clear_accumulators(acc[j]);
-  float bias_acc[4];  // dbias: G's row sums (m64n8: every column the same)
+  float bias_acc[4];  // dbias: G's row sums (16-bit: m64n8, every column the same; fp32: [0], [2])
   clear_accumulators(bias_acc);
   const uint32_t ones_u32 = sm90::smem_u32(ones);
-  // The loop is compiled twice, with and without dbias's MMAs: a run-time condition around a
-  // wgmma makes ptxas fence the accumulators of every wgmma in the loop (warning C7519).
+  // One k16 slice's MMAs of tap j: A's descriptor or fragment against the tap's x rows (b: the hi
+  // copy's, b + kDwTaps kDwBBytes the lo copy's).
+  auto mma = [&](auto& d, const auto& a, uint32_t b, int j, int kk) {
+    const uint64_t db = sm90::smem_descriptor(b + j * kChunks * kDwBBytes + kk * 2048, kDwBBytes, 1024);
+    if constexpr (std::is_same_v<std::decay_t<decltype(a)>, uint64_t>) {
+      if constexpr (kChunks == 1)
+        sm90::wgmma_m64n64k16_bt<Mma>(d, a, db, 1);
+      else
+        sm90::wgmma_m64n256k16_bt<Mma>(d, a, db, 1);
+    } else {
+      if constexpr (kChunks == 1)
+        sm90::wgmma_m64n64k16_rs_bt<Mma>(d, a, db, 1);
+      else
+        sm90::wgmma_m64n256k16_rs_bt<Mma>(d, a, db, 1);
+    }
+  };
+  // The loop is compiled twice, with and without dbias: a run-time condition around a wgmma
+  // makes ptxas fence the accumulators of every wgmma in the loop (warning C7519).
   auto consume = [&](auto with_bias) {
     constexpr bool kBias = decltype(with_bias)::value;
     for (int64_t u = u0; u < u1; ++u) {
@@ -849,40 +803,41 @@ __global__ void __launch_bounds__(kThreads, 1)
       const int slot = int(it % Tr::kStages);
       sm90::mbarrier_wait(&full[slot], uint32_t(it / Tr::kStages) & 1);
       const uint32_t st = sm90::smem_u32(stages + slot * Tr::kStageBytes);
-      const uint32_t a_hi = st + cw * 64 * 128, b_hi = st + Tr::kCopies * kATileBytes;
-      sm90::wgmma_fence();
+      const uint32_t b_hi = st + Tr::kCopies * kATileBytes;
+      if constexpr (Tr::kSplit) {
+        // One set of fragments, rewritten once the MMAs that read it are done (wgmma_wait<0>):
+        // the other consumer warpgroup's MMAs keep the tensor cores busy meanwhile.
+        uint32_t hi[4], lo[4];
 #pragma unroll
-      for (int kk = 0; kk < kDwSteps / 16; ++kk) {
-        const uint64_t da = sm90::smem_descriptor(a_hi + kk * 32, 16, 1024);
+        for (int kk = 0; kk < kDwSteps / 16; ++kk) {
+          split_a_fragment<kBias>(stages + slot * Tr::kStageBytes, cw, warp, lane, kk, hi, lo,
+                                  reinterpret_cast<float(&)[2]>(bias_acc));
+          sm90::wgmma_fence();
 #pragma unroll
-        for (int j = 0; j < kTaps; ++j) {
-          // Tap j's boxes, the N-major groups kDwBBytes apart (the descriptor's leading offset).
-          const uint32_t b_tap = j * kChunks * kDwBBytes + kk * 2048;
-          auto mma = [&](uint64_t da_, uint32_t b_) {
-            const uint64_t db = sm90::smem_descriptor(b_ + b_tap, kDwBBytes, 1024);
-            if constexpr (kChunks == 1)
-              sm90::wgmma_m64n64k16_bt<Mma>(acc[j], da_, db, 1);
-            else
-              sm90::wgmma_m64n256k16_bt<Mma>(acc[j], da_, db, 1);
-          };
-          mma(da, b_hi);
-          if constexpr (Tr::kSplit) {
-            const uint64_t da_lo = sm90::smem_descriptor(a_hi + kATileBytes + kk * 32, 16, 1024);
-            mma(da, b_hi + kDwTaps * kDwBBytes);  // the lo copy's x
-            mma(da_lo, b_hi);
+          for (int j = 0; j < kTaps; ++j) {
+            mma(acc[j], hi, b_hi, j, kk);
+            mma(acc[j], hi, b_hi + kDwTaps * kDwBBytes, j, kk);  // the lo copy's x
+            mma(acc[j], lo, b_hi, j, kk);
           }
+          sm90::wgmma_commit();
+          sm90::wgmma_wait<0>();
         }
-        if constexpr (kBias) {  // fp32: hi and lo both, summing to G
-          const uint64_t d_ones = sm90::smem_descriptor(ones_u32 + kk * 32, 16, 1024);
-          sm90::wgmma_m64n8k16<Mma>(bias_acc, da, d_ones, 1);
-          if constexpr (Tr::kSplit)
-            sm90::wgmma_m64n8k16<Mma>(bias_acc, sm90::smem_descriptor(a_hi + kATileBytes + kk * 32, 16, 1024),
-                                      d_ones, 1);
+        if (lane == 0) sm90::mbarrier_arrive(&empty[slot]);
+      } else {
+        const uint32_t a_hi = st + cw * 64 * 128;
+        sm90::wgmma_fence();
+#pragma unroll
+        for (int kk = 0; kk < kDwSteps / 16; ++kk) {
+          const uint64_t da = sm90::smem_descriptor(a_hi + kk * 32, 16, 1024);
+#pragma unroll
+          for (int j = 0; j < kTaps; ++j) mma(acc[j], da, b_hi, j, kk);
+          if constexpr (kBias)
+            sm90::wgmma_m64n8k16<Mma>(bias_acc, da, sm90::smem_descriptor(ones_u32 + kk * 32, 16, 1024), 1);
         }
+        sm90::wgmma_commit();
+        sm90::wgmma_wait<1>();
+        if (it > 0 && lane == 0) sm90::mbarrier_arrive(&empty[int((it - 1) % Tr::kStages)]);
       }
-      sm90::wgmma_commit();
-      sm90::wgmma_wait<1>();
-      if (it > 0 && lane == 0) sm90::mbarrier_arrive(&empty[int((it - 1) % Tr::kStages)]);
     }
     sm90::wgmma_wait<0>();
 #pragma unroll
@@ -893,7 +848,14 @@ __global__ void __launch_bounds__(kThreads, 1)
     consume(std::true_type{});
   else
     consume(std::false_type{});
-  if (u1 > u0 && lane == 0) sm90::mbarrier_arrive(&empty[int((u1 - u0 - 1) % Tr::kStages)]);
+  if (!Tr::kSplit && u1 > u0 && lane == 0) sm90::mbarrier_arrive(&empty[int((u1 - u0 - 1) % Tr::kStages)]);
+  if (Tr::kSplit && bias_tile) {  // fp32: the row sums of the lane's quad, in a fixed order
+    bias_acc[2] = bias_acc[1];
+    for (int h = 0; h < 3; h += 2) {
+      bias_acc[h] += __shfl_xor_sync(0xffffffffu, bias_acc[h], 1);
+      bias_acc[h] += __shfl_xor_sync(0xffffffffu, bias_acc[h], 2);
+    }
+  }
 
   // Accumulator 4i + 2h + e of tap j: output row 16*warp + lane/4 + 8h, source 8i + 2*(lane%4) + e
   // of the CTA's kChunks x 64. The partials are tap-major, (k, C_out, S) with the sources

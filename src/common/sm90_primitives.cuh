@@ -291,33 +291,86 @@ __device__ __forceinline__ void wgmma_m64n64k16_tt(float (&d)[32], uint64_t desc
   wgmma_m64k16_ss<T, 1, 1, 64>(d, desc_a, desc_b, accumulate);
 }
 
+// A from registers (RS): the transpose flag of B is immediate %37 (N = 64) or %133 (N = 256).
 #define CAUSALCONV_WGMMA_M64N64K16_RS(TYPE)                                                                          \
   asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"                                             \
                "wgmma.mma_async.sync.aligned.m64n64k16.f32." TYPE "." TYPE " "                                \
                "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "                                                                             \
-               "{%32, %33, %34, %35}, %36, p, 1, 1, 0;\n}\n"                                                           \
+               "{%32, %33, %34, %35}, %36, p, 1, 1, %38;\n}\n"                                                           \
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), \
       "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), \
       "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), \
       "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]) \
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(accumulate))
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(accumulate), "n"(kTransposeB))
 
-// D[64 x 64] (+)= A[64 x 16] * B[16 x 64]: A in registers (per warp w of the warpgroup, rows
-// 16w .. 16w + 15 in mma.sync's m16n8k16 A layout), B K-major in shared memory.
-template <typename T>
-__device__ __forceinline__ void wgmma_m64n64k16_rs(float (&d)[32], const uint32_t (&a)[4], uint64_t desc_b,
-                                                    uint32_t accumulate) {
+#define CAUSALCONV_WGMMA_M64N256K16_RS(TYPE)                                                                         \
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %133, 0;\n"                                            \
+               "wgmma.mma_async.sync.aligned.m64n256k16.f32." TYPE "." TYPE " "                               \
+               "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, %96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, %112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127}, "                                                                             \
+               "{%128, %129, %130, %131}, %132, p, 1, 1, %134;\n}\n"                                          \
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), \
+      "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), \
+      "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), \
+      "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), \
+      "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), \
+      "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), \
+      "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), \
+      "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]), \
+      "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]), \
+      "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]), \
+      "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]), \
+      "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]), \
+      "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]), \
+      "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]), \
+      "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]), \
+      "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])                                                                                                   \
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(accumulate), "n"(kTransposeB))
+
+// D[64 x N] (+)= A[64 x 16] * B[16 x N], N = 64 or 256: A in registers (per warp w of the
+// warpgroup, rows 16w .. 16w + 15 in mma.sync's m16n8k16 A layout: lane l holds (row l/4 +
+// 8 (r & 1), columns 2 (l%4) + 8 (r >> 1) and the next) in a[r], the lower column in the low half),
+// B in shared memory, K-major (0) or N-major (1) as for the SS forms. The registers must stay
+// unchanged until the MMA has completed (wgmma_wait), and a wgmma_fence must follow their writes.
+template <typename T, int kTransposeB, int N>
+__device__ __forceinline__ void wgmma_m64k16_rs(float (&d)[N / 2], const uint32_t (&a)[4], uint64_t desc_b,
+                                                uint32_t accumulate) {
+  static_assert(N == 64 || N == 256, "the shapes spelled out above");
 #ifdef CAUSALCONV_SM90A
-  if constexpr (std::is_same_v<T, __half>)
+  constexpr bool kHalf = std::is_same_v<T, __half>;
+  if constexpr (N == 256 && kHalf)
+    CAUSALCONV_WGMMA_M64N256K16_RS("f16");
+  else if constexpr (N == 256)
+    CAUSALCONV_WGMMA_M64N256K16_RS("bf16");
+  else if constexpr (kHalf)
     CAUSALCONV_WGMMA_M64N64K16_RS("f16");
   else
     CAUSALCONV_WGMMA_M64N64K16_RS("bf16");
 #endif
 }
 
+// B K-major.
+template <typename T>
+__device__ __forceinline__ void wgmma_m64n64k16_rs(float (&d)[32], const uint32_t (&a)[4], uint64_t desc_b,
+                                                    uint32_t accumulate) {
+  wgmma_m64k16_rs<T, 0, 64>(d, a, desc_b, accumulate);
+}
+
+// B N-major as wgmma_m64n64k16_bt's / wgmma_m64n256k16_bt's.
+template <typename T>
+__device__ __forceinline__ void wgmma_m64n64k16_rs_bt(float (&d)[32], const uint32_t (&a)[4], uint64_t desc_b,
+                                                       uint32_t accumulate) {
+  wgmma_m64k16_rs<T, 1, 64>(d, a, desc_b, accumulate);
+}
+template <typename T>
+__device__ __forceinline__ void wgmma_m64n256k16_rs_bt(float (&d)[128], const uint32_t (&a)[4], uint64_t desc_b,
+                                                        uint32_t accumulate) {
+  wgmma_m64k16_rs<T, 1, 256>(d, a, desc_b, accumulate);
+}
+
 #undef CAUSALCONV_WGMMA_M64N256K16
 #undef CAUSALCONV_WGMMA_M64N64K16_SS
 #undef CAUSALCONV_WGMMA_M64N64K16_RS
+#undef CAUSALCONV_WGMMA_M64N256K16_RS
 
 }  // namespace causalconv::detail::sm90
 
@@ -350,8 +403,9 @@ __device__ __forceinline__ void wgmma_m64n64k16_rs(float (&d)[32], const uint32_
 
 namespace causalconv::detail::sm90 {
 
-// What the test encodes in place of cuTensorMapEncodeTiled: a 16-bit tensor, dims innermost
-// first, byte strides of dims 1..rank-1, the box, the 128-byte swizzle (the only mode used).
+// What the test encodes in place of cuTensorMapEncodeTiled: a tensor of 2- or 4-byte elements,
+// dims innermost first, byte strides of dims 1..rank-1, the box, the 128-byte swizzle (the only
+// mode used).
 struct EmulatedTensorMap {
   const void* base;
   int32_t rank;
@@ -359,6 +413,7 @@ struct EmulatedTensorMap {
   uint64_t dims[4];
   uint64_t strides[3];
   bool swizzle_128b;
+  uint32_t element_bytes = 2;
 };
 static_assert(sizeof(EmulatedTensorMap) <= sizeof(CUtensorMap));
 
@@ -484,8 +539,10 @@ inline void mbarrier_wait(uint64_t* bar, uint32_t parity) {
 // byte offset, inside the map's bounds, shared address) per element; returns the box's bytes.
 template <typename Fn>
 inline uint32_t walk_box(const EmulatedTensorMap& m, const int32_t* coords, uint32_t at, Fn fn) {
-  if (!m.swizzle_128b || m.box[0] * 2 != 128) emulation_fault("only 128-byte rows with the 128-byte swizzle");
-  if ((int64_t(coords[0]) * 2) % 16 != 0) emulation_fault("innermost TMA coordinate not a whole 16 bytes");
+  const uint32_t e = m.element_bytes;
+  if (e != 2 && e != 4) emulation_fault("2- or 4-byte elements");
+  if (!m.swizzle_128b || m.box[0] * e != 128) emulation_fault("only 128-byte rows with the 128-byte swizzle");
+  if ((int64_t(coords[0]) * e) % 16 != 0) emulation_fault("innermost TMA coordinate not a whole 16 bytes");
   if (at % 1024 != 0) emulation_fault("swizzled TMA tile not 1024-byte aligned");
   uint32_t box[4] = {1, 1, 1, 1};
   for (int d = 0; d < m.rank; ++d) box[d] = m.box[d];
@@ -500,9 +557,9 @@ inline uint32_t walk_box(const EmulatedTensorMap& m, const int32_t* coords, uint
           for (int d = 0; d < m.rank; ++d) {
             const int64_t c = int64_t(coords[d]) + idx[d];
             if (c < 0 || c >= int64_t(m.dims[d])) inside = false;
-            offset += uint64_t(c) * (d == 0 ? 2 : m.strides[d - 1]);
+            offset += uint64_t(c) * (d == 0 ? e : m.strides[d - 1]);
           }
-          fn(offset, inside, at + row * 128 + i0 * 2);
+          fn(offset, inside, at + row * 128 + i0 * e);
         }
   return row * 128;
 }
@@ -510,9 +567,9 @@ inline uint32_t walk_box(const EmulatedTensorMap& m, const int32_t* coords, uint
 inline void tma_load(void* dst, const void* map_bytes, uint64_t* bar, const int32_t* coords) {
   const auto& m = *static_cast<const EmulatedTensorMap*>(map_bytes);
   const uint32_t bytes = walk_box(m, coords, smem_u32(dst), [&](uint64_t offset, bool inside, uint32_t address) {
-    uint16_t v = 0;
-    if (inside) std::memcpy(&v, static_cast<const uint8_t*>(m.base) + offset, 2);
-    std::memcpy(swizzled(address), &v, 2);
+    uint32_t v = 0;
+    if (inside) std::memcpy(&v, static_cast<const uint8_t*>(m.base) + offset, m.element_bytes);
+    std::memcpy(swizzled(address), &v, m.element_bytes);
   });
   mbarrier_complete_tx(bar, bytes);
 }
@@ -538,7 +595,7 @@ inline void tma_store_4d(const void* map_bytes, const void* src, int32_t c0, int
   const int32_t coords[4] = {c0, c1, c2, c3};
   auto* base = static_cast<uint8_t*>(const_cast<void*>(m.base));
   walk_box(m, coords, smem_u32(src), [&](uint64_t offset, bool inside, uint32_t address) {
-    if (inside) std::memcpy(base + offset, swizzled(address), 2);
+    if (inside) std::memcpy(base + offset, swizzled(address), m.element_bytes);
   });
 }
 inline void bulk_commit_group() {}
@@ -649,7 +706,7 @@ inline void wgmma_emulated(float* d, uint64_t desc_a, uint64_t desc_b, uint32_t 
 
 // A from registers: this thread's rows gathered from the fragments of the warp's lanes 4g .. 4g + 3
 // (g = l/4): lane 4g + q' holds (row g + 8 (reg & 1), cols 2q' + 8 (reg >> 1), +1) in a[reg].
-template <typename T, int N>
+template <typename T, int N, bool kBNMajor = false>
 inline void wgmma_emulated_registers(float* d, const uint32_t (&frag)[4], uint64_t desc_b, uint32_t accumulate) {
   const int g = int(threadIdx.x % 32) / 4;
   float a[2][16];
@@ -659,7 +716,7 @@ inline void wgmma_emulated_registers(float* d, const uint32_t (&frag)[4], uint64
       const int col = 2 * src + 8 * (reg >> 1);
       for (int e = 0; e < 2; ++e) a[reg & 1][col + e] = operand_value<T>(uint16_t(v >> (16 * e)));
     }
-  wgmma_emulated_rows<T, N, false>(d, a, desc_b, accumulate);
+  wgmma_emulated_rows<T, N, kBNMajor>(d, a, desc_b, accumulate);
 }
 
 // ---- ldmatrix / stmatrix: every lane of the warp calls them; the lanes' addresses are
@@ -749,6 +806,16 @@ inline void wgmma_m64n64k16_tt(float (&d)[32], uint64_t desc_a, uint64_t desc_b,
 template <typename T>
 inline void wgmma_m64n64k16_rs(float (&d)[32], const uint32_t (&a)[4], uint64_t desc_b, uint32_t accumulate) {
   wgmma_emulated_registers<T, 64>(d, a, desc_b, accumulate);
+}
+
+template <typename T>
+inline void wgmma_m64n64k16_rs_bt(float (&d)[32], const uint32_t (&a)[4], uint64_t desc_b, uint32_t accumulate) {
+  wgmma_emulated_registers<T, 64, true>(d, a, desc_b, accumulate);
+}
+
+template <typename T>
+inline void wgmma_m64n256k16_rs_bt(float (&d)[128], const uint32_t (&a)[4], uint64_t desc_b, uint32_t accumulate) {
+  wgmma_emulated_registers<T, 256, true>(d, a, desc_b, accumulate);
 }
 
 }  // namespace causalconv::detail::sm90

@@ -321,26 +321,23 @@ void run_conv(const ConvCase& cs, bool rows = false, bool fp32_rows = false, boo
 
 struct DwCase {
   int64_t batch, groups, cin_g, cout_g, width, dilation, length;
-  bool grad_in_place;  // 16-bit dy read by TMA where it lies (else staged rows, as stage_rows)
-  bool dbias = true;   // false: no dbias (no CTA runs its m64n8 row sums)
-  bool channel_last_grad = false;  // fp32: G with unit channel stride (the A builders' scalar loads)
+  bool grad_in_place;  // dy read by TMA where it lies (else staged rows, as stage_rows)
+  bool dbias = true;   // false: no dbias (no CTA sums its rows)
 };
 
 // source_wide: CTAs over 4 x 64 sources of one tap (m64n256k16), as the launcher runs groups of
-// more than 192 sources; else 64 sources of up to 4 taps. kWarp0Builds: fp32's A built by all
-// four producer warps (kDwWarp0Builds; the launcher's setting by default).
-template <typename T, bool kWarp0Builds = detail::kDwWarp0Builds>
+// more than 192 sources; else 64 sources of up to 4 taps.
+template <typename T>
 void run_weight_grad(const DwCase& cs, bool source_wide = false) {
   using Tr = detail::DwTraits<T>;
   SCOPED_TRACE(::testing::Message() << name_of<T>() << (source_wide ? " source-wide" : "") << " dweight B"
                                     << cs.batch << " G" << cs.groups << " Cin/g "
                                     << cs.cin_g << " Cout/g " << cs.cout_g << " K" << cs.width << " d"
                                     << cs.dilation << " L" << cs.length << " in place " << cs.grad_in_place
-                                    << " dbias " << cs.dbias << " channel-last G " << cs.channel_last_grad
-                                    << " warp 0 builds " << kWarp0Builds);
+                                    << " dbias " << cs.dbias);
   const int64_t B = cs.batch, G = cs.groups, K = cs.width, L = cs.length, dil = cs.dilation;
   const int64_t S = cs.cin_g, D = cs.cout_g, cin = G * S, cout = G * D;
-  const bool in_place = cs.grad_in_place && !std::is_same_v<T, float>;
+  const bool in_place = cs.grad_in_place;
   std::random_device seed;
   HostTensor x({B, cin, L}), w({cout, S, K}), dy({B, cout, L});
   x.fill_uniform(seed());
@@ -356,24 +353,36 @@ void run_weight_grad(const DwCase& cs, bool source_wide = false) {
                  {uint64_t(s8) * 2, uint64_t(G * s8) * 2, uint64_t(L * G * s8) * 2},
                  {uint32_t(detail::kBK), 1, uint32_t(detail::kDwSteps), 1}));
 
-  // 16-bit: the gradient rows, time innermost, for TMA: in place (a row pitch past L, padding NaN),
-  // or staged as stage_rows writes them (pitch rounded up to 8; the padding is never written
-  // there: NaN here). fp32: the kernel builds A from G's fp32 rows (below); the x map stands in.
+  // The gradient rows in T, time innermost, for TMA: in place (a row pitch past L, padding NaN),
+  // or staged as stage_rows writes them (pitch rounded up to 8; the padding is never read: NaN
+  // here). 16-bit: boxes of 64 steps; fp32: of 32 (two per unit).
   const int64_t pitch = in_place ? (L + 7) / 8 * 8 + 8 : (L + 7) / 8 * 8;
-  std::vector<uint16_t> rows(size_t(B * cout * pitch), nan_bits<T>());
-  for (int64_t r = 0; r < B * cout; ++r)
-    for (int64_t t = 0; t < L; ++t) {
-      uint16_t hi, lo;
-      operand_bits<T>(dy_e[size_t(r * L + t)], hi, lo);
-      rows[size_t(r * pitch + t)] = hi;
-    }
-  const CUtensorMap g_map =
-      std::is_same_v<T, float>
-          ? x_map
-          : sm90::emulated_tensor_map(tensor_map(rows.data(), 4, {uint64_t(L), uint64_t(D), uint64_t(G), uint64_t(B)},
-                                                 {uint64_t(pitch) * 2, uint64_t(D * pitch) * 2,
-                                                  uint64_t(cout * pitch) * 2},
-                                                 {uint32_t(detail::kDwSteps), uint32_t(detail::kBM), 1, 1}));
+  constexpr uint32_t kElementBytes = sizeof(T);
+  std::vector<uint16_t> rows;
+  std::vector<float> rows_f32;
+  const void* rows_base;
+  if constexpr (std::is_same_v<T, float>) {
+    rows_f32.assign(size_t(B * cout * pitch), std::numeric_limits<float>::quiet_NaN());
+    for (int64_t r = 0; r < B * cout; ++r)
+      for (int64_t t = 0; t < L; ++t) rows_f32[size_t(r * pitch + t)] = dy_e[size_t(r * L + t)];
+    rows_base = rows_f32.data();
+  } else {
+    rows.assign(size_t(B * cout * pitch), nan_bits<T>());
+    for (int64_t r = 0; r < B * cout; ++r)
+      for (int64_t t = 0; t < L; ++t) {
+        uint16_t hi, lo;
+        operand_bits<T>(dy_e[size_t(r * L + t)], hi, lo);
+        rows[size_t(r * pitch + t)] = hi;
+      }
+    rows_base = rows.data();
+  }
+  sm90::EmulatedTensorMap g_rows =
+      tensor_map(rows_base, 4, {uint64_t(L), uint64_t(D), uint64_t(G), uint64_t(B)},
+                 {uint64_t(pitch) * kElementBytes, uint64_t(D * pitch) * kElementBytes,
+                  uint64_t(cout * pitch) * kElementBytes},
+                 {128 / kElementBytes, uint32_t(detail::kBM), 1, 1});
+  g_rows.element_bytes = kElementBytes;
+  const CUtensorMap g_map = sm90::emulated_tensor_map(g_rows);
 
   // wg_dw_layout's partition.
   const int64_t o_tiles = (D + detail::kBM - 1) / detail::kBM, c_chunks = detail::dw_source_groups(S, source_wide);
@@ -399,22 +408,6 @@ void run_weight_grad(const DwCase& cs, bool source_wide = false) {
   p.t_units = int32_t(t_units);
   p.parts = int32_t(parts);
   p.sum_bias = cs.dbias;
-  // fp32: the A builders read G's fp32 rows (B, C_out, L) where they lie, or channel-last.
-  std::vector<float> grad_cl;
-  if constexpr (std::is_same_v<T, float>) {
-    p.grad = dy_e.data();
-    p.grad_stride[0] = cout * L, p.grad_stride[1] = L, p.grad_stride[2] = 1;
-    if (cs.channel_last_grad) {
-      grad_cl.resize(dy_e.size());
-      for (int64_t b = 0; b < B; ++b)
-        for (int64_t c = 0; c < cout; ++c)
-          for (int64_t t = 0; t < L; ++t) grad_cl[size_t((b * L + t) * cout + c)] = dy_e[size_t((b * cout + c) * L + t)];
-      p.grad = grad_cl.data();
-      p.grad_stride[1] = 1, p.grad_stride[2] = cout;
-    }
-    p.length = int32_t(L);
-    p.rows_vector = p.grad_stride[2] == 1 && L % 4 == 0;  // as the launcher: 16-byte aligned rows
-  }
   detail::DwLaunch launches[2];  // as launch_wgmma_weight_grad
   for (int i = 0, n = detail::dw_launches(int(K), source_wide, launches); i < n; ++i) {
     p.q_base = launches[i].q_base;
@@ -425,14 +418,14 @@ void run_weight_grad(const DwCase& cs, bool source_wide = false) {
     };
     constexpr size_t smem = detail::kDwSmemBytes<T>;
     if (source_wide) {
-      launch(detail::dense_wgmma_weight_grad_emulated<T, 1, detail::kDwWideChunks, kWarp0Builds>, smem);
+      launch(detail::dense_wgmma_weight_grad_emulated<T, 1, detail::kDwWideChunks>, smem);
       continue;
     }
     switch (launches[i].taps) {
-      case 1: launch(detail::dense_wgmma_weight_grad_emulated<T, 1, 1, kWarp0Builds>, smem); break;
-      case 2: launch(detail::dense_wgmma_weight_grad_emulated<T, 2, 1, kWarp0Builds>, smem); break;
-      case 3: launch(detail::dense_wgmma_weight_grad_emulated<T, 3, 1, kWarp0Builds>, smem); break;
-      default: launch(detail::dense_wgmma_weight_grad_emulated<T, 4, 1, kWarp0Builds>, smem); break;
+      case 1: launch(detail::dense_wgmma_weight_grad_emulated<T, 1, 1>, smem); break;
+      case 2: launch(detail::dense_wgmma_weight_grad_emulated<T, 2, 1>, smem); break;
+      case 3: launch(detail::dense_wgmma_weight_grad_emulated<T, 3, 1>, smem); break;
+      default: launch(detail::dense_wgmma_weight_grad_emulated<T, 4, 1>, smem); break;
     }
   }
 
@@ -573,15 +566,7 @@ TEST(DenseWgmmaEmulated, WeightGradFp32) {
   run_weight_grad<float>(kWeightGrad[3]);
   run_weight_grad<float>(kWeightGrad[5]);
   run_weight_grad<float>(kWeightGrad[6]);
-  run_weight_grad<float>({1, 1, 40, 136, 3, 2, 100, false, true, true});  // channel-last G: strided loads
-}
-// The other setting of kDwWarp0Builds than the launcher's (a flag waiting for the GPU).
-TEST(DenseWgmmaEmulated, WeightGradFp32OtherBuilderWarps) {
-  constexpr bool kOther = !detail::kDwWarp0Builds;
-  run_weight_grad<float, kOther>(kWeightGrad[0]);
-  run_weight_grad<float, kOther>(kWeightGrad[6]);
-  run_weight_grad<float, kOther>(kWeightGradSourceWide[1], true);
-  run_weight_grad<float, kOther>({1, 1, 40, 136, 3, 2, 100, false, true, true});
+  run_weight_grad<float>({1, 1, 40, 136, 3, 2, 100, true, true});  // G in place
 }
 
 }  // namespace

@@ -179,9 +179,8 @@ def test_hopper_rows_with_a_padded_pitch(dtype, groups, seeded):
 @pytest.mark.parametrize("layout", ["channel_last", "padded_pitch", "odd_offset"])
 def test_hopper_gradients_for_any_dy_layout(dtype, layout, seeded):
     # dy as autograd may hand it over: channel-last (the front end copies it to rows), rows inside
-    # a wider buffer, rows off 16 bytes. The Hopper weight gradient reads 16-bit rows by TMA (in
-    # place or staged) and fp32 rows with its own loads (16 bytes at a time where aligned, else
-    # element-wise; other strides: the C++ emulated tests).
+    # a wider buffer, rows off 16 bytes. The Hopper weight gradient reads the rows by TMA, in
+    # place where time is innermost and the rows 16-byte aligned, else staged (stage_rows).
     b, c_in, c_out, length = 2, 96, 136, 517
     x, w, bias = make_inputs(b, c_in, c_out, length, 4, 1, dtype)
     if layout == "channel_last":
