@@ -158,31 +158,77 @@ __device__ __forceinline__ void store_two_steps(T* dst, int64_t step_stride, flo
   if (both) dst[step_stride] = from_float<T>(v1);
 }
 
+// Transposes four words across the lanes of each quad (lanes 4i .. 4i + 3): lane q's w[e] becomes
+// lane e's w[q]. Two exchanges, of the low then the high index bit; every lane of the warp calls it.
+__device__ __forceinline__ void transpose_quad(uint32_t (&w)[4], int q) {
+#pragma unroll
+  for (int bit = 1; bit <= 2; bit *= 2) {
+    const bool upper = q & bit;
+#pragma unroll
+    for (int k = 0; k < 2; ++k) {
+      // Slots base and base + bit differ in `bit`: the lane keeps the one whose bit matches its
+      // own and swaps the other with lane q ^ bit's.
+      const int base = bit == 1 ? 2 * k : k;
+      const uint32_t got = __shfl_xor_sync(0xffffffffu, upper ? w[base] : w[base + bit], bit);
+      if (upper)
+        w[base] = got;
+      else
+        w[base + bit] = got;
+    }
+  }
+}
+
 // A consumer warpgroup's 64 x 256 accumulators (rows cw*64.. of tile c) + bias, activation,
 // stored into y. Accumulator 4j + 2h + e holds row 16*warp + lane/4 + 8h, column 8j + 2*(lane%4) + e.
+// 16-bit y with 16-byte aligned rows: a quad's four pairs of steps 8j .. 8j + 7 go to one lane
+// (transpose_quad), one 16-byte store each (session 27: two-step stores wrote every 32-byte
+// sector in two halves, twice the L2 write requests; ncu).
 template <typename T>
 __device__ __forceinline__ void store_conv_tile(const WgParams& p, const TileCoords& c, const float (&acc)[128],
                                                 int cw) {
-  const int lane = threadIdx.x % 32, warp = (threadIdx.x % 128) / 32;
-  const int32_t t0 = c.tt * kBN + 2 * (lane % 4);
+  const int lane = threadIdx.x % 32, warp = (threadIdx.x % 128) / 32, q = lane % 4;
+  const int32_t t0 = c.tt * kBN + 2 * q;
+  // The same for every row of the call, so every lane of a warp takes the same branch (shuffles).
+  const bool rows16 = sizeof(T) == 2 && p.y_stride[2] == 1 && reinterpret_cast<uintptr_t>(p.y) % 16 == 0 &&
+                      p.y_stride[1] % 8 == 0 && p.y_stride[0] % 8 == 0;
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     const int32_t o = c.m * kBM + cw * 64 + warp * 16 + lane / 4 + 8 * h;
-    if (o >= p.out_g) continue;
+    const bool live = o < p.out_g;
     const int64_t oc = int64_t(c.g) * p.out_g + o;
-    const float bias = p.bias ? to_float(static_cast<const T*>(p.bias)[oc * p.bias_stride]) : 0.0f;
+    const float bias = live && p.bias ? to_float(static_cast<const T*>(p.bias)[oc * p.bias_stride]) : 0.0f;
     T* row = static_cast<T*>(p.y) + c.b * p.y_stride[0] + oc * p.y_stride[1];
+    auto value = [&](int j, int e) {
+      const float v = acc[4 * j + 2 * h + e] + bias;
+      return p.silu ? silu<T>(v) : v;
+    };
+    if (rows16) {
+#pragma unroll
+      for (int a = 0; a < kBN / 32; ++a) {
+        uint32_t w[4];
+#pragma unroll
+        for (int e = 0; e < 4; ++e) w[e] = pack2<std::is_same_v<T, __half>>(value(4 * a + e, 0), value(4 * a + e, 1));
+        transpose_quad(w, q);  // w[e]: steps 2e, 2e + 1 of group 4a + q
+        const int32_t t = c.tt * kBN + 8 * (4 * a + q);
+        if (!live || t >= p.length) continue;
+        if (t + 8 <= p.length) {
+          *reinterpret_cast<uint4*>(row + t) = make_uint4(w[0], w[1], w[2], w[3]);
+        } else {  // rows with a pitch past L
+          auto* bits = reinterpret_cast<uint16_t*>(row + t);
+#pragma unroll
+          for (int e = 0; e < 8; ++e)
+            if (t + e < p.length) bits[e] = uint16_t(w[e / 2] >> (16 * (e % 2)));
+        }
+      }
+      continue;
+    }
+    if (!live) continue;
     const bool paired = p.y_stride[2] == 1 && reinterpret_cast<uintptr_t>(row) % (2 * sizeof(T)) == 0;  // t0 is even
 #pragma unroll
     for (int j = 0; j < kBN / 8; ++j) {
       const int32_t t = t0 + 8 * j;
       if (t >= p.length) continue;
-      float v0 = acc[4 * j + 2 * h] + bias, v1 = acc[4 * j + 2 * h + 1] + bias;
-      if (p.silu) {
-        v0 = silu<T>(v0);
-        v1 = silu<T>(v1);
-      }
-      store_two_steps<T>(row + t * p.y_stride[2], p.y_stride[2], v0, v1, t + 1 < p.length, paired);
+      store_two_steps<T>(row + t * p.y_stride[2], p.y_stride[2], value(j, 0), value(j, 1), t + 1 < p.length, paired);
     }
   }
 }

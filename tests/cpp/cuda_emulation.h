@@ -173,6 +173,9 @@ inline void __syncwarp(unsigned /*mask*/ = 0xffffffffu) {
 inline unsigned __shfl_sync(unsigned /*mask*/, unsigned v, int src_lane) {
   return causalconv::emulation::shfl_index(v, src_lane);
 }
+inline unsigned __shfl_xor_sync(unsigned /*mask*/, unsigned v, int offset) {
+  return causalconv::emulation::shfl_index(v, int(threadIdx.x % 32) ^ offset);
+}
 // The device's fast exponential (MUFU.EX2 after a multiply: ~2 + 1.2|v| ulp); here the host's expf.
 inline float __expf(float v) { return expf(v); }
 // The device's fast division: a / b within 2 ulp (here exact), 0 for 2^126 < |b| < 2^128.

@@ -156,11 +156,14 @@ struct ConvCase {
 // kernel rounds to T (values already T's, so the reference is unchanged).
 // keep (forward from rows): the kernel also stores x's channel-last copy for the weight gradient,
 // which must equal the pre-pass's, every padding channel included.
+// aligned_y: y's rows 16-byte aligned (pitch past L rounded up to 8), which 16-bit outputs store
+// 8 steps a lane at a time (store_conv_tile); else an odd pitch.
 template <typename T>
-void run_conv(const ConvCase& cs, bool rows = false, bool fp32_rows = false, bool keep = false) {
+void run_conv(const ConvCase& cs, bool rows = false, bool fp32_rows = false, bool keep = false,
+              bool aligned_y = false) {
   using Tr = detail::WgTraits<T>;
   SCOPED_TRACE(::testing::Message() << name_of<T>() << (rows ? (fp32_rows ? " fp32 rows" : " rows") : " staged")
-                                    << (keep ? " keeping x" : "")
+                                    << (keep ? " keeping x" : "") << (aligned_y ? " aligned y" : "")
                                     << (cs.transposed ? " dx" : " forward") << " B" << cs.batch
                                     << " G" << cs.groups << " Cin/g " << cs.cin_g << " Cout/g " << cs.cout_g << " K"
                                     << cs.width << " d" << cs.dilation << " L" << cs.length << " bias " << cs.bias
@@ -213,8 +216,9 @@ void run_conv(const ConvCase& cs, bool rows = false, bool fp32_rows = false, boo
                  {uint64_t(c_pad) * 2}, {uint32_t(detail::kBK), uint32_t(detail::kBM)}));
 
   // The destination (B, G*dst_g, L) with a row pitch of L + 3 (odd: rows alternate between the
-  // paired and the single stores), filled with a sentinel that must survive outside the elements.
-  const int64_t channels = G * dst_g, pitch = L + 3;
+  // paired and the single stores) or aligned_y's, filled with a sentinel that must survive
+  // outside the elements.
+  const int64_t channels = G * dst_g, pitch = aligned_y ? (L + 7) / 8 * 8 + 8 : L + 3;
   const T sentinel = test::round_to(T{}, 1234.0);
   std::vector<T> dst(size_t(B * channels * pitch + 1), sentinel);
 
@@ -529,6 +533,13 @@ TEST(DenseWgmmaEmulated, DxFromRowsBf16) {
   for (const auto& cs : kDx) run_conv<__nv_bfloat16>(cs, true);
 }
 TEST(DenseWgmmaEmulated, DxFromRowsFp32) { run_conv<float>(kDx[0], true); }
+// 16-bit y with 16-byte aligned rows: whole 8-step groups (L = 520) and a last partial one.
+TEST(DenseWgmmaEmulated, AlignedOutputRows) {
+  run_conv<__nv_bfloat16>(kRowsForward[1], true, false, false, true);
+  run_conv<__nv_bfloat16>(kForward[0], true, false, false, true);
+  run_conv<__half>(kForward[3], false, false, false, true);
+  run_conv<__nv_bfloat16>(kDx[1], true, false, false, true);
+}
 TEST(DenseWgmmaEmulated, DxFromFp32Rows16Bit) {  // the silu gradient's path for 16-bit dtypes
   run_conv<__nv_bfloat16>(kDx[0], true, true);
   run_conv<__half>(kDx[2], true, true);
