@@ -733,8 +733,8 @@ inline int64_t dw_tap_groups(int64_t width, bool source_wide) {
 // swizzle: box s / 32, row r at 128 r, 16-byte chunk (s % 32) / 4 at its place ^ (r % 8)) into
 // k16 slice kk's A fragments of consumer warp `warp` of warpgroup cw (rows cw 64 + 16 warp + lane/4
 // and 8 below, steps 16 kk + 2 (lane % 4) and 8 on, in pairs): the bf16 hi halves and the lo
-// remainders, and (kBias) the eight values' sums into the lane's two rows. Conflict-free 8-byte
-// loads: a quarter warp reads eight rows' chunks, all different after the swizzle.
+// remainders, and (kBias) the eight values' sums into the lane's two rows. The swizzle spreads
+// the eight rows a warp's 8-byte load reads over all 32 banks: two wavefronts, the minimum.
 template <bool kBias>
 __device__ __forceinline__ void split_a_fragment(const uint8_t* a_tile, int cw, int warp, int lane, int kk,
                                                  uint32_t (&hi)[4], uint32_t (&lo)[4], float (&row_sum)[2]) {
