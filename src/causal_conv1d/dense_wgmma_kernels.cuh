@@ -69,16 +69,15 @@ using WgTraits = RingTraits<T, kATileBytes + kBTileBytes>;
 
 struct Ring {
   uint8_t* stages;
-  uint64_t* full;   // completed by the producer's TMA bytes (and any warps writing the stage)
+  uint64_t* full;   // completed by the producer's TMA bytes
   uint64_t* empty;  // completed by the consumers' arrivals
 };
 
 // Carves the ring out of `smem` (sm90::aligned_dynamic_shared()); thread 0 initialises its
-// barriers and prefetches the two tensor maps, then the block synchronises. A stage is full once
-// the producer has arrived with its TMA bytes and full_arrivals - 1 warps that write part of it.
+// barriers and prefetches the two tensor maps, then the block synchronises.
 template <typename Tr>
 __device__ __forceinline__ Ring start_ring(uint8_t* smem, uint32_t empty_arrivals, const CUtensorMap* map_a,
-                                           const CUtensorMap* map_b, uint32_t full_arrivals = 1) {
+                                           const CUtensorMap* map_b) {
   Ring r;
   r.stages = smem;
   r.full = reinterpret_cast<uint64_t*>(r.stages + Tr::kStages * Tr::kStageBytes);
@@ -88,7 +87,7 @@ __device__ __forceinline__ Ring start_ring(uint8_t* smem, uint32_t empty_arrival
     sm90::tma_prefetch_descriptor(map_a);
     sm90::tma_prefetch_descriptor(map_b);
     for (int s = 0; s < Tr::kStages; ++s) {
-      sm90::mbarrier_init(&r.full[s], full_arrivals);
+      sm90::mbarrier_init(&r.full[s], 1);
       sm90::mbarrier_init(&r.empty[s], empty_arrivals);
     }
     sm90::mbarrier_init_fence();

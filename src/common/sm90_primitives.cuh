@@ -157,9 +157,6 @@ __device__ __forceinline__ void fence_proxy_async_shared() {
   asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
 }
 
-// Asks L2 to fetch the 128-byte line holding `p` (global memory) ahead of a load that will need it.
-__device__ __forceinline__ void prefetch_l2(const void* p) { asm volatile("prefetch.global.L2 [%0];" ::"l"(p)); }
-
 __device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
 __device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
 template <int kPending>
@@ -756,7 +753,6 @@ inline void stmatrix_x4_trans(uint32_t smem_address, const uint32_t (&r)[4]) {
 }
 
 inline void fence_proxy_async_shared() {}
-inline void prefetch_l2(const void*) {}
 
 inline void wgmma_fence() {}
 inline void wgmma_commit() {}
