@@ -732,11 +732,12 @@ inline int64_t dw_tap_groups(int64_t width, bool source_wide) {
 // swizzle: box s / 32, row r at 128 r, 16-byte chunk (s % 32) / 4 at its place ^ (r % 8)) into
 // k16 slice kk's A fragments of consumer warp `warp` of warpgroup cw (rows cw 64 + 16 warp + lane/4
 // and 8 below, steps 16 kk + 2 (lane % 4) and 8 on, in pairs): the bf16 hi halves and the lo
-// remainders, and (kBias) the eight values' sums into the lane's two rows. The swizzle spreads
-// the eight rows a warp's 8-byte load reads over all 32 banks: two wavefronts, the minimum.
+// remainders, and (kBias) the eight values' sums into the lane's two rows (row_sum[0] and [2],
+// where an m64n8 accumulator holds rows lane/4 and 8 below). The swizzle spreads the eight rows
+// a warp's 8-byte load reads over all 32 banks: two wavefronts, the minimum.
 template <bool kBias>
 __device__ __forceinline__ void split_a_fragment(const uint8_t* a_tile, int cw, int warp, int lane, int kk,
-                                                 uint32_t (&hi)[4], uint32_t (&lo)[4], float (&row_sum)[2]) {
+                                                 uint32_t (&hi)[4], uint32_t (&lo)[4], float (&row_sum)[4]) {
   const int r = cw * 64 + warp * 16 + lane / 4, q = lane % 4;
   const int chunk = 4 * (kk % 2) + q / 2, word = 2 * (q % 2);
   const uint8_t* box = a_tile + (kk / 2) * kATileBytes;
@@ -747,7 +748,7 @@ __device__ __forceinline__ void split_a_fragment(const uint8_t* a_tile, int cw, 
     const float h0 = bf16_hi(v.x), h1 = bf16_hi(v.y);
     hi[i] = pack2<false>(h0, h1);
     lo[i] = pack2<false>(v.x - h0, v.y - h1);
-    if constexpr (kBias) row_sum[i & 1] += v.x + v.y;
+    if constexpr (kBias) row_sum[2 * (i & 1)] += v.x + v.y;
   }
 }
 
@@ -855,8 +856,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         uint32_t hi[4], lo[4];
 #pragma unroll
         for (int kk = 0; kk < kDwSteps / 16; ++kk) {
-          split_a_fragment<kBias>(stages + slot * Tr::kStageBytes, cw, warp, lane, kk, hi, lo,
-                                  reinterpret_cast<float(&)[2]>(bias_acc));
+          split_a_fragment<kBias>(stages + slot * Tr::kStageBytes, cw, warp, lane, kk, hi, lo, bias_acc);
           sm90::wgmma_fence();
 #pragma unroll
           for (int j = 0; j < kTaps; ++j) {
@@ -895,7 +895,6 @@ __global__ void __launch_bounds__(kThreads, 1)
     consume(std::false_type{});
   if (!Tr::kSplit && u1 > u0 && lane == 0) sm90::mbarrier_arrive(&empty[int((u1 - u0 - 1) % Tr::kStages)]);
   if (Tr::kSplit && bias_tile) {  // fp32: the row sums of the lane's quad, in a fixed order
-    bias_acc[2] = bias_acc[1];
     for (int h = 0; h < 3; h += 2) {
       bias_acc[h] += __shfl_xor_sync(0xffffffffu, bias_acc[h], 1);
       bias_acc[h] += __shfl_xor_sync(0xffffffffu, bias_acc[h], 2);
