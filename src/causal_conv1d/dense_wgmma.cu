@@ -2,8 +2,7 @@
 // the convolution (forward, and dx as the transposed convolution) and the weight gradients.
 //
 // The kernels and their design: dense_wgmma_kernels.cuh. Here: the pre-passes (prepared weights,
-// channel-last staging), the tensor maps and the launchers.
-#include <cudaTypedefs.h>
+// channel-last staging), the tensor maps (common/tensor_map.h encodes them) and the launchers.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -18,6 +17,7 @@
 #include "common/cuda_math.cuh"
 #include "common/cuda_runtime.h"
 #include "common/sm90_primitives.cuh"
+#include "common/tensor_map.h"
 
 namespace causalconv::detail {
 namespace {
@@ -343,41 +343,6 @@ WgLayout wg_layout(const WgJob& j) {
   return l;
 }
 
-PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
-  static PFN_cuTensorMapEncodeTiled_v12000 encode = [] {
-    void* fn = nullptr;
-    cudaDriverEntryPointQueryResult found{};
-    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &found) !=
-            cudaSuccess ||
-        found != cudaDriverEntryPointSuccess)
-      fn = nullptr;
-    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(fn);
-  }();
-  return encode;
-}
-
-// A tiled map over a 16-bit or fp32 tensor (dims innermost first, strides in bytes for dims
-// 1..rank-1), 128-byte swizzle, zero fill out of bounds.
-CUtensorMap encode_tensor_map(const void* base, DType dtype, int rank, const uint64_t* dims, const uint64_t* strides,
-                              const uint32_t* box, const char* what) {
-  CUtensorMap map{};
-  const uint32_t unit[4] = {1, 1, 1, 1};
-  auto encode = tensor_map_encoder();
-  const CUresult status =
-      encode ? encode(&map,
-                      dtype == DType::f32   ? CU_TENSOR_MAP_DATA_TYPE_FLOAT32
-                      : dtype == DType::f16 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16
-                                            : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
-                      cuuint32_t(rank), const_cast<void*>(base), dims, strides, box, unit,
-                      CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-                      CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE)
-             : CUDA_ERROR_NOT_FOUND;
-  if (status != CUDA_SUCCESS)
-    throw Error(ErrorKind::runtime, std::string(what) + ": cuTensorMapEncodeTiled failed (CUresult " +
-                                        std::to_string(int(status)) + ")");
-  return map;
-}
-
 // A map over a channel-last staged copy, out[copy * B + b][t][g][s < s8] (copy_to_channel_last's
 // layout; `batches` = B x copies), as 4-D (s8, G, L, batches) in boxes of 64 channels x `steps`
 // steps of one group: a box never crosses into the next group.
@@ -663,7 +628,7 @@ void launch_wgmma_weight_grad(const DenseBackwardParams& b, const void* grad, bo
 
 bool dense_wgmma_available(int device) {
 #ifdef CAUSALCONV_HAS_SM90A
-  return tensor_map_encoder() != nullptr && device_is_sm90(device);
+  return tensor_maps_available() && device_is_sm90(device);
 #else
   (void)device;
   return false;

@@ -1,6 +1,6 @@
-// Launchers of the tensor-core depthwise forwards: the warpgroup-MMA form on sm_90a
-// (depthwise_forward_wgmma_kernel.cuh) for 16-byte aligned rows, the mma.sync form
-// (depthwise_forward_tc_kernel.cuh) otherwise.
+// Launchers of the tensor-core depthwise forwards: on sm_90a the warpgroup-MMA forms
+// (depthwise_forward_wgmma_kernel.cuh) for 16-byte aligned rows, streamed by TMA when the rows are
+// whole 64-step chunks; the mma.sync form (depthwise_forward_tc_kernel.cuh) otherwise.
 #include <algorithm>
 
 #include "causal_conv1d/depthwise_forward_tc_kernel.cuh"
@@ -8,6 +8,7 @@
 #include "causal_conv1d/depthwise_kernels.h"
 #include "causal_conv1d/depthwise_tiling.cuh"
 #include "common/cuda_runtime.h"
+#include "common/tensor_map.h"
 
 namespace causalconv::detail {
 namespace {
@@ -58,17 +59,43 @@ void launch_wgmma_width(const DepthwiseForwardParams& p, cudaStream_t stream) {
   }
 }
 
+template <typename T, int kBlocks>
+void launch_wgmma_ring(const DepthwiseForwardParams& p, cudaStream_t stream) {
+  using Smem = DepthwiseWgmmaRingSmem<kBlocks>;
+  const char* const what = "causal_conv1d forward (depthwise, tensor cores)";
+  auto* const kernel = depthwise_forward_wgmma_ring_kernel<T, kBlocks>;
+  allow_dynamic_shared_memory(kernel, Smem::kBytes, what);
+  const RowChunksView xv = row_chunks_view(p.batch, p.channels, p.length, p.x_stride, Smem::kBoxChunks);
+  const RowChunksView yv = row_chunks_view(p.batch, p.channels, p.length, p.y_stride, WgmmaToeplitzTile::kChunks);
+  const CUtensorMap x_map = encode_tensor_map(p.x, p.dtype, 4, xv.dims, xv.strides, xv.box, what);
+  const CUtensorMap y_map = encode_tensor_map(p.y, p.dtype, 4, yv.dims, yv.strides, yv.box, what);
+  int per_sm = 0;
+  check_cuda(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, Smem::kThreads, Smem::kBytes), what);
+  const int64_t tiles_per_row = (p.length + WgmmaToeplitzTile::kOutputs - 1) / WgmmaToeplitzTile::kOutputs;
+  const int64_t grid =
+      std::min(p.batch * p.channels * tiles_per_row, int64_t(std::max(per_sm, 1)) * current_device_sm_count(what));
+  kernel<<<unsigned(grid), Smem::kThreads, Smem::kBytes, stream>>>(x_map, y_map, p, tiles_per_row);
+}
+
+template <typename T>
+void launch_wgmma_ring_width(const DepthwiseForwardParams& p, cudaStream_t stream) {
+  switch (toeplitz64_blocks(int(p.width))) {  // 3 or more (kWgmmaRingMinWidth)
+    case 3: launch_wgmma_ring<T, 3>(p, stream); break;  // K <= 129
+    case 4: launch_wgmma_ring<T, 4>(p, stream); break;  // K <= 193
+    default: launch_wgmma_ring<T, 5>(p, stream); break;  // K <= 256
+  }
+}
+
 // The wgmma form from this width on. Measured side by side on the H200 (bf16 B1 D4096 L8192,
 // docs/performance.md, session 14, both forms with the stmatrix epilogue): they tie from K9 to
 // K33 (42-43 us), the wgmma form wins from there (K48 44.9 -> 42.5 us, K64 46.6 -> 42.7); session 8
 // found it ahead from K65 (K128 0.058 against 0.064 ms, K256 79 against 94 us).
 constexpr int64_t kWgmmaMinWidth = 33;
 
-// The wgmma form reads and writes rows by 16-byte units: every row of x and y starts 16-byte
-// aligned. It needs an sm_90a image and a compute capability 9.0 device.
-bool wgmma_form_applies(const DepthwiseForwardParams& p) {
+// The wgmma forms read and write rows by 16-byte units: every row of x and y starts 16-byte
+// aligned. They need an sm_90a image and a compute capability 9.0 device.
+bool wgmma_rows_apply(const DepthwiseForwardParams& p) {
 #ifdef CAUSALCONV_HAS_SM90A
-  if (p.width < kWgmmaMinWidth) return false;
   auto aligned_rows = [&](const void* base, const int64_t* stride) {
     return reinterpret_cast<uintptr_t>(base) % 16 == 0 && (p.batch == 1 || stride[0] % 8 == 0) &&
            (p.channels == 1 || stride[1] % 8 == 0);
@@ -81,6 +108,20 @@ bool wgmma_form_applies(const DepthwiseForwardParams& p) {
 #endif
 }
 
+// The streaming form from this width on (3 Toeplitz blocks), where rows are whole chunks. Side by
+// side on the H200 (bf16 B1 D4096 L8192, docs/performance.md, session 28), against the form above:
+// K33 46.2 against 42.8 us, K64 46.4 / 43.0, K65 47.8 / 43.4 (it loses at 2 blocks); K128 47.9 /
+// 49.8, K193 49.5 / 58.7, K256 64.6 / 73.0.
+constexpr int64_t kWgmmaRingMinWidth = 66;
+
+// The streaming form on top: rows of whole 64-step chunks (its tensor maps' view, row_chunks_view),
+// strides the maps can hold (below 2^40 bytes), and a driver that encodes tensor maps.
+bool wgmma_ring_applies(const DepthwiseForwardParams& p) {
+  constexpr int64_t kMaxStride = (int64_t(1) << 39) - 1;  // elements of 2 bytes
+  return p.length % WgmmaToeplitzTile::kChunk == 0 && p.x_stride[0] <= kMaxStride && p.x_stride[1] <= kMaxStride &&
+         p.y_stride[0] <= kMaxStride && p.y_stride[1] <= kMaxStride && tensor_maps_available();
+}
+
 }  // namespace
 
 bool try_launch_depthwise_forward_tc(const DepthwiseForwardParams& p, cudaStream_t stream) {
@@ -88,11 +129,21 @@ bool try_launch_depthwise_forward_tc(const DepthwiseForwardParams& p, cudaStream
       p.width > kDepthwiseTcMaxWidth || p.x_stride[2] != 1 || p.y_stride[2] != 1 || p.length <= 0 ||
       p.batch * p.channels <= 0 || p.batch * p.channels > kMaxGridX)
     return false;
-  const bool wgmma = wgmma_form_applies(p);
+  const bool wgmma = p.width >= kWgmmaMinWidth && wgmma_rows_apply(p);
+  const bool ring = wgmma && p.width >= kWgmmaRingMinWidth && wgmma_ring_applies(p);
+  auto run = [&](auto type_tag) {
+    using T = decltype(type_tag);
+    if (ring)
+      launch_wgmma_ring_width<T>(p, stream);
+    else if (wgmma)
+      launch_wgmma_width<T>(p, stream);
+    else
+      launch_width<T>(p, stream);
+  };
   if (p.dtype == DType::f16)
-    wgmma ? launch_wgmma_width<__half>(p, stream) : launch_width<__half>(p, stream);
+    run(__half{});
   else
-    wgmma ? launch_wgmma_width<__nv_bfloat16>(p, stream) : launch_width<__nv_bfloat16>(p, stream);
+    run(__nv_bfloat16{});
   return true;
 }
 

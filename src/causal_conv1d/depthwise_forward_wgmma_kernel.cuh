@@ -21,6 +21,8 @@
 // output tile in shared memory and back to the row in 16-byte stores.
 #pragma once
 
+#include <cuda.h>  // CUtensorMap
+
 #include <type_traits>
 
 #include "causal_conv1d/depthwise_kernels.h"
@@ -59,12 +61,16 @@ struct Toeplitz64Pairs {
       (toeplitz64_pair_count<kBlocks>() + WgmmaToeplitzTile::kThreads - 1) / WgmmaToeplitzTile::kThreads;
   uint32_t v[kPerThread];
 
-  __device__ __forceinline__ void load(const T* w, int64_t w_stride, int width) {
+  // Entry e of the table.
+  static __device__ __forceinline__ uint32_t entry(const T* w, int64_t w_stride, int width, int e) {
     auto wr = [&](int s) { return (s >= 0 && s < width) ? w[int64_t(width - 1 - s) * w_stride] : from_float<T>(0.0f); };
+    return pack_pair(wr(e - 64), wr(e - 65));
+  }
+  __device__ __forceinline__ void load(const T* w, int64_t w_stride, int width) {
 #pragma unroll
     for (int k = 0; k < kPerThread; ++k) {
-      const int e = int(threadIdx.x) + k * WgmmaToeplitzTile::kThreads, s = e - 64;
-      v[k] = e < toeplitz64_pair_count<kBlocks>() ? pack_pair(wr(s), wr(s - 1)) : 0u;
+      const int e = int(threadIdx.x) + k * WgmmaToeplitzTile::kThreads;
+      v[k] = e < toeplitz64_pair_count<kBlocks>() ? entry(w, w_stride, width, e) : 0u;
     }
   }
   __device__ __forceinline__ void store(uint32_t* pairs_s) const {
@@ -215,6 +221,200 @@ __global__ void __launch_bounds__(WgmmaToeplitzTile::kThreads, wgmma_min_blocks_
     __syncthreads();
     wgmma_toeplitz_store_tile(y, out_s, 0, j0, n);
   }
+#endif
+}
+
+// ---- The streaming form: rows whose length is a multiple of 64 ---------------------------------
+//
+// The kernel above stages its tiles itself (cp.async) and so has one tile's input in flight per
+// block, and builds a row's Toeplitz fragments once per row of 1-2 tiles (L8192): it reached 63 % of
+// the copy rate at K128 (session 16). Here a producer warp streams the tiles through a ring of
+// kStages stages by TMA, each a box of 64 + halo chunks of one row (zeros before the row and past
+// its end: TMA's out-of-bounds fill), so several tiles per block are in flight while the consumer
+// warpgroup multiplies; and the outputs leave by TMA stores from two swizzled output tiles, so no
+// consumer thread waits on a global store. A persistent grid: block k takes the contiguous range
+// [k W / G, (k + 1) W / G) of the W = rows x tiles-per-row tiles in row-major order, so it changes
+// rows (and rebuilds its A fragments) at most once per row's tiles.
+//
+// The view both maps use: (64 steps, L / 64 chunks, C, B) with chunk stride 128 bytes, which needs
+// L % 64 == 0 (a partial last chunk would reach into the next row) and 16-byte aligned rows.
+//
+// A stage holds, besides its input box, the row's pair table (Toeplitz64Pairs::entry) and bias,
+// written by the producer when the tile starts a new row: the consumers read them, build their
+// fragments and only then release the stage. The producer loads a row's weights into registers
+// before it waits for the stage, all at once: one at a time (two dependent L2 trips per entry,
+// 6-12 entries a lane) it paced the kernel at ~2 us a tile (H200, session 28: K33 46 us against
+// the cp.async kernel's 43).
+template <int kBlocks>
+struct DepthwiseWgmmaRingSmem {
+  using Tile = WgmmaToeplitzTile;
+  static constexpr int kStages = 4;
+  static constexpr int kBoxChunks = Tile::kChunks + kBlocks - 1;  // the halo first
+  static constexpr uint32_t kBoxBytes = uint32_t(kBoxChunks) * Tile::kRowBytes;
+  static constexpr int kStageBytes = (kBoxChunks + 7) / 8 * 1024;
+  static constexpr int kOutTiles = 3;  // a tile's TMA store has two tiles' time to read it
+  static constexpr int kOutBytes = Tile::kChunks * Tile::kRowBytes;
+  static constexpr int kTableWords = toeplitz64_pair_count<kBlocks>() + 2;  // pairs, bias, padding
+  static constexpr int kOutOffset = kStages * kStageBytes;
+  static constexpr int kTableOffset = kOutOffset + kOutTiles * kOutBytes;
+  static constexpr int kBarrierOffset = kTableOffset + kStages * kTableWords * 4;
+  static constexpr int kBytes = 1024 + kBarrierOffset + 2 * kStages * 8;
+  static constexpr int kThreads = Tile::kThreads + 32;  // the consumer warpgroup, then the producer warp
+};
+
+// The (64, L / 64, C, B) view of a channel-first activation (strides in elements, L % 64 == 0)
+// for a tensor map of boxes of `box_chunks` chunks of one row. A unit dimension gets a stride the
+// encoder accepts (any multiple of 16 bytes), as it is never stepped.
+struct RowChunksView {
+  uint64_t dims[4];
+  uint64_t strides[3];  // bytes, dims 1-3
+  uint32_t box[4];
+};
+inline RowChunksView row_chunks_view(int64_t batch, int64_t channels, int64_t length, const int64_t* stride,
+                                     int box_chunks) {
+  const uint64_t chunk_bytes = uint64_t(WgmmaToeplitzTile::kRowBytes);
+  const uint64_t row_bytes = uint64_t(length) * 2;
+  RowChunksView v{};
+  v.dims[0] = uint64_t(WgmmaToeplitzTile::kChunk);
+  v.dims[1] = uint64_t(length / WgmmaToeplitzTile::kChunk);
+  v.dims[2] = uint64_t(channels);
+  v.dims[3] = uint64_t(batch);
+  v.strides[0] = chunk_bytes;
+  v.strides[1] = channels > 1 ? uint64_t(stride[1]) * 2 : row_bytes;
+  v.strides[2] = batch > 1 ? uint64_t(stride[0]) * 2 : row_bytes * uint64_t(channels);
+  v.box[0] = uint32_t(WgmmaToeplitzTile::kChunk);
+  v.box[1] = uint32_t(box_chunks);
+  v.box[2] = 1;
+  v.box[3] = 1;
+  return v;
+}
+
+// Work order of the persistent grid: false, block k takes the contiguous tile range
+// [k W / G, (k + 1) W / G); true, tiles k, k + G, k + 2G, ... (the blocks at work at once on
+// neighbouring tiles, as a launched grid's are; a row change at every tile).
+constexpr bool kWgmmaRingRoundRobin = false;
+
+// Blocks/SM asked of ptxas: 3 (136 registers) up to 4 Toeplitz blocks; 2 at 5 (140 registers:
+// at 136 ptxas would serialise the wgmmas, as in the kernel above).
+constexpr int wgmma_ring_min_blocks_per_sm(int blocks) { return blocks <= 4 ? 3 : 2; }
+
+template <typename T, int kBlocks>
+__global__ void __launch_bounds__(DepthwiseWgmmaRingSmem<kBlocks>::kThreads, wgmma_ring_min_blocks_per_sm(kBlocks))
+    depthwise_forward_wgmma_ring_kernel(const __grid_constant__ CUtensorMap x_map,
+                                        const __grid_constant__ CUtensorMap y_map, DepthwiseForwardParams p,
+                                        int64_t tiles_per_row) {
+#ifdef CAUSALCONV_SM90A
+  using Tile = WgmmaToeplitzTile;
+  using Smem = DepthwiseWgmmaRingSmem<kBlocks>;
+  constexpr int kHalo = kBlocks - 1, kStages = Smem::kStages;
+  uint8_t* const smem = sm90::aligned_dynamic_shared();
+  uint8_t* const stages = smem;
+  uint8_t* const outs = smem + Smem::kOutOffset;
+  uint32_t* const tables = reinterpret_cast<uint32_t*>(smem + Smem::kTableOffset);
+  uint64_t* const full = reinterpret_cast<uint64_t*>(smem + Smem::kBarrierOffset);  // producer lanes + TMA bytes
+  uint64_t* const empty = full + kStages;                                           // consumer warps
+  const int warp = int(threadIdx.x) >> 5, lane = int(threadIdx.x) & 31;
+  if (threadIdx.x == 0) {
+    sm90::tma_prefetch_descriptor(&x_map);
+    sm90::tma_prefetch_descriptor(&y_map);
+    for (int s = 0; s < kStages; ++s) {
+      sm90::mbarrier_init(&full[s], 32);
+      sm90::mbarrier_init(&empty[s], Tile::kThreads / 32);
+    }
+    sm90::mbarrier_init_fence();
+  }
+  __syncthreads();
+
+  const int64_t total = p.batch * p.channels * tiles_per_row;
+  const int64_t first = kWgmmaRingRoundRobin ? int64_t(blockIdx.x) : total * int64_t(blockIdx.x) / int64_t(gridDim.x);
+  const int64_t last = kWgmmaRingRoundRobin ? total : total * (int64_t(blockIdx.x) + 1) / int64_t(gridDim.x);
+  const int64_t step = kWgmmaRingRoundRobin ? int64_t(gridDim.x) : 1;
+  struct Where {
+    int64_t row, tile, b, c;
+  };
+  auto where = [&](int64_t work) {
+    Where w;
+    w.row = work / tiles_per_row;
+    w.tile = work - w.row * tiles_per_row;
+    w.b = w.row / p.channels;
+    w.c = w.row - w.b * p.channels;
+    return w;
+  };
+
+  if (warp == Tile::kThreads / 32) {  // the producer
+    constexpr int kEntries = toeplitz64_pair_count<kBlocks>() + 1;  // the pairs, then the bias
+    constexpr int kPerLane = (kEntries + 31) / 32;
+    int64_t row = -1;
+    uint32_t i = 0;
+    for (int64_t work = first; work < last; work += step, ++i) {
+      const int s = int(i % kStages);
+      const Where w = where(work);
+      const bool new_row = w.row != row;
+      uint32_t entries[kPerLane];
+      if (new_row) {
+        row = w.row;
+        const T* const wc = static_cast<const T*>(p.weight) + w.c * p.w_stride[0];
+#pragma unroll
+        for (int k = 0; k < kPerLane; ++k) {
+          const int e = lane + 32 * k;
+          entries[k] = e < kEntries - 1 ? Toeplitz64Pairs<kBlocks, T>::entry(wc, p.w_stride[1], int(p.width), e)
+                       : e == kEntries - 1 && p.bias
+                           ? __float_as_uint(to_float(static_cast<const T*>(p.bias)[w.c * p.bias_stride]))
+                           : 0u;
+        }
+      }
+      if (i >= kStages) sm90::mbarrier_wait(&empty[s], (i / kStages - 1) & 1);
+      if (new_row) {
+        uint32_t* const table = tables + s * Smem::kTableWords;
+#pragma unroll
+        for (int k = 0; k < kPerLane; ++k)
+          if (lane + 32 * k < kEntries) table[lane + 32 * k] = entries[k];
+      }
+      if (lane == 0) {
+        sm90::mbarrier_arrive_expect_tx(&full[s], Smem::kBoxBytes);
+        sm90::tma_load_4d(stages + s * Smem::kStageBytes, &x_map, &full[s], 0,
+                          int32_t(w.tile * Tile::kChunks - kHalo), int32_t(w.c), int32_t(w.b));
+      } else {
+        sm90::mbarrier_arrive(&full[s]);
+      }
+    }
+    return;
+  }
+
+  // The consumer warpgroup.
+  int64_t row = -1;
+  float bias = 0.0f;
+  uint32_t a[kBlocks][4][4];
+  uint32_t i = 0;
+  for (int64_t work = first; work < last; work += step, ++i) {
+    const int s = int(i % kStages);
+    sm90::mbarrier_wait(&full[s], (i / kStages) & 1);
+    const Where w = where(work);
+    if (w.row != row) {
+      row = w.row;
+      const uint32_t* const table = tables + s * Smem::kTableWords;
+      toeplitz64_a_fragments<kBlocks>(a, table);
+      bias = __uint_as_float(table[toeplitz64_pair_count<kBlocks>()]);
+    }
+    float acc[32] = {};  // (the first MMA overwrites it)
+    wgmma_toeplitz_issue<T, kBlocks>(acc, a, sm90::smem_u32(stages + s * Smem::kStageBytes));
+    sm90::wgmma_wait<0>();
+    sm90::fence_registers(acc);
+    if (lane == 0) sm90::mbarrier_arrive(&empty[s]);
+    // Output tile i % kOutTiles: its last store (tile i - kOutTiles) finished reading it before the
+    // last tile's barrier (below).
+    uint8_t* const out = outs + (i % Smem::kOutTiles) * Smem::kOutBytes;
+    wgmma_toeplitz_outputs_to_shared<T>(out, acc, bias, p.silu);
+    sm90::fence_proxy_async_shared();  // the tile's bytes, before the TMA store reads them
+    // The store of tile i + 1 - kOutTiles has read its tile, which the next tile writes.
+    if (threadIdx.x == 0) sm90::bulk_wait_group_read<Smem::kOutTiles - 2>();
+    sm90::named_barrier_sync(1, Tile::kThreads);
+    if (threadIdx.x == 0) {
+      sm90::tma_store_4d(&y_map, out, 0, int32_t(w.tile * Tile::kChunks), int32_t(w.c), int32_t(w.b));
+      sm90::bulk_commit_group();
+    }
+  }
+  if (threadIdx.x == 0) sm90::bulk_wait_group<0>();  // the stores, before the block's shared memory goes
 #endif
 }
 

@@ -157,6 +157,13 @@ __device__ __forceinline__ void fence_proxy_async_shared() {
   asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
 }
 
+// Waits until `threads` threads (a multiple of 32: whole warps) have arrived at barrier `id`
+// (1-15; 0 is __syncthreads'): a barrier of some warps of the block, e.g. the consumer warpgroup
+// of a block whose producer warp never comes.
+__device__ __forceinline__ void named_barrier_sync(uint32_t id, uint32_t threads) {
+  asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(threads) : "memory");
+}
+
 __device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
 __device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
 template <int kPending>
@@ -595,6 +602,11 @@ template <int kPending>
 inline void bulk_wait_group_read() {}
 template <int kPending>
 inline void bulk_wait_group() {}
+
+inline void named_barrier_sync(uint32_t id, uint32_t threads) {
+  if (id == 0 || id > 15 || threads % 32 != 0) emulation_fault("named barrier: id 1-15, whole warps");
+  causalconv::emulation::named_barrier(id, threads);
+}
 
 // ---- wgmma ----
 

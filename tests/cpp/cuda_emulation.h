@@ -33,6 +33,7 @@
 #include <cstring>
 #include <functional>
 #include <limits>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <stdexcept>
@@ -75,6 +76,8 @@ struct BlockState {
   std::vector<float> exchange;     // one slot per thread, for shuffles
   std::vector<uint32_t> exchange_bits;  // the same for 32-bit words (raw vectors)
   std::vector<float> shared;    // dynamic shared memory
+  std::mutex named_mutex;       // guards `named`
+  std::map<uint32_t, std::unique_ptr<Barrier>> named;  // bar.sync id, count: made at first use
 };
 
 inline Dim3 gridDim, blockIdx, blockDim;
@@ -128,6 +131,18 @@ inline void launch(Dim3 grid, unsigned threads, size_t shared_bytes, const std::
 }
 
 inline void syncthreads() { block_state->block->wait(); }
+
+// bar.sync id, threads: a barrier of the `threads` threads that use `id` (the same count each time).
+inline void named_barrier(uint32_t id, uint32_t threads) {
+  Barrier* barrier;
+  {
+    std::lock_guard<std::mutex> lock(block_state->named_mutex);
+    auto& slot = block_state->named[id];
+    if (!slot) slot = std::make_unique<Barrier>(int(threads));
+    barrier = slot.get();
+  }
+  barrier->wait();
+}
 
 // A 16-byte global or shared access must be 16-byte aligned on the GPU; x86 would not notice.
 inline void require_aligned16(const void* p) {

@@ -18,8 +18,10 @@
 #include "causal_conv1d/depthwise_backward_tc_kernel.cuh"
 #undef depthwise_backward_tc_kernel
 #define depthwise_forward_wgmma_kernel depthwise_forward_wgmma_kernel_emulated
+#define depthwise_forward_wgmma_ring_kernel depthwise_forward_wgmma_ring_kernel_emulated
 #include "causal_conv1d/depthwise_forward_wgmma_kernel.cuh"
 #undef depthwise_forward_wgmma_kernel
+#undef depthwise_forward_wgmma_ring_kernel
 
 #include <gtest/gtest.h>
 
@@ -47,7 +49,7 @@ namespace emu = causalconv::emulation;
 struct Case {
   int64_t batch, channels, length, width;
   bool bias, silu;
-  int64_t tiles_per_block = 8;
+  int64_t tiles_per_block = 8;  // the streaming wgmma form: the grid's blocks instead
 };
 
 template <typename T>
@@ -122,17 +124,37 @@ struct Data {
 
 using test::ErrorTally;
 
-// The mma.sync form (depthwise_forward_tc_kernel), or the wgmma form on 16-byte aligned rows.
-enum class Form { mma_sync, wgmma };
+// The mma.sync form (depthwise_forward_tc_kernel), the wgmma form on 16-byte aligned rows, or the
+// streaming wgmma form (rows of whole 64-step chunks).
+enum class Form { mma_sync, wgmma, wgmma_ring };
+
+const char* form_name(Form form) {
+  return form == Form::wgmma ? "wgmma" : form == Form::wgmma_ring ? "wgmma ring" : "mma.sync";
+}
+
+// An emulated tensor map of the streaming form's view of an activation (as its launcher encodes).
+CUtensorMap row_chunks_map(const void* base, int64_t B, int64_t C, int64_t L, const int64_t* stride, int box_chunks) {
+  const detail::RowChunksView v = detail::row_chunks_view(B, C, L, stride, box_chunks);
+  detail::sm90::EmulatedTensorMap m{};
+  m.base = base;
+  m.rank = 4;
+  m.swizzle_128b = true;
+  for (int d = 0; d < 4; ++d) {
+    m.dims[d] = v.dims[d];
+    m.box[d] = v.box[d];
+  }
+  for (int d = 0; d < 3; ++d) m.strides[d] = v.strides[d];
+  return detail::sm90::emulated_tensor_map(m);
+}
 
 template <typename T>
 void run_forward(const Case& cs, Form form = Form::mma_sync) {
   SCOPED_TRACE(::testing::Message() << "forward B" << cs.batch << " C" << cs.channels << " L" << cs.length << " K"
                                     << cs.width << " bias " << cs.bias << " silu " << cs.silu << " form "
-                                    << (form == Form::wgmma ? "wgmma" : "mma.sync"));
+                                    << form_name(form));
   const int64_t B = cs.batch, C = cs.channels, L = cs.length, K = cs.width;
   std::mt19937 rng(std::random_device{}());
-  const int64_t pad = row_pad(L, form == Form::wgmma);
+  const int64_t pad = row_pad(L, form != Form::mma_sync);
   Data<T> d(cs, rng, pad);
   Activation<T> y(B, C, L, pad);
 
@@ -146,7 +168,18 @@ void run_forward(const Case& cs, Form form = Form::mma_sync) {
   p.y_stride[0] = y.stride_b;
   p.y_stride[1] = y.stride_c;
   p.y_stride[2] = 1;
-  if (form == Form::wgmma) {
+  if (form == Form::wgmma_ring) {
+    const int64_t tiles_per_row = (L + detail::WgmmaToeplitzTile::kOutputs - 1) / detail::WgmmaToeplitzTile::kOutputs;
+    const emu::Dim3 grid{unsigned(std::min(B * C * tiles_per_row, cs.tiles_per_block)), 1, 1};
+    with_wgmma_blocks(K, [&](auto blocks) {
+      constexpr int kBlocks = decltype(blocks)::value;
+      using Smem = detail::DepthwiseWgmmaRingSmem<kBlocks>;
+      const CUtensorMap x_map = row_chunks_map(p.x, B, C, L, p.x_stride, Smem::kBoxChunks);
+      const CUtensorMap y_map = row_chunks_map(p.y, B, C, L, p.y_stride, detail::WgmmaToeplitzTile::kChunks);
+      emu::launch(grid, Smem::kThreads, size_t(Smem::kBytes),
+                  [&] { detail::depthwise_forward_wgmma_ring_kernel_emulated<T, kBlocks>(x_map, y_map, p, tiles_per_row); });
+    });
+  } else if (form == Form::wgmma) {
     const int64_t tiles = (L + detail::WgmmaToeplitzTile::kOutputs - 1) / detail::WgmmaToeplitzTile::kOutputs;
     const emu::Dim3 grid{unsigned(B * C), unsigned((tiles + cs.tiles_per_block - 1) / cs.tiles_per_block), 1};
     with_wgmma_blocks(K, [&](auto blocks) {
@@ -331,6 +364,28 @@ TEST(DepthwiseTensorCoreEmulated, ForwardWgmma) {
       {1, 1, 253, 193, false, true},  // 4 blocks, row end inside a unit
   };
   for (const Case& c : f16_cases) run_forward<__half>(c, Form::wgmma);
+}
+
+// The streaming wgmma form (L % 64 == 0; the last field is the grid's blocks): TMA boxes with the
+// halo zero-filled before the row and the tail past it, every width's block count, blocks whose
+// ranges cross rows (fragments rebuilt from the stage's table) and wrap the 4-stage ring several
+// times, both output tiles, partial last tiles, one block per tile, and rows 16 bytes apart
+// (stride L + 8).
+TEST(DepthwiseTensorCoreEmulated, ForwardWgmmaRing) {
+  const Case bf16_cases[] = {
+      {1, 1, 64, 64, true, false, 3},      // one chunk, 2 blocks; more blocks than tiles
+      {2, 3, 4160, 33, true, true, 4},     // 2 tiles a row (the second of one chunk), ranges across rows
+      {1, 5, 8192, 128, true, false, 2},   // 3 blocks; 5 tiles per block: the ring wraps
+      {3, 2, 12288, 129, false, true, 5},  // 3 blocks; 18 tiles over 5 blocks, rows split mid-way
+      {1, 2, 128, 193, true, false, 2},    // 4 blocks; L < K
+      {1, 3, 8256, 256, true, true, 9},    // 5 blocks; one tile per block
+  };
+  for (const Case& c : bf16_cases) run_forward<__nv_bfloat16>(c, Form::wgmma_ring);
+  const Case f16_cases[] = {
+      {2, 2, 4096, 65, true, true, 3},
+      {1, 4, 192, 255, false, false, 1},  // every row in one block
+  };
+  for (const Case& c : f16_cases) run_forward<__half>(c, Form::wgmma_ring);
 }
 
 TEST(DepthwiseTensorCoreEmulated, BackwardBFloat16) {

@@ -545,6 +545,38 @@ def test_tensor_core_path_tile_walks_and_fallbacks(dtype, seeded):
     assert_close_to_reference(y, causalconv.reference.causal_conv1d(x, w, bias, 1, None, None), torch.float32)
 
 
+@requires_cuda
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("k", [33, 64, 65, 128, 129, 193, 256])
+def test_tensor_core_streaming_form(dtype, k, seeded):
+    # Rows of whole 64-step chunks (L % 64 == 0) with 16-byte aligned starts take the streaming wgmma
+    # form on the H200 from K = 66 (TMA ring, persistent grid; below, the cp.async wgmma form): one chunk; a second tile of one chunk; rows longer
+    # than a tile; more than 4 tiles per block of the grid (the ring wraps, ranges cross rows); rows
+    # 64 steps apart inside a wider buffer (the maps' channel and batch strides), contiguous output.
+    cases = [(2, 3, 64), (2, 5, 4160), (1, 7, 8192), (2, 1024, 4096)]
+    for b, c, length in cases:
+        for with_bias, activation in ((True, "silu"), (False, None)):
+            x, w, bias = make_inputs(b, c, length, k, dtype, with_bias=with_bias)
+            y = forward_into_poisoned(x, w, bias, 1, activation)
+            ref = causalconv.reference.causal_conv1d(x, w, bias, 1, None, activation)
+            assert_close_to_reference(y, ref, dtype, f"B{b} C{c} L={length} bias={with_bias} {activation}")
+    x = torch.randn(3, 5, 4160 + 64, device="cuda", dtype=dtype)[:, :, :4160]
+    w = torch.randn(5, k, device="cuda", dtype=dtype) / k**0.5
+    y = forward_into_poisoned(x, w, None, 1, None)
+    assert_close_to_reference(y, causalconv.reference.causal_conv1d(x, w, None, 1, None, None), dtype, "padded rows")
+
+
+@requires_cuda
+@pytest.mark.parametrize("k", [64, 256])
+def test_tensor_core_streaming_form_racecheck_shapes(k, seeded):
+    # Small shapes of the streaming form for compute-sanitizer racecheck (scripts/gpu-check): blocks of
+    # one and of two tiles.
+    for b, c, length in ((1, 3, 4160), (1, 2, 64)):
+        x, w, bias = make_inputs(b, c, length, k, torch.bfloat16, with_bias=True)
+        y = forward_into_poisoned(x, w, bias, 1, "silu")
+        assert_close_to_reference(y, causalconv.reference.causal_conv1d(x, w, bias, 1, None, "silu"), torch.bfloat16)
+
+
 def backward_into_poisoned(x, w, bias, dy, activation, want_dx=True, want_weight_grads=True):
     """Runs the core backward into NaN-filled gradients and a NaN-filled workspace."""
     nan = float("nan")
