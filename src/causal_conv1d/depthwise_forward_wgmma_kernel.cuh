@@ -242,9 +242,12 @@ __global__ void __launch_bounds__(WgmmaToeplitzTile::kThreads, wgmma_min_blocks_
 // A stage holds, besides its input box, the row's pair table (Toeplitz64Pairs::entry) and bias,
 // written by the producer when the tile starts a new row: the consumers read them, build their
 // fragments and only then release the stage. The producer loads a row's weights into registers
-// before it waits for the stage, all at once: one at a time (two dependent L2 trips per entry,
-// 6-12 entries a lane) it paced the kernel at ~2 us a tile (H200, session 28: K33 46 us against
-// the cp.async kernel's 43).
+// all at once, before it waits for the stage, so that their L2 trips overlap the wait (one entry
+// at a time was at most 1 us slower at K9-K256 on the H200, session 28).
+//
+// Measured (H200, bf16 B1 C4096 L8192, session 28): ~46-48 us from K9 to K193 whatever the width,
+// as fast with 2 stages as with 4; against the kernel above K128 47.7 / 49.8 us, K193 50 / 58.7,
+// K256 64 / 73, but K33-K65 46 / 43: the launcher takes it from K66.
 template <int kBlocks>
 struct DepthwiseWgmmaRingSmem {
   using Tile = WgmmaToeplitzTile;
@@ -289,11 +292,6 @@ inline RowChunksView row_chunks_view(int64_t batch, int64_t channels, int64_t le
   return v;
 }
 
-// Work order of the persistent grid: false, block k takes the contiguous tile range
-// [k W / G, (k + 1) W / G); true, tiles k, k + G, k + 2G, ... (the blocks at work at once on
-// neighbouring tiles, as a launched grid's are; a row change at every tile).
-constexpr bool kWgmmaRingRoundRobin = false;
-
 // Blocks/SM asked of ptxas: 3 (136 registers) up to 4 Toeplitz blocks; 2 at 5 (140 registers:
 // at 136 ptxas would serialise the wgmmas, as in the kernel above).
 constexpr int wgmma_ring_min_blocks_per_sm(int blocks) { return blocks <= 4 ? 3 : 2; }
@@ -326,9 +324,10 @@ __global__ void __launch_bounds__(DepthwiseWgmmaRingSmem<kBlocks>::kThreads, wgm
   __syncthreads();
 
   const int64_t total = p.batch * p.channels * tiles_per_row;
-  const int64_t first = kWgmmaRingRoundRobin ? int64_t(blockIdx.x) : total * int64_t(blockIdx.x) / int64_t(gridDim.x);
-  const int64_t last = kWgmmaRingRoundRobin ? total : total * (int64_t(blockIdx.x) + 1) / int64_t(gridDim.x);
-  const int64_t step = kWgmmaRingRoundRobin ? int64_t(gridDim.x) : 1;
+  // Block k's tiles: the contiguous range [k W / G, (k + 1) W / G). (Tiles k, k + G, ..., neighbouring
+  // tiles at work at once and a row change per tile, lost 9-34 % on the H200, session 28.)
+  const int64_t first = total * int64_t(blockIdx.x) / int64_t(gridDim.x);
+  const int64_t last = total * (int64_t(blockIdx.x) + 1) / int64_t(gridDim.x);
   struct Where {
     int64_t row, tile, b, c;
   };
@@ -346,7 +345,7 @@ __global__ void __launch_bounds__(DepthwiseWgmmaRingSmem<kBlocks>::kThreads, wgm
     constexpr int kPerLane = (kEntries + 31) / 32;
     int64_t row = -1;
     uint32_t i = 0;
-    for (int64_t work = first; work < last; work += step, ++i) {
+    for (int64_t work = first; work < last; ++work, ++i) {
       const int s = int(i % kStages);
       const Where w = where(work);
       const bool new_row = w.row != row;
@@ -386,7 +385,7 @@ __global__ void __launch_bounds__(DepthwiseWgmmaRingSmem<kBlocks>::kThreads, wgm
   float bias = 0.0f;
   uint32_t a[kBlocks][4][4];
   uint32_t i = 0;
-  for (int64_t work = first; work < last; work += step, ++i) {
+  for (int64_t work = first; work < last; ++work, ++i) {
     const int s = int(i % kStages);
     sm90::mbarrier_wait(&full[s], (i / kStages) & 1);
     const Where w = where(work);
