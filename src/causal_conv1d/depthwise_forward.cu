@@ -7,16 +7,16 @@
 // time tile x 128 channels plus the causal halo in shared memory; each thread slides the
 // taps down a run of steps of 4 channels (depthwise_channel_last_kernel.cuh). 16-bit types at
 // K 2..8, dilation 1: a block walks several tiles on a two-tile ring instead.
-// Tiled kernel (other rows with unit time stride): a block stages one time tile of
-// one sequence plus its causal halo in shared memory as fp32, then each thread makes
-// Tile::kPerThread outputs, interleaved so that neighbouring threads touch
-// neighbouring addresses in global and shared memory.
+// Tiled kernel (other rows with unit time stride; depthwise_tiled_forward_kernel.cuh): a block
+// stages one time tile of one sequence plus its causal halo in shared memory as fp32, then makes
+// its outputs by a tap loop or, at dilation 1, from a register window of the staged row.
 // Direct kernel (anything else, e.g. channel-last data with a longer reach): one output
 // per thread, threads walking the unit-stride dim.
 #include <algorithm>
 
 #include "causal_conv1d/depthwise_channel_last_kernel.cuh"
 #include "causal_conv1d/depthwise_kernels.h"
+#include "causal_conv1d/depthwise_tiled_forward_kernel.cuh"
 #include "causal_conv1d/depthwise_tiling.cuh"
 #include "causal_conv1d/depthwise_window_kernels.cuh"
 #include "common/cuda_math.cuh"
@@ -119,55 +119,6 @@ bool try_launch_channel_last(const DepthwiseForwardParams& p, bool channel_last,
       p.width, [&](auto k) { launch_channel_last<T, decltype(k)::value>(p, g, stream); });
 }
 
-// ---- tiled kernel ----
-
-// kUnitStride: rows are not split by residue, so neighbours along time are adjacent.
-template <typename T, bool kUnitStride>
-__global__ void __launch_bounds__(Tile::kThreads, 4)
-    depthwise_forward_tiled(DepthwiseForwardParams p, DepthwiseTiling tiling) {
-  extern __shared__ float smem[];
-  float* w_s = smem;                     // [K]
-  float* x_s = smem + p.width;           // [halo + kTileOutputs]
-  const int64_t seq = blockIdx.x;
-  const int64_t bc = tiling.residues == 1 ? seq : div_nonneg(seq, tiling.residues);
-  const int64_t r = seq - bc * tiling.residues;
-  const int64_t b = div_nonneg(bc, p.channels), c = bc - b * p.channels;
-  const int64_t n = tiling.residues == 1 ? p.length : div_nonneg(p.length - r + tiling.step - 1, tiling.step);
-  const T* x = static_cast<const T*>(p.x) + b * p.x_stride[0] + c * p.x_stride[1] + r * p.x_stride[2];
-  T* y = static_cast<T*>(p.y) + b * p.y_stride[0] + c * p.y_stride[1] + r * p.y_stride[2];
-  const int64_t xs = tiling.step * p.x_stride[2], ys = tiling.step * p.y_stride[2];
-  const int width = int(p.width), halo = int(tiling.halo), dil = int(tiling.dilation);
-
-  for (int k = threadIdx.x; k < width; k += Tile::kThreads)
-    w_s[k] = to_float(static_cast<const T*>(p.weight)[c * p.w_stride[0] + k * p.w_stride[1]]);
-  const float bias = p.bias ? to_float(static_cast<const T*>(p.bias)[c * p.bias_stride]) : 0.0f;
-
-#pragma unroll 1
-  for (int64_t tile = blockIdx.y; tile < tiling.tiles; tile += gridDim.y) {
-    const int64_t j0 = tile * kTileOutputs;
-    if (j0 >= n) break;
-    __syncthreads();  // the previous tile's reads of x_s are done
-    stage_row<Tile, kUnitStride>(x_s, x, xs, j0, n, halo, 0);
-    __syncthreads();
-
-    float acc[Tile::kPerThread];
-#pragma unroll
-    for (int e = 0; e < Tile::kPerThread; ++e) acc[e] = bias;
-#pragma unroll 1  // Tile::kPerThread loads per tap are enough in flight; unrolling taps only spills
-    for (int k = 0; k < width; ++k) {
-      const float wk = w_s[k];
-      const float* xk = x_s + k * dil + threadIdx.x;  // x_s[halo + jl - (K-1-k)*dil]
-#pragma unroll
-      for (int e = 0; e < Tile::kPerThread; ++e) acc[e] = fmaf(wk, xk[e * Tile::kThreads], acc[e]);
-    }
-    if (p.silu) {
-#pragma unroll
-      for (int e = 0; e < Tile::kPerThread; ++e) acc[e] = silu<T>(acc[e]);
-    }
-    store_tile<Tile, kUnitStride>(y + j0 * ys, ys, n - j0, acc);
-  }
-}
-
 // ---- direct kernel ----
 constexpr int kDirectThreads = 256;
 
@@ -212,12 +163,20 @@ void launch_typed(const DepthwiseForwardParams& p, cudaStream_t stream) {
   const DepthwiseTiling tiling =
       make_depthwise_tiling(p.batch, p.channels, p.length, p.width, p.dilation, kForwardTilesPerBlock);
   if (unit_time_stride && !channel_last && tiling.sequences <= kMaxGridX) {
-    const size_t smem = sizeof(float) * size_t(p.width + tiling.halo + kTileOutputs);
+    const bool register_window =
+        kDepthwiseTiledRegisterWindow && tiling.dilation == 1 && p.width >= kRegisterWindowMinWidth;
+    const size_t smem =
+        sizeof(float) * size_t(tiled_forward_smem(int(p.width), int(tiling.halo), register_window).total_words());
     const dim3 grid(unsigned(tiling.sequences), unsigned(tiling.tile_blocks));
+    auto launch = [&](auto kernel) {
+      allow_dynamic_shared_memory(kernel, smem, "causal_conv1d forward (depthwise)");
+      kernel<<<grid, Tile::kThreads, smem, stream>>>(p, tiling);
+    };
     if (tiling.step == 1)
-      depthwise_forward_tiled<T, true><<<grid, Tile::kThreads, smem, stream>>>(p, tiling);
+      register_window ? launch(depthwise_forward_tiled<T, true, true>) : launch(depthwise_forward_tiled<T, true, false>);
     else
-      depthwise_forward_tiled<T, false><<<grid, Tile::kThreads, smem, stream>>>(p, tiling);
+      register_window ? launch(depthwise_forward_tiled<T, false, true>)
+                      : launch(depthwise_forward_tiled<T, false, false>);
     return;
   }
   const int64_t rows = channel_last ? p.batch * p.length : p.batch * p.channels;

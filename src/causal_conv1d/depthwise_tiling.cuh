@@ -57,13 +57,13 @@ inline DepthwiseTiling make_depthwise_tiling(int64_t batch, int64_t channels, in
 
 }  // namespace causalconv::detail
 
-#ifdef __CUDACC__
+#if defined(__CUDACC__) || defined(CAUSALCONV_CUDA_EMULATION)
 #include "common/cuda_math.cuh"
 
 namespace causalconv::detail {
 
 // Stages src[j * stride] for j in [j0 - before, j0 + kTileOutputs + after) into dst
-// as fp32, zero outside [0, n). The tile body is loaded with a fixed, unrolled count
+// as fp32, zero outside [0, n): position i of the span at dst[index(i)]. The tile body is loaded with a fixed, unrolled count
 // per thread so that all of a thread's loads are in flight at once; a full tile
 // (the common case) takes no bounds checks, and kUnitStride turns the index math into
 // immediate offsets from one row pointer.
@@ -72,9 +72,13 @@ __device__ __forceinline__ int64_t element_offset(int64_t i, int64_t stride) {
   return kUnitStride ? i : i * stride;
 }
 
-template <typename Shape, bool kUnitStride, typename T>
+struct StagedPosition {  // the identity: position i at dst[i]
+  __device__ __forceinline__ int operator()(int i) const { return i; }
+};
+
+template <typename Shape, bool kUnitStride, typename T, typename Index = StagedPosition>
 __device__ __forceinline__ void stage_row(float* dst, const T* src, int64_t stride, int64_t j0, int64_t n,
-                                          int before, int after) {
+                                          int before, int after, Index index = {}) {
   const T* row = src + j0 * stride;  // element j0
   const int64_t remaining = n - j0;  // > 0
   float body[Shape::kPerThread];
@@ -92,14 +96,14 @@ __device__ __forceinline__ void stage_row(float* dst, const T* src, int64_t stri
   }
   for (int i = threadIdx.x; i < before; i += Shape::kThreads) {  // causal halo; zero padding before t = 0
     const int back = before - i;
-    dst[i] = back <= j0 ? to_float(row[element_offset<kUnitStride>(-back, stride)]) : 0.0f;
+    dst[index(i)] = back <= j0 ? to_float(row[element_offset<kUnitStride>(-back, stride)]) : 0.0f;
   }
   for (int i = threadIdx.x; i < after; i += Shape::kThreads) {  // look-ahead halo (backward)
     const int ahead = kTileOutputs + i;
-    dst[before + ahead] = ahead < remaining ? to_float(row[element_offset<kUnitStride>(ahead, stride)]) : 0.0f;
+    dst[index(before + ahead)] = ahead < remaining ? to_float(row[element_offset<kUnitStride>(ahead, stride)]) : 0.0f;
   }
 #pragma unroll
-  for (int e = 0; e < Shape::kPerThread; ++e) dst[before + threadIdx.x + e * Shape::kThreads] = body[e];
+  for (int e = 0; e < Shape::kPerThread; ++e) dst[index(before + int(threadIdx.x) + e * Shape::kThreads)] = body[e];
 }
 
 // Writes a thread's interleaved outputs v[e] (tile positions threadIdx.x + e * Shape::kThreads)

@@ -1,0 +1,168 @@
+// The tiled depthwise forward (causal_conv1d/depthwise_tiled_forward_kernel.cuh) runs on the CPU
+// under tests/cpp/cuda_emulation.h, both ways it makes its outputs: the tap loop and the register
+// window (16 consecutive outputs a thread, skewed staging, taps in chunks of 16 plus a tail, the
+// outputs back through shared memory). Each case is checked against an fp64 brute force, and the
+// two ways against each other bit for bit (they add the same products in the same order). Cases:
+// every tail length of the tap chunks, L = 1, L < K, partial and several tiles, blocks walking
+// tiles, rows off the 16-byte boundaries, residue classes of a long dilated reach (strided
+// sub-sequences), bias and silu.
+// The GPU runs of the kernel: tests/python/test_causal_conv1d_depthwise.py.
+#include "cuda_emulation.h"  // first: it sets up the emulated CUDA built-ins
+
+#define depthwise_forward_tiled depthwise_forward_tiled_emulated
+#include "causal_conv1d/depthwise_tiled_forward_kernel.cuh"
+#undef depthwise_forward_tiled
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <type_traits>
+#include <vector>
+
+#include "error_tally.h"
+#include "storage_types.h"
+
+namespace causalconv {
+namespace {
+
+namespace emu = causalconv::emulation;
+using test::ErrorTally;
+using test::widen;
+
+struct Case {
+  int64_t batch, channels, length, width, dilation;
+  bool bias, silu;
+  int64_t tiles_per_block = detail::kForwardTilesPerBlock;
+};
+
+// Rows `pitch` = L + 3 elements apart (only some 16-byte aligned), a batch stride of C rows.
+template <typename T>
+struct Rows {
+  int64_t pitch, channels;
+  std::vector<T> data;
+  Rows(int64_t batch, int64_t c, int64_t length, double fill)
+      : pitch(length + 3), channels(c), data(size_t(batch * c * (length + 3)), test::round_to(T{}, fill)) {}
+  T& at(int64_t b, int64_t c, int64_t t) { return data[size_t((b * channels + c) * pitch + t)]; }
+  const T& at(int64_t b, int64_t c, int64_t t) const { return data[size_t((b * channels + c) * pitch + t)]; }
+};
+
+template <typename T>
+constexpr double ulp_of() {
+  return std::is_same_v<T, float> ? 0x1p-21 : std::is_same_v<T, __half> ? 0x1p-10 : 0x1p-7;  // fp32: silu's expf and division
+}
+
+// Runs the kernel (the register window or the tap loop) over x into a fresh NaN-filled y.
+template <typename T, bool kRegisterWindow>
+Rows<T> run_kernel(const Case& cs, Rows<T>& x, std::vector<T>& w, std::vector<T>& bias) {
+  const int64_t B = cs.batch, C = cs.channels, L = cs.length, K = cs.width;
+  Rows<T> y(B, C, L, std::numeric_limits<double>::quiet_NaN());
+  detail::DepthwiseForwardParams p{};
+  p.x = x.data.data();
+  p.y = y.data.data();
+  p.weight = w.data();
+  p.bias = cs.bias ? bias.data() : nullptr;
+  p.batch = B;
+  p.channels = C;
+  p.length = L;
+  p.width = K;
+  p.dilation = cs.dilation;
+  p.silu = cs.silu;
+  for (int64_t* s : {p.x_stride, p.y_stride}) {
+    s[0] = C * x.pitch;
+    s[1] = x.pitch;
+    s[2] = 1;
+  }
+  p.w_stride[0] = K;
+  p.w_stride[1] = 1;
+  p.bias_stride = 1;
+  const detail::DepthwiseTiling tiling = detail::make_depthwise_tiling(B, C, L, K, cs.dilation, cs.tiles_per_block);
+  const auto layout = detail::tiled_forward_smem(int(K), int(tiling.halo), kRegisterWindow);
+  const emu::Dim3 grid{unsigned(tiling.sequences), unsigned(tiling.tile_blocks), 1};
+  emu::launch(grid, detail::TiledForwardTile::kThreads, sizeof(float) * size_t(layout.total_words()), [&] {
+    if (tiling.step == 1)
+      detail::depthwise_forward_tiled_emulated<T, true, kRegisterWindow>(p, tiling);
+    else
+      detail::depthwise_forward_tiled_emulated<T, false, kRegisterWindow>(p, tiling);
+  });
+  return y;
+}
+
+template <typename T>
+void run_case(const Case& cs) {
+  SCOPED_TRACE(::testing::Message() << "B" << cs.batch << " C" << cs.channels << " L" << cs.length << " K" << cs.width
+                                    << " d" << cs.dilation << " bias " << cs.bias << " silu " << cs.silu);
+  const int64_t B = cs.batch, C = cs.channels, L = cs.length, K = cs.width, d = cs.dilation;
+  std::mt19937 rng(std::random_device{}());
+  std::normal_distribution<double> normal;
+  Rows<T> x(B, C, L, std::numeric_limits<double>::quiet_NaN());  // NaN in the padding: never read
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t c = 0; c < C; ++c)
+      for (int64_t t = 0; t < L; ++t) x.at(b, c, t) = test::round_to(T{}, normal(rng));
+  std::vector<T> w(static_cast<size_t>(C * K)), bias(static_cast<size_t>(C));
+  for (auto& v : w) v = test::round_to(T{}, normal(rng) / std::sqrt(double(K)));
+  for (auto& v : bias) v = test::round_to(T{}, normal(rng));
+
+  const detail::DepthwiseTiling tiling = detail::make_depthwise_tiling(B, C, L, K, d, cs.tiles_per_block);
+  const bool window = tiling.dilation == 1;  // the register window's condition (besides the width)
+  Rows<T> y_loop = run_kernel<T, false>(cs, x, w, bias);
+  Rows<T> y_window = window ? run_kernel<T, true>(cs, x, w, bias) : y_loop;
+
+  ErrorTally tally;
+  int64_t differ = 0;
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t c = 0; c < C; ++c) {
+      for (int64_t t = 0; t < L; ++t) {
+        double want = cs.bias ? widen(bias[size_t(c)]) : 0.0, mag = std::abs(want);
+        for (int64_t k = 0; k < K; ++k) {
+          const int64_t src = t - (K - 1 - k) * d;
+          if (src < 0) continue;
+          const double term = widen(w[size_t(c * K + k)]) * widen(x.at(b, c, src));
+          want += term;
+          mag += std::abs(term);
+        }
+        // fp32 accumulation: ~1e-7 of the terms' magnitudes, carried through silu (slope < 1.1).
+        if (cs.silu) want = want / (1.0 + std::exp(-want));
+        const double got = widen(y_window.at(b, c, t));
+        tally.add(got, want, ulp_of<T>() * std::abs(want) + 1.1e-6 * mag + 1e-7, "y", b, c, t);
+        if (std::memcmp(&y_window.at(b, c, t), &y_loop.at(b, c, t), sizeof(T)) != 0) ++differ;
+      }
+      for (const Rows<T>* y : {&y_loop, &y_window})
+        for (int64_t t = L; t < y->pitch; ++t)
+          EXPECT_TRUE(std::isnan(widen(y->at(b, c, t)))) << "wrote past the end of row " << b << "," << c;
+    }
+  EXPECT_EQ(tally.bad, 0) << "elements out of tolerance";
+  EXPECT_EQ(differ, 0) << "the register window and the tap loop differ";
+}
+
+const Case kCases[] = {
+    {1, 1, 1, 9, 1, true, false},          // L = 1
+    {1, 2, 20, 33, 1, false, true},        // L < K; a full chunk plus a tail of 1
+    {2, 3, 2049, 9, 1, true, false},       // no full chunk: a tail of 9; a tile plus one step
+    {1, 2, 5000, 16, 1, false, true},      // one full chunk, no tail; 3 tiles, partial last
+    {1, 3, 4100, 17, 1, true, true},       // a tail of 1
+    {1, 1, 3000, 31, 1, false, false},     // a tail of 15
+    {2, 1, 2048, 128, 1, true, false},     // 8 full chunks; one whole tile
+    {1, 2, 300, 255, 1, true, true},       // L < K, 15 chunks + 15
+    {1, 1, 6000, 256, 1, false, true},     // 16 chunks
+    {1, 1, 20000, 48, 1, true, false, 2},  // 10 tiles, 2 per block: blocks walk tiles
+    {1, 2, 3000, 9, 200, true, false},     // reach 1600: 200 residue classes of 15 steps (L < K in each)
+    {1, 1, 9000, 64, 20, false, true},     // reach 1260: 20 classes of 450 steps
+    {1, 2, 3000, 20, 2, true, false},      // reach 38, not split: the tap loop only (dilation 2)
+};
+
+TEST(DepthwiseTiledForwardEmulated, Float32) {
+  for (const Case& c : kCases) run_case<float>(c);
+}
+TEST(DepthwiseTiledForwardEmulated, Float16) {
+  for (const Case& c : kCases) run_case<__half>(c);
+}
+TEST(DepthwiseTiledForwardEmulated, BFloat16) {
+  for (const Case& c : kCases) run_case<__nv_bfloat16>(c);
+}
+
+}  // namespace
+}  // namespace causalconv
