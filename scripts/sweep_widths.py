@@ -1,11 +1,11 @@
-"""Depthwise forward time across filter widths (bf16 B1 D4096, with a bias), or with --b2b the
+"""Depthwise forward time across filter widths (bf16 B1 D4096, with a bias; --fp32: fp32), or with --b2b the
 b2b_causal_conv1d forward's across mixer widths (bf16 B1 D4096, Kp 3), for the choices between
 kernels that depend on the width (e.g. the tensor-core forms' thresholds). Prints one line per
 width: microseconds, the share of the device-to-device copy rate measured in the same run (bytes:
 inputs read once, output written once), and the relative L2 error against the fp64 reference
 (a variant that is fast and wrong shows here).
 
-    python3 scripts/sweep_widths.py [--b2b] [--length L] [--batch B] [--backward] [K ...]
+    python3 scripts/sweep_widths.py [--b2b] [--fp32] [--length L] [--batch B] [--backward] [K ...]
 
 --backward times forward + backward instead (depthwise only), against its byte floor of five
 activation passes (x, y; x, dy, dx) at the copy rate.
@@ -30,26 +30,28 @@ def main():
     parser.add_argument("--batch", type=int, default=1)
     parser.add_argument("--backward", action="store_true", help="depthwise forward + backward instead")
     parser.add_argument("--b2b", action="store_true", help="b2b_causal_conv1d's mixer widths instead")
+    parser.add_argument("--fp32", action="store_true", help="the depthwise forward in fp32 instead of bf16")
     args = parser.parse_args()
     torch.manual_seed(0)
     if args.b2b:
         sweep_b2b(args)
         return
-    x = torch.randn(args.batch, 4096, args.length, device="cuda", dtype=torch.bfloat16)
+    dtype, name, bound = (torch.float32, "fp32", 1e-5) if args.fp32 else (torch.bfloat16, "bf16", 1e-2)
+    x = torch.randn(args.batch, 4096, args.length, device="cuda", dtype=dtype)
     copy_ms = triton.testing.do_bench(lambda: x.clone())
     if args.backward:
         sweep_backward(args, x, copy_ms)
         return
     for width in args.widths:
-        w = torch.randn(4096, width, device="cuda", dtype=torch.bfloat16) / width
-        b = torch.randn(4096, device="cuda", dtype=torch.bfloat16)
+        w = torch.randn(4096, width, device="cuda", dtype=dtype) / width
+        b = torch.randn(4096, device="cuda", dtype=dtype)
         y = causalconv.causal_conv1d(x, w, b).double()
         ref = reference.causal_conv1d(x.double(), w.double(), b.double())
         rel_l2 = ((y - ref).norm() / ref.norm()).item()
         del y, ref
         ms = triton.testing.do_bench(lambda: causalconv.causal_conv1d(x, w, b))
-        verdict = "ok" if rel_l2 < 1e-2 else "WRONG"
-        print(f"bf16 B{args.batch} D4096 L{args.length} K{width:3d}: {ms * 1e3:7.1f} us"
+        verdict = "ok" if rel_l2 < bound else "WRONG"
+        print(f"{name} B{args.batch} D4096 L{args.length} K{width:3d}: {ms * 1e3:7.1f} us"
               f"  {100 * copy_ms / ms:5.1f} % of copy  rel_l2 {rel_l2:.1e} {verdict}")
 
 
@@ -57,8 +59,8 @@ def sweep_backward(args, x, copy_ms):
     x = x.detach().requires_grad_()
     dy = torch.randn_like(x)
     for width in args.widths:
-        w = (torch.randn(4096, width, device="cuda", dtype=torch.bfloat16) / width).requires_grad_()
-        b = torch.randn(4096, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+        w = (torch.randn(4096, width, device="cuda", dtype=x.dtype) / width).requires_grad_()
+        b = torch.randn(4096, device="cuda", dtype=x.dtype, requires_grad=True)
         grads = torch.autograd.grad(causalconv.causal_conv1d(x, w, b), (x, w, b), dy)
         xd, wd, bd = (t.detach().double().requires_grad_() for t in (x, w, b))
         refs = torch.autograd.grad(reference.causal_conv1d(xd, wd, bd), (xd, wd, bd), dy.double())
@@ -66,8 +68,9 @@ def sweep_backward(args, x, copy_ms):
         del grads, refs, xd, wd, bd
         ms = triton.testing.do_bench(
             lambda: torch.autograd.grad(causalconv.causal_conv1d(x, w, b), (x, w, b), dy))
-        verdict = "ok" if rel_l2 < 1e-2 else "WRONG"
-        print(f"fwd+bwd bf16 B{args.batch} D4096 L{args.length} K{width:3d}: {ms * 1e3:7.1f} us"
+        verdict = "ok" if rel_l2 < (1e-4 if x.dtype == torch.float32 else 1e-2) else "WRONG"
+        name = "fp32" if x.dtype == torch.float32 else "bf16"
+        print(f"fwd+bwd {name} B{args.batch} D4096 L{args.length} K{width:3d}: {ms * 1e3:7.1f} us"
               f"  {ms / (copy_ms * 5 / 2):4.2f}x floor  rel_l2 {rel_l2:.1e} {verdict}")
 
 
