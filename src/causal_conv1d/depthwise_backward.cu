@@ -6,10 +6,12 @@
 //   g[j]  = dy[j] * silu'(pre[j])             for j in [j0, j0+T+H)   (dx needs the future)
 //   dx[j] = sum_k w[k] g[j + (K-1-k)d]          for j in the tile
 //   dw[k] += sum_j g[j] x[j - (K-1-k)d],  db += sum_j g[j]   over the tile
+// The tiled kernel (rows no other kernel takes): depthwise_tiled_kernels.cuh.
 #include <algorithm>
 
 #include "causal_conv1d/depthwise_channel_last_kernel.cuh"
 #include "causal_conv1d/depthwise_kernels.h"
+#include "causal_conv1d/depthwise_tiled_kernels.cuh"
 #include "causalconv/error.h"
 #include "causal_conv1d/depthwise_tiling.cuh"
 #include "causal_conv1d/depthwise_weight_grad_reduce.cuh"
@@ -23,96 +25,6 @@ namespace causalconv::detail {
 namespace {
 
 using Tile = BackwardTile;
-
-constexpr int kWarps = Tile::kThreads / 32;
-
-// Shared memory: w[K] | x[H + T + H] | g[T + H] | per-warp partials[kWarps][K+1].
-__host__ __device__ inline size_t backward_smem_floats(int64_t width, int64_t halo) {
-  return size_t(width + (2 * halo + kTileOutputs) + (kTileOutputs + halo) + kWarps * (width + 1));
-}
-
-// kUnitStride: rows are not split by residue, so neighbours along time are adjacent.
-template <typename T, bool kUnitStride>
-__global__ void __launch_bounds__(Tile::kThreads)
-    depthwise_backward_tiled(DepthwiseBackwardParams p, DepthwiseTiling tiling, float* partials) {
-  extern __shared__ float smem[];
-  const int width = int(p.width), halo = int(tiling.halo), dil = int(tiling.dilation);
-  float* w_s = smem;
-  float* x_s = w_s + width;                     // x[j0 - H + i]
-  float* g_s = x_s + 2 * halo + kTileOutputs;   // g[j0 + i]
-  float* red_s = g_s + halo + kTileOutputs;     // [kWarps][K+1]
-
-  const int64_t seq = blockIdx.x;
-  const int64_t bc = tiling.residues == 1 ? seq : div_nonneg(seq, tiling.residues);
-  const int64_t r = seq - bc * tiling.residues;
-  const int64_t b = div_nonneg(bc, p.channels), c = bc - b * p.channels;
-  const int64_t n = tiling.residues == 1 ? p.length : div_nonneg(p.length - r + tiling.step - 1, tiling.step);
-  const int64_t step = tiling.step;  // time stride of a sub-sequence (unit-stride rows)
-  const T* x = static_cast<const T*>(p.x) + b * p.x_stride[0] + c * p.x_stride[1] + r;
-  const T* dy = static_cast<const T*>(p.dy) + b * p.dy_stride[0] + c * p.dy_stride[1] + r;
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-
-  for (int k = threadIdx.x; k < width; k += Tile::kThreads)
-    w_s[k] = to_float(static_cast<const T*>(p.weight)[c * p.w_stride[0] + k * p.w_stride[1]]);
-  const float bias = p.bias ? to_float(static_cast<const T*>(p.bias)[c * p.bias_stride]) : 0.0f;
-
-  for (int64_t tile = blockIdx.y; tile < tiling.tiles; tile += gridDim.y) {
-    const int64_t j0 = tile * kTileOutputs;
-    float* tile_partials = partials ? partials + (c * tiling.residues * p.batch * tiling.tiles +
-                                                  (b * tiling.residues + r) * tiling.tiles + tile) * (width + 1)
-                                    : nullptr;
-    if (j0 >= n) {  // a short residue class: this tile is empty but its partials are still summed
-      for (int k = threadIdx.x; tile_partials && k <= width; k += Tile::kThreads) tile_partials[k] = 0.0f;
-      continue;
-    }
-    __syncthreads();  // the previous tile is done with the shared buffers
-    // x over [j0 - H, j0 + T + H): the silu input at j needs x back to j - H.
-    stage_row<Tile, kUnitStride>(x_s, x, step, j0, n, halo, p.silu ? halo : 0);
-    stage_row<Tile, kUnitStride>(g_s, dy, step, j0, n, 0, halo);
-    __syncthreads();
-    if (p.silu) {
-      for (int i = threadIdx.x; i < halo + kTileOutputs; i += Tile::kThreads) {
-        float u = bias;
-        for (int k = 0; k < width; ++k) u = fmaf(w_s[k], x_s[i + k * dil], u);  // x_s[H + i - (K-1-k)d]
-        g_s[i] *= silu_derivative<T>(u);
-      }
-      __syncthreads();
-    }
-
-    if (p.dx) {
-      T* dx = static_cast<T*>(p.dx) + b * p.dx_stride[0] + c * p.dx_stride[1] + r;
-      float acc[Tile::kPerThread] = {};
-#pragma unroll 2  // as in the forward: more unrolling only spills
-      for (int k = 0; k < width; ++k) {
-        const float wk = w_s[k];
-        const float* gk = g_s + (width - 1 - k) * dil + threadIdx.x;
-#pragma unroll
-        for (int e = 0; e < Tile::kPerThread; ++e) acc[e] = fmaf(wk, gk[e * Tile::kThreads], acc[e]);
-      }
-      store_tile<Tile, kUnitStride>(dx + j0 * step, step, n - j0, acc);
-    }
-
-    if (tile_partials) {
-      // Tile sums per tap: each thread over its interleaved outputs, then a fixed
-      // shuffle tree per warp, then warps in order. Slot K holds the bias gradient.
-      for (int k = 0; k <= width; ++k) {
-        const float* xk = x_s + k * dil + threadIdx.x;  // x[j - (K-1-k)d]
-        float s = 0.0f;
-#pragma unroll
-        for (int e = 0; e < Tile::kPerThread; ++e)
-          s = fmaf(g_s[threadIdx.x + e * Tile::kThreads], k < width ? xk[e * Tile::kThreads] : 1.0f, s);
-        s = warp_sum(s);
-        if (lane == 0) red_s[warp * (width + 1) + k] = s;
-      }
-      __syncthreads();
-      for (int k = threadIdx.x; k <= width; k += Tile::kThreads) {
-        float s = 0.0f;
-        for (int w = 0; w < kWarps; ++w) s += red_s[w * (width + 1) + k];
-        tile_partials[k] = s;
-      }
-    }
-  }
-}
 
 // ---- channel-last kernels: x, dy, dx with unit channel stride ----
 // Dilation 1 and K <= ChannelLastTile::kMaxBackwardWidth: depthwise_backward_channel_last_unit
@@ -415,15 +327,23 @@ void launch_typed(const DepthwiseBackwardParams& p, float* partials, cudaStream_
   }
   const DepthwiseTiling tiling =
       make_depthwise_tiling(p.batch, p.channels, p.length, p.width, p.dilation, kBackwardTilesPerBlock);
-  const size_t smem = sizeof(float) * backward_smem_floats(p.width, tiling.halo);
+  const bool register_window =
+      kDepthwiseTiledRegisterWindow && tiling.dilation == 1 && !p.silu && p.width >= kRegisterWindowMinWidth;
+  const size_t smem =
+      sizeof(float) * size_t(tiled_backward_smem(int(p.width), int(tiling.halo), register_window).total_words());
   if (tiling.sequences > kMaxGridX)
     throw Error(ErrorKind::not_implemented, "causal_conv1d backward: more than 2^31-1 (batch, channel) rows");
   if (tiling.sequences > 0 && tiling.tiles > 0) {  // else dx is empty and the weight gradients are zero
     const dim3 grid(unsigned(tiling.sequences), unsigned(tiling.tile_blocks));
+    auto launch = [&](auto kernel) {
+      allow_dynamic_shared_memory(kernel, smem, "causal_conv1d backward (depthwise)");
+      kernel<<<grid, Tile::kThreads, smem, stream>>>(p, tiling, partials);
+    };
     if (tiling.step == 1)
-      depthwise_backward_tiled<T, true><<<grid, Tile::kThreads, smem, stream>>>(p, tiling, partials);
+      register_window ? launch(depthwise_backward_tiled<T, true, true>) : launch(depthwise_backward_tiled<T, true, false>);
     else
-      depthwise_backward_tiled<T, false><<<grid, Tile::kThreads, smem, stream>>>(p, tiling, partials);
+      register_window ? launch(depthwise_backward_tiled<T, false, true>)
+                      : launch(depthwise_backward_tiled<T, false, false>);
     check_launch("causal_conv1d backward (depthwise)");
   }
   launch_reduce<T>(p, partials, stream);

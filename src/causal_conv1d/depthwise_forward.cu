@@ -7,7 +7,7 @@
 // time tile x 128 channels plus the causal halo in shared memory; each thread slides the
 // taps down a run of steps of 4 channels (depthwise_channel_last_kernel.cuh). 16-bit types at
 // K 2..8, dilation 1: a block walks several tiles on a two-tile ring instead.
-// Tiled kernel (other rows with unit time stride; depthwise_tiled_forward_kernel.cuh): a block
+// Tiled kernel (other rows with unit time stride; depthwise_tiled_kernels.cuh): a block
 // stages one time tile of one sequence plus its causal halo in shared memory as fp32, then makes
 // its outputs by a tap loop or, at dilation 1, from a register window of the staged row.
 // Direct kernel (anything else, e.g. channel-last data with a longer reach): one output
@@ -16,7 +16,7 @@
 
 #include "causal_conv1d/depthwise_channel_last_kernel.cuh"
 #include "causal_conv1d/depthwise_kernels.h"
-#include "causal_conv1d/depthwise_tiled_forward_kernel.cuh"
+#include "causal_conv1d/depthwise_tiled_kernels.cuh"
 #include "causal_conv1d/depthwise_tiling.cuh"
 #include "causal_conv1d/depthwise_window_kernels.cuh"
 #include "common/cuda_math.cuh"

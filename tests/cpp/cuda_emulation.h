@@ -255,6 +255,6 @@ inline void cp_async_wait() {
 
 namespace causalconv::detail {
 inline float* channel_last_shared() { return causalconv::emulation::block_state->shared.data(); }
-inline float* tiled_forward_shared() { return causalconv::emulation::block_state->shared.data(); }
+inline float* tiled_shared() { return causalconv::emulation::block_state->shared.data(); }
 inline uint4* window_ring_shared() { return reinterpret_cast<uint4*>(causalconv::emulation::block_state->shared.data()); }
 }  // namespace causalconv::detail
