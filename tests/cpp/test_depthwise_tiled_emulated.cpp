@@ -27,6 +27,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "depthwise_emulated_checks.h"
 #include "error_tally.h"
 #include "storage_types.h"
 
@@ -52,6 +53,11 @@ struct Rows {
       : pitch(length + 3), channels(c), data(size_t(batch * c * (length + 3)), test::round_to(T{}, fill)) {}
   T& at(int64_t b, int64_t c, int64_t t) { return data[size_t((b * channels + c) * pitch + t)]; }
   const T& at(int64_t b, int64_t c, int64_t t) const { return data[size_t((b * channels + c) * pitch + t)]; }
+  void set_strides(int64_t (&s)[3]) const {
+    s[0] = channels * pitch;
+    s[1] = pitch;
+    s[2] = 1;
+  }
 };
 
 template <typename T>
@@ -65,24 +71,11 @@ Rows<T> run_kernel(const Case& cs, Rows<T>& x, std::vector<T>& w, std::vector<T>
   const int64_t B = cs.batch, C = cs.channels, L = cs.length, K = cs.width;
   Rows<T> y(B, C, L, std::numeric_limits<double>::quiet_NaN());
   detail::DepthwiseForwardParams p{};
+  test::set_common_params(p, w, cs.bias ? bias.data() : nullptr, B, C, L, K, cs.dilation, cs.silu);
   p.x = x.data.data();
   p.y = y.data.data();
-  p.weight = w.data();
-  p.bias = cs.bias ? bias.data() : nullptr;
-  p.batch = B;
-  p.channels = C;
-  p.length = L;
-  p.width = K;
-  p.dilation = cs.dilation;
-  p.silu = cs.silu;
-  for (int64_t* s : {p.x_stride, p.y_stride}) {
-    s[0] = C * x.pitch;
-    s[1] = x.pitch;
-    s[2] = 1;
-  }
-  p.w_stride[0] = K;
-  p.w_stride[1] = 1;
-  p.bias_stride = 1;
+  x.set_strides(p.x_stride);
+  y.set_strides(p.y_stride);
   const detail::DepthwiseTiling tiling = detail::make_depthwise_tiling(B, C, L, K, cs.dilation, cs.tiles_per_block);
   const auto layout = detail::tiled_forward_smem(int(K), int(tiling.halo), kRegisterWindow);
   const emu::Dim3 grid{unsigned(tiling.sequences), unsigned(tiling.tile_blocks), 1};
@@ -184,25 +177,13 @@ void check_backward(const Case& cs) {
   const int64_t parts = tiling.residues * B * tiling.tiles;  // per channel
   std::vector<float> partials(size_t(C * parts * (K + 1)), std::numeric_limits<float>::quiet_NaN());
   detail::DepthwiseBackwardParams p{};
+  test::set_common_params(p, w, cs.bias ? bias.data() : nullptr, B, C, L, K, d, cs.silu);
   p.x = x.data.data();
   p.dy = dy.data.data();
   p.dx = dx.data.data();
-  p.weight = w.data();
-  p.bias = cs.bias ? bias.data() : nullptr;
-  p.batch = B;
-  p.channels = C;
-  p.length = L;
-  p.width = K;
-  p.dilation = d;
-  p.silu = cs.silu;
-  for (int64_t* s : {p.x_stride, p.dy_stride, p.dx_stride}) {
-    s[0] = C * x.pitch;
-    s[1] = x.pitch;
-    s[2] = 1;
-  }
-  p.w_stride[0] = K;
-  p.w_stride[1] = 1;
-  p.bias_stride = 1;
+  x.set_strides(p.x_stride);
+  dy.set_strides(p.dy_stride);
+  dx.set_strides(p.dx_stride);
   const auto layout = detail::tiled_backward_smem(int(K), int(tiling.halo), kRegisterWindow);
   emu::launch({unsigned(tiling.sequences), unsigned(tiling.tile_blocks), 1}, detail::TiledBackwardTile::kThreads,
               sizeof(float) * size_t(layout.total_words()), [&] {
