@@ -292,6 +292,30 @@ inline RowChunksView row_chunks_view(int64_t batch, int64_t channels, int64_t le
   return v;
 }
 
+// A block's place in its tile range, row-major over (b, c, tile): divisions once, at its first
+// tile; new_row marks the tiles that start a row for the block (its first, and every tile 0).
+struct RingWalk {
+  int64_t tile, c, b;
+  bool new_row;
+  __device__ __forceinline__ RingWalk(int64_t work, int64_t tiles_per_row, int64_t channels) {
+    const int64_t row = work / tiles_per_row;
+    tile = work - row * tiles_per_row;
+    b = row / channels;
+    c = row - b * channels;
+    new_row = true;
+  }
+  __device__ __forceinline__ void advance(int64_t tiles_per_row, int64_t channels) {
+    new_row = ++tile == tiles_per_row;
+    if (new_row) {
+      tile = 0;
+      if (++c == channels) {
+        c = 0;
+        ++b;
+      }
+    }
+  }
+};
+
 // The outputs leave by TMA stores (one thread), or (false) by every consumer thread's 16-byte
 // stores from the output tile, as in the kernel above. Written after session 28's last GPU call to
 // test ncu's hint (L2 75 % busy at DRAM 56 %) that the 128-byte TMA rows cost L2 more; not measured.
@@ -333,30 +357,16 @@ __global__ void __launch_bounds__(DepthwiseWgmmaRingSmem<kBlocks>::kThreads, wgm
   // tiles at work at once and a row change per tile, lost 9-34 % on the H200, session 28.)
   const int64_t first = total * int64_t(blockIdx.x) / int64_t(gridDim.x);
   const int64_t last = total * (int64_t(blockIdx.x) + 1) / int64_t(gridDim.x);
-  struct Where {
-    int64_t row, tile, b, c;
-  };
-  auto where = [&](int64_t work) {
-    Where w;
-    w.row = work / tiles_per_row;
-    w.tile = work - w.row * tiles_per_row;
-    w.b = w.row / p.channels;
-    w.c = w.row - w.b * p.channels;
-    return w;
-  };
 
   if (warp == Tile::kThreads / 32) {  // the producer
     constexpr int kEntries = toeplitz64_pair_count<kBlocks>() + 1;  // the pairs, then the bias
     constexpr int kPerLane = (kEntries + 31) / 32;
-    int64_t row = -1;
+    RingWalk w(first, tiles_per_row, p.channels);
     uint32_t i = 0;
-    for (int64_t work = first; work < last; ++work, ++i) {
+    for (int64_t work = first; work < last; ++work, ++i, w.advance(tiles_per_row, p.channels)) {
       const int s = int(i % kStages);
-      const Where w = where(work);
-      const bool new_row = w.row != row;
       uint32_t entries[kPerLane];
-      if (new_row) {
-        row = w.row;
+      if (w.new_row) {
         const T* const wc = static_cast<const T*>(p.weight) + w.c * p.w_stride[0];
 #pragma unroll
         for (int k = 0; k < kPerLane; ++k) {
@@ -368,7 +378,7 @@ __global__ void __launch_bounds__(DepthwiseWgmmaRingSmem<kBlocks>::kThreads, wgm
         }
       }
       if (i >= kStages) sm90::mbarrier_wait(&empty[s], (i / kStages - 1) & 1);
-      if (new_row) {
+      if (w.new_row) {
         uint32_t* const table = tables + s * Smem::kTableWords;
 #pragma unroll
         for (int k = 0; k < kPerLane; ++k)
@@ -386,16 +396,14 @@ __global__ void __launch_bounds__(DepthwiseWgmmaRingSmem<kBlocks>::kThreads, wgm
   }
 
   // The consumer warpgroup.
-  int64_t row = -1;
   float bias = 0.0f;
   uint32_t a[kBlocks][4][4];
+  RingWalk w(first, tiles_per_row, p.channels);
   uint32_t i = 0;
-  for (int64_t work = first; work < last; ++work, ++i) {
+  for (int64_t work = first; work < last; ++work, ++i, w.advance(tiles_per_row, p.channels)) {
     const int s = int(i % kStages);
     sm90::mbarrier_wait(&full[s], (i / kStages) & 1);
-    const Where w = where(work);
-    if (w.row != row) {
-      row = w.row;
+    if (w.new_row) {
       const uint32_t* const table = tables + s * Smem::kTableWords;
       toeplitz64_a_fragments<kBlocks>(a, table);
       bias = __uint_as_float(table[toeplitz64_pair_count<kBlocks>()]);
