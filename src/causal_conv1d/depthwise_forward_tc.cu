@@ -115,11 +115,18 @@ bool wgmma_rows_apply(const DepthwiseForwardParams& p) {
 constexpr int64_t kWgmmaRingMinWidth = 66;
 
 // The streaming form on top: rows of whole 64-step chunks (its tensor maps' view, row_chunks_view),
-// strides the maps can hold (below 2^40 bytes), and a driver that encodes tensor maps.
+// rows that do not overlap (no expanded or aliased rows: the maps' strides stay as ordinary as the
+// encoder expects) at strides the maps can hold (below 2^40 bytes), and a driver that encodes
+// tensor maps.
 bool wgmma_ring_applies(const DepthwiseForwardParams& p) {
   constexpr int64_t kMaxStride = (int64_t(1) << 39) - 1;  // elements of 2 bytes
-  return p.length % WgmmaToeplitzTile::kChunk == 0 && p.x_stride[0] <= kMaxStride && p.x_stride[1] <= kMaxStride &&
-         p.y_stride[0] <= kMaxStride && p.y_stride[1] <= kMaxStride && tensor_maps_available();
+  auto plain_rows = [&](const int64_t* stride) {
+    const bool channels_ok = p.channels == 1 || (stride[1] >= p.length && stride[1] <= kMaxStride);
+    const int64_t batch_min = p.channels == 1 ? p.length : p.channels * stride[1];
+    return channels_ok && (p.batch == 1 || (stride[0] >= batch_min && stride[0] <= kMaxStride));
+  };
+  return p.length % WgmmaToeplitzTile::kChunk == 0 && plain_rows(p.x_stride) && plain_rows(p.y_stride) &&
+         tensor_maps_available();
 }
 
 }  // namespace

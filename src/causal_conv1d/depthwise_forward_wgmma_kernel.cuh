@@ -231,7 +231,7 @@ __global__ void __launch_bounds__(WgmmaToeplitzTile::kThreads, wgmma_min_blocks_
 // the copy rate at K128 (session 16). Here a producer warp streams the tiles through a ring of
 // kStages stages by TMA, each a box of 64 + halo chunks of one row (zeros before the row and past
 // its end: TMA's out-of-bounds fill), so several tiles per block are in flight while the consumer
-// warpgroup multiplies; and the outputs leave by TMA stores from two swizzled output tiles, so no
+// warpgroup multiplies; and the outputs leave by TMA stores from 3 swizzled output tiles, so no
 // consumer thread waits on a global store. A persistent grid: block k takes the contiguous range
 // [k W / G, (k + 1) W / G) of the W = rows x tiles-per-row tiles in row-major order, so it changes
 // rows (and rebuilds its A fragments) at most once per row's tiles.

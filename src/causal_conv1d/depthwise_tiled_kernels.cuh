@@ -1,8 +1,8 @@
-// Depthwise causal conv forward, the tiled kernel: channel-first sequences with a unit time stride
-// that the window and tensor-core kernels do not take (fp32 at K >= 9, any type at a dilation > 1,
-// rows off the 16-byte boundaries), and the residue classes of a long dilated reach
-// (depthwise_tiling.cuh). A block stages one time tile of one sequence plus its causal halo in
-// shared memory as fp32, then makes the tile's 2048 outputs in one of two ways:
+// The tiled depthwise kernels, forward and (below) backward: channel-first sequences with a unit
+// time stride that the window and tensor-core kernels do not take (fp32 at K >= 9, any type at a
+// dilation > 1, rows off the 16-byte boundaries), and the residue classes of a long dilated reach
+// (depthwise_tiling.cuh). The forward: a block stages one time tile of one sequence plus its causal
+// halo in shared memory as fp32, then makes the tile's 2048 outputs in one of two ways:
 //  * the tap loop (any dilation): each thread makes 16 outputs interleaved by 128, one shared load
 //    per FMA: bound by shared-memory bandwidth (fp32 B1 C4096 L8192 K128: 0.60 ms on the H200, ~20 %
 //    of the FMA peak);
@@ -129,7 +129,7 @@ __global__ void __launch_bounds__(TiledForwardTile::kThreads, 4)
   static_assert(!kRegisterWindow || Tile::kPerThread == 16, "the window makes 16 consecutive outputs a thread");
   const int width = int(p.width), halo = int(tiling.halo), dil = int(tiling.dilation);
   const TiledForwardSmem layout = tiled_forward_smem(width, halo, kRegisterWindow);
-  float* const w_s = tiled_shared();     // [width]
+  float* const w_s = tiled_shared();             // [width]
   float* const x_s = w_s + layout.filter_words;  // [halo + kTileOutputs], skewed under the register window
   const int64_t seq = blockIdx.x;
   const int64_t bc = tiling.residues == 1 ? seq : div_nonneg(seq, tiling.residues);
