@@ -84,12 +84,13 @@ struct RegisterWindow {
   }
 };
 
-// acc[e] = bias + sum_k w_s[k] * row[o + e + k] for o = kOutputs * threadIdx.x, e < kOutputs,
-// k < width, the taps added in order; row skewed. w_s 16-byte aligned.
+// acc[e] = bias + sum_k w_s[k] * row[o + e + k] for e < kOutputs, k < width, the taps added in
+// order; o a multiple of kOutputs (by default the thread's: kOutputs * threadIdx.x); row skewed,
+// w_s 16-byte aligned.
 template <int kOutputs>
 __device__ __forceinline__ void register_window_outputs(float (&acc)[kOutputs], const float* row, const float* w_s,
-                                                        int width, float bias) {
-  const int o = kOutputs * int(threadIdx.x);
+                                                        int width, float bias,
+                                                        int o = kOutputs * int(threadIdx.x)) {
 #pragma unroll
   for (int e = 0; e < kOutputs; ++e) acc[e] = bias;
   RegisterWindow<kOutputs> w;
@@ -195,8 +196,9 @@ __global__ void __launch_bounds__(TiledForwardTile::kThreads, 4)
 // depthwise_weight_grad_reduce). Two ways again:
 //  * the tap loops (any dilation, silu): 8 outputs a thread interleaved by 256; dx one shared load
 //    per FMA, dweight per tap 8 FMAs, 8 loads and a 5-shuffle warp sum;
-//  * the register window (dilation 1 within the sequence, no silu, K >= kRegisterWindowMinWidth):
-//    8 consecutive positions a thread. dx is the forward's window over g with the filter reversed;
+//  * the register window (dilation 1 within the sequence, K >= kRegisterWindowMinWidth): 8
+//    consecutive positions a thread. With silu, the silu input over the tile and its look-ahead is
+//    the forward's window over x; dx is the forward's window over g with the filter reversed;
 //    dweight keeps the thread's 8 g values in registers and slides a window of x: per 8 taps 64
 //    FMAs and 8 loads give 8 sums, reduced over the warp with 9 shuffles (warp_transpose_sum8).
 using TiledBackwardTile = BackwardTile;
@@ -204,7 +206,7 @@ constexpr int kTiledBackwardWarps = TiledBackwardTile::kThreads / 32;
 
 // Shared memory of the tiled backward (fp32 words). Tap loops: w[K] | x[H + T + H] | g[T + H] |
 // per-warp sums [kWarps][K+1]. Register window: w[K] and w reversed (each rounded up to 4 words) |
-// x[H + T] and g[T + H], skewed, each with the 16 positions past it that a last window loads |
+// x[H + T + H] and g[T + H], skewed, each with the 16 positions past it that a last window loads |
 // the per-warp sums.
 struct TiledBackwardSmem {
   int filter_words, x_words, g_words, sum_words;
@@ -212,7 +214,7 @@ struct TiledBackwardSmem {
 };
 __host__ __device__ constexpr TiledBackwardSmem tiled_backward_smem(int width, int halo, bool register_window) {
   return register_window
-             ? TiledBackwardSmem{2 * ((width + 3) / 4 * 4), skewed_index<8>(halo + kTileOutputs + 16) + 1,
+             ? TiledBackwardSmem{2 * ((width + 3) / 4 * 4), skewed_index<8>(2 * halo + kTileOutputs + 16) + 1,
                                  skewed_index<8>(halo + kTileOutputs + 16) + 1, kTiledBackwardWarps * (width + 1)}
              : TiledBackwardSmem{width, 2 * halo + kTileOutputs, kTileOutputs + halo, kTiledBackwardWarps * (width + 1)};
 }
@@ -238,7 +240,7 @@ __device__ __forceinline__ float warp_transpose_sum8(const float (&v)[8]) {
 }
 
 // kUnitStride: rows are not split by residue, so neighbours along time are adjacent.
-// kRegisterWindow: the register window (tiling.dilation == 1, no silu); else the tap loops.
+// kRegisterWindow: the register window (tiling.dilation == 1); else the tap loops.
 template <typename T, bool kUnitStride, bool kRegisterWindow>
 __global__ void __launch_bounds__(TiledBackwardTile::kThreads)
     depthwise_backward_tiled(DepthwiseBackwardParams p, DepthwiseTiling tiling, float* partials) {
@@ -271,7 +273,7 @@ __global__ void __launch_bounds__(TiledBackwardTile::kThreads)
   const float bias = p.bias ? to_float(static_cast<const T*>(p.bias)[c * p.bias_stride]) : 0.0f;
   if (kRegisterWindow)  // the positions past x and g that the last windows load and no sum keeps
     for (int i = threadIdx.x; i < 16; i += Tile::kThreads) {
-      x_s[skewed_index<kWindow>(halo + kTileOutputs + i)] = 0.0f;
+      x_s[skewed_index<kWindow>(2 * halo + kTileOutputs + i)] = 0.0f;
       g_s[skewed_index<kWindow>(kTileOutputs + halo + i)] = 0.0f;
     }
 
@@ -288,9 +290,20 @@ __global__ void __launch_bounds__(TiledBackwardTile::kThreads)
     T* const dx = p.dx ? static_cast<T*>(p.dx) + b * p.dx_stride[0] + c * p.dx_stride[1] + r : nullptr;
 
     if constexpr (kRegisterWindow) {
-      stage_row<Tile, kUnitStride>(x_s, x, step, j0, n, halo, 0, SkewedIndex<kWindow>{});
+      // x over [j0 - H, j0 + T + H): the silu input at j needs x back to j - H.
+      stage_row<Tile, kUnitStride>(x_s, x, step, j0, n, halo, p.silu ? halo : 0, SkewedIndex<kWindow>{});
       stage_row<Tile, kUnitStride>(g_s, dy, step, j0, n, 0, halo, SkewedIndex<kWindow>{});
       __syncthreads();
+      if (p.silu) {  // g *= silu'(pre) at positions [0, T + H): the tile, then its look-ahead
+        for (int o = kWindow * int(threadIdx.x); o < kTileOutputs + halo; o += kTileOutputs) {
+          float pre[kWindow];
+          register_window_outputs<kWindow>(pre, x_s, w_s, width, bias, o);
+#pragma unroll
+          for (int e = 0; e < kWindow; ++e)
+            if (o + e < kTileOutputs + halo) g_s[skewed_index<kWindow>(o + e)] *= silu_derivative<T>(pre[e]);
+        }
+        __syncthreads();
+      }
       const int o = kWindow * int(threadIdx.x);
       if (tile_partials) {
         float g[kWindow], g_sum = 0.0f;
