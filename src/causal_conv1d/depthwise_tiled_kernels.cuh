@@ -32,6 +32,11 @@ using TiledForwardTile = ForwardTile;
 constexpr bool kDepthwiseTiledRegisterWindow = false;
 constexpr int64_t kRegisterWindowMinWidth = 9;
 
+// Whether the tiled kernels (forward and backward) take the register window for this cut.
+inline bool tiled_register_window_applies(const DepthwiseTiling& tiling, int64_t width) {
+  return kDepthwiseTiledRegisterWindow && tiling.dilation == 1 && width >= kRegisterWindowMinWidth;
+}
+
 // Shared-memory word of staged position s under the skew of a register window of kOutputs
 // consecutive outputs a thread (a pad word after every kOutputs positions).
 template <int kOutputs>
@@ -121,6 +126,20 @@ __device__ __forceinline__ void register_window_outputs(float (&acc)[kOutputs], 
   }
 }
 
+// A thread's kOutputs consecutive outputs (positions o = kOutputs * threadIdx.x on) as the
+// interleaved ones store_tile takes (positions threadIdx.x + e * Shape::kThreads), through the
+// skewed row `buffer`, which every thread of the block has finished reading.
+template <typename Shape, int kOutputs>
+__device__ __forceinline__ void consecutive_to_interleaved(float (&acc)[kOutputs], float* buffer) {
+  static_assert(Shape::kPerThread == kOutputs, "a thread's outputs, both ways");
+  const int o = kOutputs * int(threadIdx.x);
+#pragma unroll
+  for (int e = 0; e < kOutputs; ++e) buffer[skewed_index<kOutputs>(o + e)] = acc[e];
+  __syncthreads();
+#pragma unroll
+  for (int e = 0; e < kOutputs; ++e) acc[e] = buffer[skewed_index<kOutputs>(int(threadIdx.x) + e * Shape::kThreads)];
+}
+
 // kUnitStride: rows are not split by residue, so neighbours along time are adjacent.
 // kRegisterWindow: the register window (tiling.dilation == 1); else the tap loop.
 template <typename T, bool kUnitStride, bool kRegisterWindow>
@@ -159,12 +178,7 @@ __global__ void __launch_bounds__(TiledForwardTile::kThreads, 4)
       __syncthreads();
       register_window_outputs<16>(acc, x_s, w_s, width, bias);
       __syncthreads();  // every window read: x_s takes the outputs, to leave interleaved
-      const int o = 16 * int(threadIdx.x);
-#pragma unroll
-      for (int e = 0; e < 16; ++e) x_s[skewed_index<16>(o + e)] = acc[e];
-      __syncthreads();
-#pragma unroll
-      for (int e = 0; e < Tile::kPerThread; ++e) acc[e] = x_s[skewed_index<16>(int(threadIdx.x) + e * Tile::kThreads)];
+      consecutive_to_interleaved<Tile>(acc, x_s);
     } else {
       stage_row<Tile, kUnitStride>(x_s, x, xs, j0, n, halo, 0);
       __syncthreads();
@@ -341,12 +355,7 @@ __global__ void __launch_bounds__(TiledBackwardTile::kThreads)
           tile_partials[k] = sum;
         }
       if (dx) {  // through x_s, to leave interleaved in coalesced stores
-#pragma unroll
-        for (int e = 0; e < kWindow; ++e) x_s[skewed_index<kWindow>(o + e)] = acc[e];
-        __syncthreads();
-#pragma unroll
-        for (int e = 0; e < Tile::kPerThread; ++e)
-          acc[e] = x_s[skewed_index<kWindow>(int(threadIdx.x) + e * Tile::kThreads)];
+        consecutive_to_interleaved<Tile>(acc, x_s);
         store_tile<Tile, kUnitStride>(dx + j0 * step, step, n - j0, acc);
       }
     } else {

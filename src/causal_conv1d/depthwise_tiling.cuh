@@ -63,8 +63,9 @@ inline DepthwiseTiling make_depthwise_tiling(int64_t batch, int64_t channels, in
 namespace causalconv::detail {
 
 // Stages src[j * stride] for j in [j0 - before, j0 + kTileOutputs + after) into dst
-// as fp32, zero outside [0, n): position i of the span at dst[index(i)]. The tile body is loaded with a fixed, unrolled count
-// per thread so that all of a thread's loads are in flight at once; a full tile
+// as fp32, zero outside [0, n): position i of the span at dst[index(i)]. The tile body is
+// loaded with a fixed, unrolled count per thread so that all of a thread's loads are in
+// flight at once; a full tile
 // (the common case) takes no bounds checks, and kUnitStride turns the index math into
 // immediate offsets from one row pointer.
 template <bool kUnitStride>
