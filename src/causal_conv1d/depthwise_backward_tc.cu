@@ -25,15 +25,8 @@ void launch(const DepthwiseBackwardParams& p, float* partials, cudaStream_t stre
 
 template <typename T>
 void launch_width(const DepthwiseBackwardParams& p, float* partials, cudaStream_t stream) {
-  const int blocks = toeplitz_blocks(int(p.width));
-  if (blocks <= 3)
-    launch<T, 3>(p, partials, stream);  // K <= 32
-  else if (blocks <= 5)
-    launch<T, 5>(p, partials, stream);  // K <= 64
-  else if (blocks <= 9)
-    launch<T, 9>(p, partials, stream);  // K <= 128
-  else
-    launch<T, 17>(p, partials, stream);  // K <= 256
+  with_toeplitz_max_blocks(p.width,
+                           [&](auto max_blocks) { launch<T, decltype(max_blocks)::value>(p, partials, stream); });
 }
 
 }  // namespace

@@ -1,11 +1,13 @@
 // Launchers of the tensor-core depthwise forwards: on sm_90a the warpgroup-MMA forms
 // (depthwise_forward_wgmma_kernel.cuh) for 16-byte aligned rows, streamed by TMA when the rows are
-// whole 64-step chunks; the mma.sync form (depthwise_forward_tc_kernel.cuh) otherwise.
+// whole 64-step chunks; the mma.sync form (depthwise_forward_tc_kernel.cuh) otherwise; fp32 by tf32
+// MMAs split three ways (depthwise_forward_tf32_kernel.cuh).
 #include <algorithm>
 #include <array>
 #include <atomic>
 
 #include "causal_conv1d/depthwise_forward_tc_kernel.cuh"
+#include "causal_conv1d/depthwise_forward_tf32_kernel.cuh"
 #include "causal_conv1d/depthwise_forward_wgmma_kernel.cuh"
 #include "causal_conv1d/depthwise_kernels.h"
 #include "causal_conv1d/depthwise_tiling.cuh"
@@ -27,17 +29,18 @@ void launch(const DepthwiseForwardParams& p, cudaStream_t stream) {
       <<<grid, ToeplitzTile::kThreads, depthwise_tc_smem_bytes<kMaxBlocks>(), stream>>>(p, tiles);
 }
 
+void launch_tf32x3(const DepthwiseForwardParams& p, cudaStream_t stream) {
+  constexpr int kSmem = DepthwiseTf32Smem::kBytes;
+  static_assert(kSmem <= 48 * 1024, "within the default dynamic shared memory limit");
+  const int64_t tiles = (p.length + ToeplitzTile::kOutputs - 1) / ToeplitzTile::kOutputs;
+  const int64_t tile_blocks = std::min((tiles + kTcTilesPerBlock - 1) / kTcTilesPerBlock, kMaxGridY);
+  const dim3 grid(unsigned(p.batch * p.channels), unsigned(tile_blocks));
+  depthwise_forward_tf32x3_kernel<<<grid, ToeplitzTile::kThreads, kSmem, stream>>>(p, tiles);
+}
+
 template <typename T>
 void launch_width(const DepthwiseForwardParams& p, cudaStream_t stream) {
-  const int blocks = toeplitz_blocks(int(p.width));
-  if (blocks <= 3)
-    launch<T, 3>(p, stream);  // K <= 32
-  else if (blocks <= 5)
-    launch<T, 5>(p, stream);  // K <= 64
-  else if (blocks <= 9)
-    launch<T, 9>(p, stream);  // K <= 128
-  else
-    launch<T, 17>(p, stream);  // K <= 256
+  with_toeplitz_max_blocks(p.width, [&](auto max_blocks) { launch<T, decltype(max_blocks)::value>(p, stream); });
 }
 
 template <typename T, int kBlocks>
@@ -138,13 +141,27 @@ bool wgmma_ring_applies(const DepthwiseForwardParams& p) {
          tensor_maps_available();
 }
 
+// fp32 on the tensor cores (tf32 split three ways, depthwise_forward_tf32_kernel.cuh) from this
+// width on. Written in session 29 without a GPU (emulated tests only): off until the H200 has run the
+// suite on it and timed it side by side with the tiled CUDA-core kernel (docs/performance.md). Counts
+// (fp32 B1 D4096 L8192): K128 is 14 G tf32 FMAs (3 products of 144 lags an output) against 4.3 G
+// FMAs on the CUDA cores (0.60 ms measured); predicted ~0.08-0.09 ms at mma.sync rates, against a
+// 63 us byte floor.
+constexpr bool kDepthwiseTf32x3Forward = false;
+constexpr int64_t kTf32x3MinWidth = 9;
+
 }  // namespace
 
 bool try_launch_depthwise_forward_tc(const DepthwiseForwardParams& p, cudaStream_t stream) {
-  if ((p.dtype != DType::f16 && p.dtype != DType::bf16) || p.dilation != 1 || p.width < kDepthwiseTcMinWidth ||
-      p.width > kDepthwiseTcMaxWidth || p.x_stride[2] != 1 || p.y_stride[2] != 1 || p.length <= 0 ||
-      p.batch * p.channels <= 0 || p.batch * p.channels > kMaxGridX)
+  const bool fp32 = p.dtype == DType::f32 && kDepthwiseTf32x3Forward && p.width >= kTf32x3MinWidth;
+  if ((p.dtype != DType::f16 && p.dtype != DType::bf16 && !fp32) || p.dilation != 1 ||
+      p.width < kDepthwiseTcMinWidth || p.width > kDepthwiseTcMaxWidth || p.x_stride[2] != 1 ||
+      p.y_stride[2] != 1 || p.length <= 0 || p.batch * p.channels <= 0 || p.batch * p.channels > kMaxGridX)
     return false;
+  if (fp32) {
+    launch_tf32x3(p, stream);
+    return true;
+  }
   const bool wgmma = p.width >= kWgmmaMinWidth && wgmma_rows_apply(p);
   const bool ring = wgmma && p.width >= kWgmmaRingMinWidth && wgmma_ring_applies(p);
   auto run = [&](auto type_tag) {

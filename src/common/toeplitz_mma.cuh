@@ -34,6 +34,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 
 #if defined(__CUDACC__) || defined(CAUSALCONV_CUDA_EMULATION)
 #include "common/async_copy.cuh"
@@ -56,6 +57,21 @@ struct ToeplitzTile {
 
 // Number of Toeplitz blocks T_0..T_{nb-1} of a width-K filter.
 __host__ __device__ constexpr int toeplitz_blocks(int width) { return (width + 14) / 16 + 1; }
+
+// Calls f(std::integral_constant<int, kMaxBlocks>{}) with the block-count template argument the
+// 16-step Toeplitz kernels take for width K (3, 5, 9 or 17: up to K 32, 64, 128, 256).
+template <typename F>
+void with_toeplitz_max_blocks(int64_t width, F&& f) {
+  const int blocks = toeplitz_blocks(int(width));
+  if (blocks <= 3)
+    f(std::integral_constant<int, 3>{});
+  else if (blocks <= 5)
+    f(std::integral_constant<int, 5>{});
+  else if (blocks <= 9)
+    f(std::integral_constant<int, 9>{});
+  else
+    f(std::integral_constant<int, 17>{});
+}
 
 // Byte offset of 16-byte unit h (0: values 0-7, 1: values 8-15) of local chunk m.
 __device__ __forceinline__ int toeplitz_unit_offset(int m, int h) { return 16 * (2 * m + (h ^ ((m >> 2) & 1))); }
@@ -93,7 +109,8 @@ __device__ __forceinline__ void toeplitz_a_fragments(uint32_t (&a)[kMaxBlocks][4
 }
 
 // Staging of a 16-bit input row into the swizzled tile: units of 8 values (16 bytes),
-// unit u of a tile covering steps first_step + 8u .. + 7; kMaxBlocks - 1 halo chunks.
+// unit u of a tile covering steps first_step + 8u .. + 7; kMaxBlocks - 1 halo chunks. (The
+// staging helpers below also take fp32 rows: 4 values a unit.)
 template <int kMaxBlocks>
 struct ToeplitzStage {
   static constexpr int kUnits = 2 * (ToeplitzTile::kChunks + kMaxBlocks - 1);
@@ -101,104 +118,123 @@ struct ToeplitzStage {
   static constexpr int kInBytes = 16 * kUnits;
 };
 
-// v[e] = row[first_step + 8u .. + 7] for u = threadIdx.x + e * kThreads < units, as raw
-// 16-bit values, zero outside [0, n). A unit wholly inside the row and 16-byte aligned is
+// Values of T in one 16-byte unit (8 of a 16-bit type, 4 fp32).
+template <typename T>
+__host__ __device__ constexpr int toeplitz_unit_values() {
+  static_assert(sizeof(T) == 2 || sizeof(T) == 4, "16-bit or fp32 rows");
+  return 16 / int(sizeof(T));
+}
+
+// v[e] = row[first_step + V u .. + V - 1] for u = threadIdx.x + e * kThreads < units (V values of T
+// a unit), as raw values, zero outside [0, n). A unit wholly inside the row and 16-byte aligned is
 // one 16-byte load; others (the causal padding, the row's end, unaligned rows) go by element.
 template <int kPerThread, typename T>
 __device__ __forceinline__ void toeplitz_load_units(uint4 (&v)[kPerThread], const T* row, int64_t first_step,
                                                     int units, int64_t n) {
+  constexpr int kValues = toeplitz_unit_values<T>();
 #pragma unroll
   for (int e = 0; e < kPerThread; ++e) {
     const int u = int(threadIdx.x) + e * ToeplitzTile::kThreads;
     if (u >= units) continue;
-    const int64_t t = first_step + 8 * int64_t(u);
-    if (t >= 0 && t + 8 <= n && (reinterpret_cast<uintptr_t>(row + t) & 15) == 0) {
+    const int64_t t = first_step + kValues * int64_t(u);
+    if (t >= 0 && t + kValues <= n && (reinterpret_cast<uintptr_t>(row + t) & 15) == 0) {
       v[e] = *reinterpret_cast<const uint4*>(row + t);
     } else {
-      T vals[8];
+      T vals[kValues];
 #pragma unroll
-      for (int j = 0; j < 8; ++j) vals[j] = (t + j >= 0 && t + j < n) ? row[t + j] : from_float<T>(0.0f);
-      v[e] = make_uint4(pack_pair(vals[0], vals[1]), pack_pair(vals[2], vals[3]), pack_pair(vals[4], vals[5]),
-                        pack_pair(vals[6], vals[7]));
+      for (int j = 0; j < kValues; ++j) vals[j] = (t + j >= 0 && t + j < n) ? row[t + j] : from_float<T>(0.0f);
+      if constexpr (kValues == 8) {
+        v[e] = make_uint4(pack_pair(vals[0], vals[1]), pack_pair(vals[2], vals[3]), pack_pair(vals[4], vals[5]),
+                          pack_pair(vals[6], vals[7]));
+      } else {
+        memcpy(&v[e], vals, 16);
+      }
     }
   }
 }
 
-template <int kPerThread>
-__device__ __forceinline__ void toeplitz_store_units(unsigned char* in_s, const uint4 (&v)[kPerThread], int units) {
+// Unit u of v (toeplitz_load_units) to byte unit_offset(u) of in_s.
+template <int kPerThread, typename UnitOffset>
+__device__ __forceinline__ void toeplitz_store_units(unsigned char* in_s, const uint4 (&v)[kPerThread], int units,
+                                                     UnitOffset unit_offset) {
 #pragma unroll
   for (int e = 0; e < kPerThread; ++e) {
     const int u = int(threadIdx.x) + e * ToeplitzTile::kThreads;
-    if (u < units) *reinterpret_cast<uint4*>(in_s + toeplitz_unit_offset(u >> 1, u & 1)) = v[e];
+    if (u < units) *reinterpret_cast<uint4*>(in_s + unit_offset(u)) = v[e];
   }
 }
 
-// row[j0 + i] = out_s[i] for i < min(kOutputs, n - j0): 16-byte stores where aligned.
-template <typename T>
-__device__ __forceinline__ void toeplitz_store_outputs(T* row, const T* out_s, int64_t j0, int64_t n) {
-  constexpr int kUnits = ToeplitzTile::kOutputs / 8;
+// row[j0 + i] = out_s[i] for i < min(kOutputs, n - j0): 16-byte stores where aligned. Unit u
+// (V = toeplitz_unit_values<T>() outputs from j0 + V u) sits at element out_offset(u) of out_s.
+template <typename T, typename OutOffset>
+__device__ __forceinline__ void toeplitz_store_outputs(T* row, const T* out_s, int64_t j0, int64_t n,
+                                                       OutOffset out_offset) {
+  constexpr int kValues = toeplitz_unit_values<T>(), kUnits = ToeplitzTile::kOutputs / kValues;
 #pragma unroll
   for (int e = 0; e < kUnits / ToeplitzTile::kThreads; ++e) {
     const int u = int(threadIdx.x) + e * ToeplitzTile::kThreads;
-    const int64_t t = j0 + 8 * int64_t(u);
+    const int64_t t = j0 + kValues * int64_t(u);
     const int64_t valid = n - t;
-    if (valid >= 8 && (reinterpret_cast<uintptr_t>(row + t) & 15) == 0) {
-      *reinterpret_cast<uint4*>(row + t) = *reinterpret_cast<const uint4*>(out_s + 8 * u);
+    const T* const src = out_s + out_offset(u);
+    if (valid >= kValues && (reinterpret_cast<uintptr_t>(row + t) & 15) == 0) {
+      *reinterpret_cast<uint4*>(row + t) = *reinterpret_cast<const uint4*>(src);
     } else {
-      for (int j = 0; j < 8 && j < valid; ++j) row[t + j] = out_s[8 * u + j];
+      for (int j = 0; j < kValues && j < valid; ++j) row[t + j] = src[j];
     }
   }
+}
+
+// The same from a contiguous output tile.
+template <typename T>
+__device__ __forceinline__ void toeplitz_store_outputs(T* row, const T* out_s, int64_t j0, int64_t n) {
+  toeplitz_store_outputs(row, out_s, j0, n, [](int u) { return toeplitz_unit_values<T>() * u; });
 }
 
 // Asynchronous staging (cp.async, 16 bytes per unit, L1 bypassed) by the block's
 // ToeplitzTile::kThreads threads: unit u of the tile, at byte unit_offset(u) of in_s, holds steps
-// first_step + 8u .. + 7 of a 16-byte aligned row, zero outside [0, n). first_step is a multiple
-// of 8, so a unit is wholly before the row or starts inside it; the row's last unit is
-// zero-filled past n by the copy itself (src-size < 16). Completes at cp_async_wait.
+// first_step + V u .. + V - 1 of a 16-byte aligned row (V = toeplitz_unit_values<T>()), zero
+// outside [0, n). first_step is a multiple of V, so a unit is wholly before the row or starts
+// inside it; the row's last unit is zero-filled past n by the copy itself (src-size < 16).
+// Completes at cp_async_wait.
 template <typename T, typename UnitOffset>
 __device__ __forceinline__ void toeplitz_stage_units_async(unsigned char* in_s, const T* row, int64_t first_step,
                                                            int units, int64_t n, UnitOffset unit_offset) {
-  if (first_step >= 0 && first_step + 8 * int64_t(units) <= n) {  // all inside the row: no bounds per unit
+  constexpr int kValues = toeplitz_unit_values<T>();
+  if (first_step >= 0 && first_step + kValues * int64_t(units) <= n) {  // all inside the row: no bounds per unit
     const T* const src = row + first_step;
-    for (int u = int(threadIdx.x); u < units; u += ToeplitzTile::kThreads) cp_async16(in_s + unit_offset(u), src + 8 * u, 16);
+    for (int u = int(threadIdx.x); u < units; u += ToeplitzTile::kThreads)
+      cp_async16(in_s + unit_offset(u), src + kValues * u, 16);
     return;
   }
   for (int u = int(threadIdx.x); u < units; u += ToeplitzTile::kThreads) {
-    const int64_t t = first_step + 8 * int64_t(u);
+    const int64_t t = first_step + kValues * int64_t(u);
     const int64_t valid = t < 0 ? 0 : n - t;
-    const int bytes = valid >= 8 ? 16 : valid > 0 ? int(2 * valid) : 0;
+    const int bytes = valid >= kValues ? 16 : valid > 0 ? int(sizeof(T) * valid) : 0;
     cp_async16(in_s + unit_offset(u), bytes > 0 ? row + t : row, bytes);
   }
 }
 
-// toeplitz_stage_units_async into the swizzled tile of 16-step chunks (two units a chunk). Rows
-// that are not 16-byte aligned take the synchronous element path (toeplitz_load_units +
-// toeplitz_store_units).
-template <typename T>
-__device__ __forceinline__ void toeplitz_stage_async(unsigned char* in_s, const T* row, int64_t first_step,
-                                                     int units, int64_t n) {
-  toeplitz_stage_units_async(in_s, row, first_step, units, n,
-                             [](int u) { return toeplitz_unit_offset(u >> 1, u & 1); });
+// Stages units of row into in_s at byte unit_offset(u): cp.async on 16-byte aligned rows, else
+// synchronously (the element path of unaligned rows), up to kMaxUnits units.
+template <int kMaxUnits, typename T, typename UnitOffset>
+__device__ __forceinline__ void toeplitz_stage_units(unsigned char* in_s, const T* row, bool aligned,
+                                                     int64_t first_step, int units, int64_t n,
+                                                     UnitOffset unit_offset) {
+  if (aligned) {
+    toeplitz_stage_units_async(in_s, row, first_step, units, n, unit_offset);
+  } else {
+    uint4 v[(kMaxUnits + ToeplitzTile::kThreads - 1) / ToeplitzTile::kThreads];
+    toeplitz_load_units(v, row, first_step, units, n);
+    toeplitz_store_units(in_s, v, units, unit_offset);
+  }
 }
 
-// Synchronous staging of any row (the element path of unaligned rows included), up to
-// kMaxUnits units.
-template <int kMaxUnits, typename T>
-__device__ __forceinline__ void toeplitz_stage_sync(unsigned char* in_s, const T* row, int64_t first_step,
-                                                    int units, int64_t n) {
-  uint4 v[(kMaxUnits + ToeplitzTile::kThreads - 1) / ToeplitzTile::kThreads];
-  toeplitz_load_units(v, row, first_step, units, n);
-  toeplitz_store_units(in_s, v, units);
-}
-
-// Stages units of row into in_s: cp.async on 16-byte aligned rows, element loads otherwise.
+// toeplitz_stage_units into the swizzled tile of 16-step chunks of a 16-bit row.
 template <int kMaxUnits, typename T>
 __device__ __forceinline__ void toeplitz_stage(unsigned char* in_s, const T* row, bool aligned, int64_t first_step,
                                                int units, int64_t n) {
-  if (aligned)
-    toeplitz_stage_async(in_s, row, first_step, units, n);
-  else
-    toeplitz_stage_sync<kMaxUnits>(in_s, row, first_step, units, n);
+  toeplitz_stage_units<kMaxUnits>(in_s, row, aligned, first_step, units, n,
+                                  [](int u) { return toeplitz_unit_offset(u >> 1, u & 1); });
 }
 
 // Output pairs straight from the accumulators of toeplitz_mma_tiles. Lane (g, q) of an

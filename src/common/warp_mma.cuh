@@ -1,6 +1,6 @@
 // Warp-level tensor-core building blocks: 8x8 16-bit matrix moves between shared memory and
-// registers (ldmatrix, sm_75+; stmatrix, sm_90+) and the m16n8k16 MMA with fp32 accumulators
-// (sm_80+). Shared addresses are 32-bit shared-window addresses (__cvta_generic_to_shared).
+// registers (ldmatrix, sm_75+; stmatrix, sm_90+), the m16n8k16 MMA (16-bit operands) and the
+// m16n8k8 MMA (tf32 operands) with fp32 accumulators, and the fp32 -> tf32 rounding (sm_80+). Shared addresses are 32-bit shared-window addresses (__cvta_generic_to_shared).
 //
 // Device code only: the host emulations of the kernels that use these (tests/cpp:
 // mma_emulation.h, and common/sm90_primitives.cuh's emulation) provide their own.
@@ -61,6 +61,31 @@ __device__ __forceinline__ void mma_m16n8k16(float (&d)[4], const uint32_t (&a)[
         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
   }
+}
+
+// d += a · b, m16n8k8 with tf32 operands (fp32 bit patterns; the tensor core reads their upper 19
+// bits), fp32 accumulators. g = lane / 4, q = lane % 4 (PTX ISA, "Matrix Fragments for
+// mma.m16n8k8", .tf32): A 16x8 row-major a0 = (g, q), a1 = (g+8, q), a2 = (g, q+4), a3 = (g+8, q+4);
+// B 8x8 b0 = (k q, n g), b1 = (k q+4, n g); C/D as m16n8k16.
+__device__ __forceinline__ void mma_m16n8k8_tf32(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%0, %1, %2, %3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// v rounded to tf32 (to nearest, ties away from zero) as fp32 bits with the low 13 bits zero; the
+// satfinite form gives the largest finite tf32 where the rounding would overflow (and for +-inf).
+__device__ __forceinline__ uint32_t tf32_round(float v) {
+  uint32_t r;
+  asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(r) : "f"(v));
+  return r;
+}
+__device__ __forceinline__ uint32_t tf32_round_satfinite(float v) {
+  uint32_t r;
+  asm("cvt.rna.satfinite.tf32.f32 %0, %1;\n" : "=r"(r) : "f"(v));
+  return r;
 }
 
 }  // namespace causalconv::detail

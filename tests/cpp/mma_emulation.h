@@ -1,5 +1,6 @@
 // Warp-level matrix instructions for the CPU emulation (tests/cpp/cuda_emulation.h):
-// ldmatrix.x4 and mma.sync.m16n8k16 (fp32 accumulators), exchanging the lanes'
+// ldmatrix.x4, mma.sync.m16n8k16 and .m16n8k8.tf32 (fp32 accumulators) and the fp32 -> tf32
+// rounding, exchanging the lanes'
 // registers through a warp barrier and applying the PTX ISA's fragment layouts,
 // written here independently of the kernels' own comments. Include after
 // cuda_emulation.h and before the kernel headers.
@@ -114,5 +115,56 @@ inline void mma_m16n8k16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uin
     d[e] = sum;
   }
 }
+
+// A tf32 operand as the tensor core reads it: the upper 19 bits of the fp32 pattern.
+inline float tf32_operand(uint32_t bits) {
+  const uint32_t kept = bits & 0xffffe000u;
+  float v;
+  std::memcpy(&v, &kept, 4);
+  return v;
+}
+
+// d += A · B: A 16x8 row-major, B 8x8, D 16x8, tf32 operands; g = lane/4, q = lane%4.
+// A regs: (g, q), (g+8, q), (g, q+4), (g+8, q+4); B regs: (k q, n g), (k q+4, n g); D as m16n8k16.
+inline void mma_m16n8k8_tf32(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  namespace emu = causalconv::emulation;
+  const unsigned t = threadIdx.x, lane = t % 32, base = t - lane;
+  for (int i = 0; i < 4; ++i) emu::warp_exchange[t * 8 + i] = a[i];
+  emu::warp_exchange[t * 8 + 4] = b0;
+  emu::warp_exchange[t * 8 + 5] = b1;
+  emu::warp_barrier();
+  float A[16][8], B[8][8];
+  for (unsigned l = 0; l < 32; ++l) {
+    const uint64_t* s = &emu::warp_exchange[(base + l) * 8];
+    const unsigned g = l / 4, q = l % 4;
+    for (int reg = 0; reg < 4; ++reg) A[g + 8 * (reg & 1)][q + 4 * (reg >> 1)] = tf32_operand(uint32_t(s[reg]));
+    for (int reg = 0; reg < 2; ++reg) B[q + 4 * reg][g] = tf32_operand(uint32_t(s[4 + reg]));
+  }
+  emu::warp_barrier();
+  const unsigned g = lane / 4, q = lane % 4;
+  for (int e = 0; e < 4; ++e) {
+    const unsigned row = g + 8 * (e >> 1), col = 2 * q + (e & 1);
+    float sum = d[e];
+    for (int k = 0; k < 8; ++k) sum += A[row][k] * B[k][col];
+    d[e] = sum;
+  }
+}
+
+// cvt.rna{.satfinite}.tf32.f32: to nearest, ties away from zero (half the dropped unit added to
+// the magnitude), the low 13 bits cleared; satfinite clamps an overflow and +-inf to the largest
+// finite tf32. NaN stays NaN.
+inline uint32_t tf32_round_bits(float v, bool satfinite) {
+  uint32_t u;
+  std::memcpy(&u, &v, 4);
+  const uint32_t sign = u & 0x80000000u, kMaxFinite = 0x7f7fe000u;
+  if ((u & 0x7f800000u) == 0x7f800000u) {
+    if (u & 0x007fffffu) return u;
+    return satfinite ? sign | kMaxFinite : u;
+  }
+  const uint32_t r = (u + 0x1000u) & 0xffffe000u;
+  return satfinite && (r & 0x7f800000u) == 0x7f800000u ? sign | kMaxFinite : r;
+}
+inline uint32_t tf32_round(float v) { return tf32_round_bits(v, false); }
+inline uint32_t tf32_round_satfinite(float v) { return tf32_round_bits(v, true); }
 
 }  // namespace causalconv::detail

@@ -4,8 +4,8 @@
 // copies, and the element path of unaligned rows), halos on both sides, causal padding,
 // tile walks, partial tiles, outputs stored from the accumulators, the forward's two
 // input stages and shared A fragments, the wgmma form of the forward (64-step chunks,
-// descriptors into the swizzled stage), and the backward's per-tile weight-gradient partials
-// (summed here in the order of the GPU's reduction).
+// descriptors into the swizzled stage), the fp32 forward on tf32 MMAs split three ways, and the
+// backward's per-tile weight-gradient partials (summed here in the order of the GPU's reduction).
 // The GPU runs of the same kernels: tests/python/test_causal_conv1d_depthwise.py,
 // test_tensor_core_path*.
 #include "cuda_emulation.h"  // first: it sets up the emulated CUDA built-ins
@@ -14,6 +14,9 @@
 #define depthwise_forward_tc_kernel depthwise_forward_tc_kernel_emulated
 #include "causal_conv1d/depthwise_forward_tc_kernel.cuh"
 #undef depthwise_forward_tc_kernel
+#define depthwise_forward_tf32x3_kernel depthwise_forward_tf32x3_kernel_emulated
+#include "causal_conv1d/depthwise_forward_tf32_kernel.cuh"
+#undef depthwise_forward_tf32x3_kernel
 #define depthwise_backward_tc_kernel depthwise_backward_tc_kernel_emulated
 #include "causal_conv1d/depthwise_backward_tc_kernel.cuh"
 #undef depthwise_backward_tc_kernel
@@ -54,21 +57,7 @@ struct Case {
 
 template <typename T>
 constexpr double ulp_of() {
-  return std::is_same<T, __half>::value ? 0x1p-10 : 0x1p-7;
-}
-
-// Calls f(kMaxBlocks) with the template argument the launchers pick for width K.
-template <typename F>
-void with_max_blocks(int64_t width, F&& f) {
-  const int blocks = detail::toeplitz_blocks(int(width));
-  if (blocks <= 3)
-    f(std::integral_constant<int, 3>{});
-  else if (blocks <= 5)
-    f(std::integral_constant<int, 5>{});
-  else if (blocks <= 9)
-    f(std::integral_constant<int, 9>{});
-  else
-    f(std::integral_constant<int, 17>{});
+  return std::is_same<T, float>::value ? 0x1p-24 : std::is_same<T, __half>::value ? 0x1p-10 : 0x1p-7;
 }
 
 // Row padding of the activations: 3 (row stride L + 3, so only some rows are 16-byte aligned),
@@ -168,7 +157,12 @@ void run_forward(const Case& cs, Form form = Form::mma_sync) {
   p.y_stride[0] = y.stride_b;
   p.y_stride[1] = y.stride_c;
   p.y_stride[2] = 1;
-  if (form == Form::wgmma_ring) {
+  if constexpr (std::is_same_v<T, float>) {  // the tf32 form (16-step chunks, as mma.sync's)
+    const int64_t tiles = (L + detail::ToeplitzTile::kOutputs - 1) / detail::ToeplitzTile::kOutputs;
+    const emu::Dim3 grid{unsigned(B * C), unsigned((tiles + cs.tiles_per_block - 1) / cs.tiles_per_block), 1};
+    emu::launch(grid, detail::ToeplitzTile::kThreads, size_t(detail::DepthwiseTf32Smem::kBytes),
+                [&] { detail::depthwise_forward_tf32x3_kernel_emulated(p, tiles); });
+  } else if (form == Form::wgmma_ring) {
     const int64_t tiles_per_row = (L + detail::WgmmaToeplitzTile::kOutputs - 1) / detail::WgmmaToeplitzTile::kOutputs;
     const emu::Dim3 grid{unsigned(std::min(B * C * tiles_per_row, cs.tiles_per_block)), 1, 1};
     with_wgmma_blocks(K, [&](auto blocks) {
@@ -190,32 +184,40 @@ void run_forward(const Case& cs, Form form = Form::mma_sync) {
   } else {
     const int64_t tiles = (L + detail::ToeplitzTile::kOutputs - 1) / detail::ToeplitzTile::kOutputs;
     const emu::Dim3 grid{unsigned(B * C), unsigned((tiles + cs.tiles_per_block - 1) / cs.tiles_per_block), 1};
-    with_max_blocks(K, [&](auto max_blocks) {
+    detail::with_toeplitz_max_blocks(K, [&](auto max_blocks) {
       constexpr int kMaxBlocks = decltype(max_blocks)::value;
       emu::launch(grid, detail::ToeplitzTile::kThreads, size_t(detail::depthwise_tc_smem_bytes<kMaxBlocks>()),
                   [&] { detail::depthwise_forward_tc_kernel_emulated<T, kMaxBlocks>(p, tiles); });
     });
   }
 
-  // Element by element: the output's rounding plus fp32 accumulation error.
-  const double ulp = ulp_of<T>();
+  // Element by element: the output's rounding plus fp32 accumulation error (for fp32 the tf32
+  // split's ~2^-21 per term as well: one tf32 product alone would be off by ~2^-11 of its terms).
+  const double ulp = ulp_of<T>(), per_term = std::is_same_v<T, float> ? 4e-6 : 1e-5;
   ErrorTally tally;
+  double mag2 = 0;
   for (int64_t b = 0; b < B; ++b)
     for (int64_t c = 0; c < C; ++c) {
       for (int64_t t = 0; t < L; ++t) {
         double mag;
         double want = d.pre(cs, b, c, t, &mag);
-        if (cs.silu) {
-          mag = std::abs(want) + mag * 1e-6;
+        if (cs.silu) {  // fp32: the pre-activation's error passes through silu' (|silu'| < 1.1)
+          mag = std::abs(want) + mag * (std::is_same_v<T, float> ? 1.1 : 1e-6);
           want = want / (1.0 + std::exp(-want));
         }
-        tally.add(widen(y.at(b, c, t)), want, ulp * std::abs(want) + 1e-5 * mag + 1e-6, "y", b, c, t);
+        mag2 += mag * mag;
+        tally.add(widen(y.at(b, c, t)), want, ulp * std::abs(want) + per_term * mag + 1e-7, "y", b, c, t);
       }
       EXPECT_TRUE(std::isnan(widen(y.data[size_t(b * y.stride_b + c * y.stride_c + L)])))
           << "wrote past the end of row " << b << "," << c;
     }
   EXPECT_EQ(tally.bad, 0) << "elements out of tolerance";
-  EXPECT_LE(tally.rel_l2(), (std::is_same<T, __half>::value ? 1e-3 : 4e-3));
+  if constexpr (std::is_same_v<T, float>) {  // tests/python/conftest.py: 1e-6 of (||ref|| + ||magnitude||)
+    const double norm = std::sqrt(tally.ref2) + std::sqrt(mag2);
+    EXPECT_LE(tally.l2_relative_to(norm * norm), 1e-6);
+  } else {
+    EXPECT_LE(tally.rel_l2(), (std::is_same<T, __half>::value ? 1e-3 : 4e-3));
+  }
 }
 
 // dx, and dweight/dbias from the kernel's per-tile partials summed in the reduction's order.
@@ -242,7 +244,7 @@ void run_backward(const Case& cs, bool want_dx = true, bool want_dw = true) {
     s[2] = 1;
   }
   const int64_t tile_blocks = (tiles + cs.tiles_per_block - 1) / cs.tiles_per_block;
-  with_max_blocks(K, [&](auto max_blocks) {
+  detail::with_toeplitz_max_blocks(K, [&](auto max_blocks) {
     constexpr int kMaxBlocks = decltype(max_blocks)::value;
     emu::launch({unsigned(B * C), unsigned(tile_blocks), 1}, detail::ToeplitzTile::kThreads,
                 size_t(detail::DepthwiseTcBackwardSmem<kMaxBlocks>::kBytes), [&] {
@@ -335,6 +337,23 @@ const Case kForwardFloat16Cases[] = {
     {1, 1, 1000, 33, true, false},
     {1, 1, 253, 256, false, true},   // aligned (stride 256), row end inside a unit
 };
+
+// fp32 on tf32 MMAs split three ways: 2 to 17 Toeplitz blocks, L = 1, L < 16, L < K, partial
+// tiles and units, both input stages, one tile per block; the first row 16-byte aligned (cp.async),
+// the others of C > 1 not where L + 3 (row_pad's stride) is no multiple of 4 (the element path).
+TEST(DepthwiseTensorCoreEmulated, ForwardTf32x3) {
+  const Case cases[] = {
+      {1, 1, 1, 9, true, false},           // L = 1, narrowest
+      {1, 2, 15, 16, false, true},         // L < 16
+      {2, 3, 2100, 17, true, true},        // 2 tiles, the second partial; 2 blocks
+      {1, 1, 4093, 33, false, false},      // 3 blocks; row end inside a unit
+      {1, 1, 6141, 64, true, true, 1},     // 5 blocks; one tile per block
+      {1, 1, 10237, 128, true, false},     // 9 blocks; 5 tiles walked by one block
+      {1, 2, 300, 129, false, false},      // 10 blocks (17's template); L < K
+      {1, 1, 2500, 256, true, true},       // widest: 17 blocks
+  };
+  for (const Case& c : cases) run_forward<float>(c);
+}
 
 // Both input stages in turn where a block walks several tiles; cp.async on the aligned rows,
 // the element path on the others.

@@ -529,7 +529,7 @@ def test_tensor_core_path_tile_walks_and_fallbacks(dtype, seeded):
     # Rows longer than 8 tiles (several blocks along a row, each walking tiles), odd channels, batch > 1:
     # of the mma.sync form (tiles of 2048, unaligned rows) and of the wgmma form (tiles of 4096, aligned
     # rows); then the shapes that must stay on the CUDA-core kernels: dilation > 1, a strided time axis,
-    # channel-last, and fp32.
+    # channel-last; and fp32 (the tiled kernel, or the tf32 form when kDepthwiseTf32x3Forward is on).
     for length in (2048 * 9 + 5, 4096 * 9 + 8):
         x, w, bias = make_inputs(2, 5, length, 128, dtype, with_bias=True)
         y = forward_into_poisoned(x, w, bias, 1, "silu")
@@ -543,6 +543,44 @@ def test_tensor_core_path_tile_walks_and_fallbacks(dtype, seeded):
     x, w, bias = make_inputs(1, 3, 1000, 128, torch.float32, with_bias=True)
     y = forward_into_poisoned(x, w, bias, 1, None)
     assert_close_to_reference(y, causalconv.reference.causal_conv1d(x, w, bias, 1, None, None), torch.float32)
+
+
+@requires_cuda
+@pytest.mark.parametrize("k", [9, 16, 17, 33, 64, 65, 128, 129, 255, 256])
+def test_fp32_wide_widths(k, seeded):
+    # fp32 at dilation 1, 9 <= K <= 256, unit time stride: the tensor-core form on tf32 MMAs split three
+    # ways when kDepthwiseTf32x3Forward is on (each Toeplitz block count: 2, 3, 5, 9, 17), else the
+    # tiled CUDA-core kernel; the fp32 bound either way. Lengths: one step, one chunk and one step
+    # past it, L < K, aligned rows (1000) and unaligned ones (4097), rows of several tiles walked by
+    # one block (8 tiles of 2048 per block) and by several. Then inputs spread over 2^-20 .. 2^20 (the
+    # split's lo parts carry each value's low bits, whatever its scale).
+    for length in (1, 16, 17, 200, 1000, 4097, 2048 * 9 + 5):
+        for with_bias, activation in ((False, None), (True, "silu")):
+            x, w, bias = make_inputs(2, 3, length, k, torch.float32, with_bias=with_bias)
+            y = forward_into_poisoned(x, w, bias, 1, activation)
+            ref = causalconv.reference.causal_conv1d(x, w, bias, 1, None, activation)
+            mag = causalconv.reference.causal_conv1d(x.abs(), w.abs(), absolute(bias), 1, None, None)
+            assert_close_to_reference(y, ref, torch.float32, f"L={length} bias={with_bias} {activation}",
+                                      magnitude=mag)
+    x, w, _ = make_inputs(1, 4, 3000, k, torch.float32)
+    x = x * torch.exp2(torch.randint(-20, 21, x.shape, device="cuda").float())
+    y = forward_into_poisoned(x, w)
+    mag = causalconv.reference.causal_conv1d(x.abs(), w.abs(), None, 1, None, None)
+    assert_close_to_reference(y, causalconv.reference.causal_conv1d(x, w, None, 1, None, None), torch.float32,
+                              "inputs over 2^+-20", magnitude=mag)
+
+
+@requires_cuda
+def test_fp32_wide_widths_racecheck_shapes(seeded):
+    # Small fp32 shapes for compute-sanitizer racecheck (scripts/gpu-check): with the tf32 form on, a
+    # block walking 3 tiles (both stages, the split of each thread's own units before the barrier)
+    # on an aligned row, and an unaligned row of one partial tile.
+    for length, c in ((4096 + 8, 1), (203, 2)):
+        x, w, bias = make_inputs(1, c, length, 128, torch.float32, with_bias=True)
+        y = forward_into_poisoned(x, w, bias, 1, "silu")
+        ref = causalconv.reference.causal_conv1d(x, w, bias, 1, None, "silu")
+        mag = causalconv.reference.causal_conv1d(x.abs(), w.abs(), bias.abs(), 1, None, None)
+        assert_close_to_reference(y, ref, torch.float32, f"L={length}", magnitude=mag)
 
 
 @requires_cuda
