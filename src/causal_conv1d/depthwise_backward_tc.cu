@@ -18,9 +18,9 @@ void launch(const DepthwiseBackwardParams& p, float* partials, cudaStream_t stre
   const int64_t tile_blocks = std::min((tiles + kTcTilesPerBlock - 1) / kTcTilesPerBlock, kMaxGridY);
   const dim3 grid(unsigned(p.batch * p.channels), unsigned(tile_blocks));
   constexpr int smem = DepthwiseTcBackwardSmem<kMaxBlocks>::kBytes;
-  allow_dynamic_shared_memory(depthwise_backward_tc_kernel<T, kMaxBlocks>, smem,
+  allow_dynamic_shared_memory(depthwise_backward_tc_kernel<T, kMaxBlocks, kToeplitzNonFiniteGuard>, smem,
                               "causal_conv1d backward (depthwise, tensor cores)");
-  depthwise_backward_tc_kernel<T, kMaxBlocks><<<grid, ToeplitzTile::kThreads, smem, stream>>>(p, tiles, partials);
+  depthwise_backward_tc_kernel<T, kMaxBlocks, kToeplitzNonFiniteGuard><<<grid, ToeplitzTile::kThreads, smem, stream>>>(p, tiles, partials);
 }
 
 template <typename T>

@@ -16,14 +16,57 @@
 //          diagonal terms in a fixed order, dweight[K-1-s] = that sum.
 // The A fragments of both Toeplitz forms live in shared memory (one 16-byte load per
 // block and warp), which keeps registers for the accumulators.
+// kGuard (depthwise_toeplitz_guard.cuh): where the silu input's or dx's sums of a tile are not all
+// finite (a NaN or infinity met by the blocks' zero lags), the block redoes g, or dx, of that tile
+// by direct tap loops. (The weight-gradient lag blocks sum each lag's own products only.)
 #pragma once
 
 #include <type_traits>
 
 #include "causal_conv1d/depthwise_kernels.h"
+#include "causal_conv1d/depthwise_toeplitz_guard.cuh"
 #include "common/toeplitz_mma.cuh"
 
 namespace causalconv::detail {
+
+// The guard's slow path for silu: g = dy * silu'(pre) over the tile and its look-ahead halo
+// (local steps i < 16 g_chunks of the tile at j0; zero past the row) with pre by the direct tap
+// loop, into g_s in place of the Toeplitz products'; returns this thread's part of the tile's
+// bias gradient (local steps below 16 tile_chunks).
+template <typename T>
+__device__ __noinline__ float depthwise_direct_silu_grads(unsigned char* g_s, int g_chunks, int tile_chunks,
+                                                          const T* x, const T* dy, const T* w, int64_t w_stride,
+                                                          int width, int64_t j0, int64_t n, float bias) {
+  float bias_grad = 0.0f;
+#pragma unroll 1
+  for (int i = int(threadIdx.x); i < 16 * g_chunks; i += ToeplitzTile::kThreads) {
+    const int64_t t = j0 + i;
+    const float gv = t < n ? to_float(dy[t]) *
+                                 silu_derivative<T>(depthwise_direct_output(x, w, w_stride, width, t, bias, false))
+                           : 0.0f;
+    *reinterpret_cast<T*>(g_s + toeplitz_element_offset(i >> 4, i & 15)) = from_float<T>(gv);
+    if (i < 16 * tile_chunks) bias_grad += gv;
+  }
+  return bias_grad;
+}
+
+// The guard's slow path for dx: dx[t] = sum_k w[k] g[t + K-1-k] for the tile's steps in the row,
+// g from the staged (swizzled) tile g_s, which is zero past the row.
+template <typename T>
+__device__ __noinline__ void depthwise_direct_dx_tile(T* dx, const unsigned char* g_s, const T* w, int64_t w_stride,
+                                                      int width, int64_t j0, int64_t n) {
+#pragma unroll 1
+  for (int i = int(threadIdx.x); i < ToeplitzTile::kOutputs && j0 + i < n; i += ToeplitzTile::kThreads) {
+    float acc = 0.0f;
+#pragma unroll 1
+    for (int k = 0; k < width; ++k) {
+      const int s = i + width - 1 - k;
+      acc = fmaf(to_float(w[int64_t(k) * w_stride]),
+                 to_float(*reinterpret_cast<const T*>(g_s + toeplitz_element_offset(s >> 4, s & 15))), acc);
+    }
+    dx[j0 + i] = from_float<T>(acc);
+  }
+}
 
 // Shared memory of the backward kernel, in bytes from the start.
 template <int kMaxBlocks>
@@ -42,7 +85,7 @@ struct DepthwiseTcBackwardSmem {
   static constexpr int kBytes = kFilter + 2 * toeplitz_lag_filter_size<kMaxBlocks>();
 };
 
-template <typename T, int kMaxBlocks>
+template <typename T, int kMaxBlocks, bool kGuard>
 __global__ void __launch_bounds__(ToeplitzTile::kThreads)
     depthwise_backward_tc_kernel(DepthwiseBackwardParams p, int64_t tiles, float* partials) {
   using Tile = ToeplitzTile;
@@ -79,7 +122,8 @@ __global__ void __launch_bounds__(ToeplitzTile::kThreads)
 
   if (blockIdx.y < tiles) stage(0, blockIdx.y);
   cp_async_commit();
-  toeplitz_lag_filter<kMaxBlocks>(wr_s, static_cast<const T*>(p.weight) + c * p.w_stride[0], p.w_stride[1], width);
+  const T* const w = static_cast<const T*>(p.weight) + c * p.w_stride[0];
+  toeplitz_lag_filter<kMaxBlocks>(wr_s, w, p.w_stride[1], width);
   const float bias = p.bias ? to_float(static_cast<const T*>(p.bias)[c * p.bias_stride]) : 0.0f;
   __syncthreads();
   if (p.silu) toeplitz_fragments_to_shared<false>(fwd_frag_s, wr_s, blocks);
@@ -100,9 +144,11 @@ __global__ void __launch_bounds__(ToeplitzTile::kThreads)
     float bias_grad = 0.0f;
     if (p.silu) {
       const int pairs = (Tile::kChunks + halo + 15) / 16;
+      bool vote = false;
       for (int pair = warp; pair < pairs; pair += Tile::kWarps) {
         float acc[2][4];
         toeplitz_mma_tiles_shared<kHalf, false, 2>(acc, fwd_frag_s, x_s, blocks, 16 * pair + halo, lane);
+        if constexpr (kGuard) vote = vote || any_nonfinite<8>(&acc[0][0]);
 #pragma unroll
         for (int t = 0; t < 2; ++t)
 #pragma unroll
@@ -115,7 +161,11 @@ __global__ void __launch_bounds__(ToeplitzTile::kThreads)
             if (chunk < Tile::kChunks) bias_grad += gv;
           }
       }
-      __syncthreads();
+      if (guarded_tile_barrier<kGuard>(vote)) {
+        bias_grad = depthwise_direct_silu_grads(g_s, Tile::kChunks + halo, Tile::kChunks, x, dy, w, p.w_stride[1],
+                                                width, j0, n, bias);
+        __syncthreads();
+      }
     } else if (partials) {
       for (int u = int(threadIdx.x); u < 2 * Tile::kChunks; u += Tile::kThreads) {
         const T* v = reinterpret_cast<const T*>(g_s + toeplitz_unit_offset(u >> 1, u & 1));
@@ -137,6 +187,10 @@ __global__ void __launch_bounds__(ToeplitzTile::kThreads)
         uint32_t pair[2];
         toeplitz_output_pairs(pair, v, lane);
         toeplitz_store_pairs(dx, j0, warp * Tile::kWarpChunks + 8 * t + 2 * q + (g & 1), g & ~1, pair, fast, n);
+      }
+      if constexpr (kGuard) {  // the slow path's stores follow the fast path's, after the barrier
+        if (__syncthreads_or(any_nonfinite<Tile::kWarpTiles * 4>(&acc[0][0])))
+          depthwise_direct_dx_tile(dx, g_s, w, p.w_stride[1], width, j0, n);
       }
     }
 

@@ -25,7 +25,7 @@ void launch(const DepthwiseForwardParams& p, cudaStream_t stream) {
   const int64_t tiles = (p.length + ToeplitzTile::kOutputs - 1) / ToeplitzTile::kOutputs;
   const int64_t tile_blocks = std::min((tiles + kTcTilesPerBlock - 1) / kTcTilesPerBlock, kMaxGridY);
   const dim3 grid(unsigned(p.batch * p.channels), unsigned(tile_blocks));
-  depthwise_forward_tc_kernel<T, kMaxBlocks>
+  depthwise_forward_tc_kernel<T, kMaxBlocks, kToeplitzNonFiniteGuard>
       <<<grid, ToeplitzTile::kThreads, depthwise_tc_smem_bytes<kMaxBlocks>(), stream>>>(p, tiles);
 }
 
@@ -51,7 +51,7 @@ void launch_wgmma(const DepthwiseForwardParams& p, cudaStream_t stream) {
   const int64_t tiles = (p.length + Tile::kOutputs - 1) / Tile::kOutputs;
   const int64_t tile_blocks = std::min((tiles + kTcTilesPerBlock - 1) / kTcTilesPerBlock, kMaxGridY);
   const dim3 grid(unsigned(p.batch * p.channels), unsigned(tile_blocks));
-  depthwise_forward_wgmma_kernel<T, kBlocks><<<grid, Tile::kThreads, kSmem, stream>>>(p, tiles);
+  depthwise_forward_wgmma_kernel<T, kBlocks, kToeplitzNonFiniteGuard><<<grid, Tile::kThreads, kSmem, stream>>>(p, tiles);
 }
 
 template <typename T>
@@ -68,7 +68,7 @@ template <typename T, int kBlocks>
 void launch_wgmma_ring(const DepthwiseForwardParams& p, cudaStream_t stream) {
   using Smem = DepthwiseWgmmaRingSmem<kBlocks>;
   const char* const what = "causal_conv1d forward (depthwise, tensor cores)";
-  auto* const kernel = depthwise_forward_wgmma_ring_kernel<T, kBlocks>;
+  auto* const kernel = depthwise_forward_wgmma_ring_kernel<T, kBlocks, kToeplitzNonFiniteGuard>;
   allow_dynamic_shared_memory(kernel, Smem::kBytes, what);
   const RowChunksView xv = row_chunks_view(p.batch, p.channels, p.length, p.x_stride, Smem::kBoxChunks);
   const RowChunksView yv = row_chunks_view(p.batch, p.channels, p.length, p.y_stride, WgmmaToeplitzTile::kChunks);

@@ -7,12 +7,14 @@
 // values in a swizzled shared stage; while a tile computes, the next tile's input goes by
 // cp.async into the other stage. Each warp makes 32 output chunks with blocks x 4 mma.sync,
 // adds bias (and silu) in fp32, and the block writes the tile back through shared memory in
-// 16-byte units.
+// 16-byte units. kGuard: tiles whose sums are not all finite are redone by the direct tap loop
+// (depthwise_toeplitz_guard.cuh).
 #pragma once
 
 #include <type_traits>
 
 #include "causal_conv1d/depthwise_kernels.h"
+#include "causal_conv1d/depthwise_toeplitz_guard.cuh"
 #include "common/toeplitz_mma.cuh"
 
 namespace causalconv::detail {
@@ -63,7 +65,7 @@ constexpr int depthwise_tc_smem_bytes() {
          2 * toeplitz_lag_filter_size<kMaxBlocks>() + 16 * 32 * kMaxBlocks;
 }
 
-template <typename T, int kMaxBlocks>
+template <typename T, int kMaxBlocks, bool kGuard>
 __global__ void __launch_bounds__(ToeplitzTile::kThreads)
     depthwise_forward_tc_kernel(DepthwiseForwardParams p, int64_t tiles) {
   using Tile = ToeplitzTile;
@@ -91,7 +93,8 @@ __global__ void __launch_bounds__(ToeplitzTile::kThreads)
 
   if (int64_t(blockIdx.y) < tiles) stage(0, blockIdx.y);
   cp_async_commit();
-  toeplitz_lag_filter<kMaxBlocks>(wr_s, static_cast<const T*>(p.weight) + c * p.w_stride[0], p.w_stride[1], width);
+  const T* const w = static_cast<const T*>(p.weight) + c * p.w_stride[0];
+  toeplitz_lag_filter<kMaxBlocks>(wr_s, w, p.w_stride[1], width);
   const float bias = p.bias ? to_float(static_cast<const T*>(p.bias)[c * p.bias_stride]) : 0.0f;
   __syncthreads();
   toeplitz_fragments_to_shared<false>(frag_s, wr_s, blocks);
@@ -108,8 +111,13 @@ __global__ void __launch_bounds__(ToeplitzTile::kThreads)
     float acc[Tile::kWarpTiles][4];
     toeplitz_mma_tiles_shared<kHalf, false, Tile::kWarpTiles>(acc, frag_s, smem + slot * Stage::kInBytes, blocks,
                                                                warp * Tile::kWarpChunks + halo, lane);
+    const bool vote = kGuard && any_nonfinite<Tile::kWarpTiles * 4>(&acc[0][0]);
     depthwise_tc_outputs_to_shared(out_s, acc, bias, p.silu, warp, lane);
-    __syncthreads();
+    if (guarded_tile_barrier<kGuard>(vote)) {
+      depthwise_direct_tile<Tile::kOutputs, Tile::kThreads>(x, w, p.w_stride[1], width, j0, n, bias, p.silu,
+                                                            [out_s](int i, float v) { out_s[i] = from_float<T>(v); });
+      __syncthreads();
+    }
     toeplitz_store_outputs(y, out_s, j0, n);
   }
 }

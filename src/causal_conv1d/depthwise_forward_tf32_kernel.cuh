@@ -31,10 +31,12 @@
 // staged itself once they land (hi in place, lo into a tile of its own: once per value, where a
 // split at each use would cost it once per Toeplitz block, ~9 instructions each on sm_90). Each
 // warp makes 32 output chunks, adds bias (and silu) in fp32, and the block writes the tile back
-// through shared memory in 16-byte units.
+// through shared memory in 16-byte units. Tiles whose sums are not all finite are redone by the
+// direct tap loop (depthwise_toeplitz_guard.cuh).
 #pragma once
 
 #include "causal_conv1d/depthwise_kernels.h"
+#include "causal_conv1d/depthwise_toeplitz_guard.cuh"
 #include "common/toeplitz_mma.cuh"
 
 namespace causalconv::detail {
@@ -159,8 +161,8 @@ __global__ void __launch_bounds__(ToeplitzTile::kThreads)
 
   if (int64_t(blockIdx.y) < tiles) stage(0, blockIdx.y);
   cp_async_commit();
-  tf32_lag_filter<Smem::kMaxBlocks>(wr_hi_s, wr_lo_s, static_cast<const float*>(p.weight) + c * p.w_stride[0],
-                              p.w_stride[1], width);
+  const float* const w = static_cast<const float*>(p.weight) + c * p.w_stride[0];
+  tf32_lag_filter<Smem::kMaxBlocks>(wr_hi_s, wr_lo_s, w, p.w_stride[1], width);
   const float bias = p.bias ? static_cast<const float*>(p.bias)[c * p.bias_stride] : 0.0f;
 
   const int g = lane >> 2, q = lane & 3;
@@ -177,6 +179,7 @@ __global__ void __launch_bounds__(ToeplitzTile::kThreads)
     float acc[Tile::kWarpTiles][4];
     toeplitz_tf32x3_mma_tiles<Tile::kWarpTiles>(acc, wr_hi_s, wr_lo_s, smem + slot * Smem::kInBytes, lo_s, blocks,
                                                 warp * Tile::kWarpChunks + halo, lane);
+    const bool vote = any_nonfinite<Tile::kWarpTiles * 4>(&acc[0][0]);
 #pragma unroll
     for (int t = 0; t < Tile::kWarpTiles; ++t)
 #pragma unroll
@@ -185,7 +188,12 @@ __global__ void __launch_bounds__(ToeplitzTile::kThreads)
         const float v = acc[t][e] + bias;
         out_s[chunk * Smem::kOutRow + step] = p.silu ? silu<float>(v) : v;
       }
-    __syncthreads();
+    if (guarded_tile_barrier<true>(vote)) {
+      depthwise_direct_tile<Tile::kOutputs, Tile::kThreads>(
+          x, w, p.w_stride[1], width, j0, n, bias, p.silu,
+          [out_s](int i, float v) { out_s[(i >> 4) * Smem::kOutRow + (i & 15)] = v; });
+      __syncthreads();
+    }
     toeplitz_store_outputs(y, out_s, j0, n, [](int u) { return (u >> 2) * Smem::kOutRow + 4 * (u & 3); });
   }
 }

@@ -18,7 +18,9 @@
 // K-major 64 x 64 matrix starting at row halo - i: a descriptor start (the swizzle follows
 // absolute addresses; common/sm90_primitives.cuh). The next tile's input goes into the other
 // stage while the current one computes. D[r][n] = y[64 (J + n) + r] goes through a swizzled
-// output tile in shared memory and back to the row in 16-byte stores.
+// output tile in shared memory and back to the row in 16-byte stores. kGuard (both kernels here):
+// tiles whose sums are not all finite are redone by the direct tap loop
+// (depthwise_toeplitz_guard.cuh).
 #pragma once
 
 #include <cuda.h>  // CUtensorMap
@@ -26,6 +28,7 @@
 #include <type_traits>
 
 #include "causal_conv1d/depthwise_kernels.h"
+#include "causal_conv1d/depthwise_toeplitz_guard.cuh"
 #include "common/sm90_primitives.cuh"
 #include "common/toeplitz_mma.cuh"
 #include "common/toeplitz_wgmma.cuh"
@@ -163,6 +166,13 @@ __device__ __forceinline__ void wgmma_toeplitz_outputs_to_shared(unsigned char* 
   }
 }
 
+// Output i (< kOutputs) of a tile in the swizzled output tile (the layout
+// wgmma_toeplitz_outputs_to_shared writes and wgmma_toeplitz_store_tile reads).
+template <typename T>
+__device__ __forceinline__ T& wgmma_toeplitz_output(unsigned char* out_s, int i) {
+  return *reinterpret_cast<T*>(out_s + swizzled_unit_offset(i >> 6, (i >> 3) & 7) + 2 * (i & 7));
+}
+
 // Blocks/SM asked of ptxas: 4 from 4 Toeplitz blocks on (128 registers, some spilled). At 5
 // (94 registers) ptxas serializes the wgmma pipeline (warning C7511) and the results are wrong
 // under compute-sanitizer memcheck at K 192-256, though right without it; at 4 they are right
@@ -171,7 +181,7 @@ __device__ __forceinline__ void wgmma_toeplitz_outputs_to_shared(unsigned char* 
 // (K65 91 -> 123 registers, 5 -> 4 blocks/SM): 0 asks for none.
 constexpr int wgmma_min_blocks_per_sm(int blocks) { return blocks >= 4 ? 4 : 0; }
 
-template <typename T, int kBlocks>
+template <typename T, int kBlocks, bool kGuard>
 __global__ void __launch_bounds__(WgmmaToeplitzTile::kThreads, wgmma_min_blocks_per_sm(kBlocks))
     depthwise_forward_wgmma_kernel(DepthwiseForwardParams p, int64_t tiles) {
 #ifdef CAUSALCONV_SM90A
@@ -217,8 +227,14 @@ __global__ void __launch_bounds__(WgmmaToeplitzTile::kThreads, wgmma_min_blocks_
     wgmma_toeplitz_issue<T, kBlocks>(acc, a, sm90::smem_u32(stages + slot * Smem::kStageBytes));
     sm90::wgmma_wait<0>();
     sm90::fence_registers(acc);
+    const bool vote = kGuard && any_nonfinite<32>(acc);
     wgmma_toeplitz_outputs_to_shared<T>(out_s, acc, bias, p.silu);
-    __syncthreads();
+    if (guarded_tile_barrier<kGuard>(vote)) {
+      depthwise_direct_tile<Tile::kOutputs, Tile::kThreads>(
+          x, w, p.w_stride[1], int(p.width), j0, n, bias, p.silu,
+          [out_s](int i, float v) { wgmma_toeplitz_output<T>(out_s, i) = from_float<T>(v); });
+      __syncthreads();
+    }
     wgmma_toeplitz_store_tile(y, out_s, 0, j0, n);
   }
 #endif
@@ -325,7 +341,7 @@ constexpr bool kWgmmaRingTmaStore = true;
 // at 136 ptxas would serialise the wgmmas, as in the kernel above).
 constexpr int wgmma_ring_min_blocks_per_sm(int blocks) { return blocks <= 4 ? 3 : 2; }
 
-template <typename T, int kBlocks>
+template <typename T, int kBlocks, bool kGuard>
 __global__ void __launch_bounds__(DepthwiseWgmmaRingSmem<kBlocks>::kThreads, wgmma_ring_min_blocks_per_sm(kBlocks))
     depthwise_forward_wgmma_ring_kernel(const __grid_constant__ CUtensorMap x_map,
                                         const __grid_constant__ CUtensorMap y_map, DepthwiseForwardParams p,
@@ -416,11 +432,24 @@ __global__ void __launch_bounds__(DepthwiseWgmmaRingSmem<kBlocks>::kThreads, wgm
     // Output tile i % kOutTiles: its last store (tile i - kOutTiles) finished reading it before the
     // last tile's barrier (below).
     uint8_t* const out = outs + (i % Smem::kOutTiles) * Smem::kOutBytes;
+    const bool vote = kGuard && any_nonfinite<32>(acc);
     wgmma_toeplitz_outputs_to_shared<T>(out, acc, bias, p.silu);
     sm90::fence_proxy_async_shared();  // the tile's bytes, before the TMA store reads them
     // The store of tile i + 1 - kOutTiles has read its tile, which the next tile writes.
     if (threadIdx.x == 0) sm90::bulk_wait_group_read<Smem::kOutTiles - 2>();
-    sm90::named_barrier_sync(1, Tile::kThreads);
+    if constexpr (kGuard) {
+      if (sm90::named_barrier_sync_or(1, Tile::kThreads, vote)) {
+        const T* const x_row = static_cast<const T*>(p.x) + w.b * p.x_stride[0] + w.c * p.x_stride[1];
+        const T* const taps = static_cast<const T*>(p.weight) + w.c * p.w_stride[0];
+        depthwise_direct_tile<Tile::kOutputs, Tile::kThreads>(
+            x_row, taps, p.w_stride[1], int(p.width), w.tile * Tile::kOutputs, p.length, bias, p.silu,
+            [out](int j, float v) { wgmma_toeplitz_output<T>(out, j) = from_float<T>(v); });
+        sm90::fence_proxy_async_shared();
+        sm90::named_barrier_sync(1, Tile::kThreads);
+      }
+    } else {
+      sm90::named_barrier_sync(1, Tile::kThreads);
+    }
     if constexpr (kWgmmaRingTmaStore) {
       if (threadIdx.x == 0) {
         sm90::tma_store_4d(&y_map, out, 0, int32_t(w.tile * Tile::kChunks), int32_t(w.c), int32_t(w.b));

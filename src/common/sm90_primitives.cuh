@@ -163,6 +163,21 @@ __device__ __forceinline__ void fence_proxy_async_shared() {
 __device__ __forceinline__ void named_barrier_sync(uint32_t id, uint32_t threads) {
   asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(threads) : "memory");
 }
+// The same barrier, returning whether any of its threads passed `vote` (bar.red.or.pred).
+__device__ __forceinline__ bool named_barrier_sync_or(uint32_t id, uint32_t threads, bool vote) {
+  uint32_t any;
+  asm volatile(
+      "{\n"
+      ".reg .pred v;\n"
+      "setp.ne.u32 v, %1, 0;\n"
+      "bar.red.or.pred v, %2, %3, v;\n"
+      "selp.u32 %0, 1, 0, v;\n"
+      "}\n"
+      : "=r"(any)
+      : "r"(uint32_t(vote)), "r"(id), "r"(threads)
+      : "memory");
+  return any != 0;
+}
 
 __device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
 __device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
@@ -606,6 +621,10 @@ inline void bulk_wait_group() {}
 inline void named_barrier_sync(uint32_t id, uint32_t threads) {
   if (id == 0 || id > 15 || threads % 32 != 0) emulation_fault("named barrier: id 1-15, whole warps");
   causalconv::emulation::named_barrier(id, threads);
+}
+inline bool named_barrier_sync_or(uint32_t id, uint32_t threads, bool vote) {
+  if (id == 0 || id > 15 || threads % 32 != 0) emulation_fault("named barrier: id 1-15, whole warps");
+  return causalconv::emulation::named_barrier_or(id, threads, vote);
 }
 
 // ---- wgmma ----

@@ -16,6 +16,7 @@
 #define __device__
 #define __global__
 #define __shared__
+#define __noinline__  // (empty: libstdc++'s own __attribute__((__noinline__)) stays valid)
 
 #include <math.h>  // fmaf, expf: the host versions
 
@@ -51,22 +52,31 @@ struct Dim3 {
 class Barrier {
  public:
   explicit Barrier(int count) : count_(count) {}
-  void wait() {
+  void wait() { wait_or(false); }
+  // The barrier, returning whether any of its threads passed `vote` (__syncthreads_or,
+  // bar.red.or.pred). A round's result stays until every thread of it has read it: the next
+  // round cannot complete without them.
+  bool wait_or(bool vote) {
     std::unique_lock<std::mutex> lock(mutex_);
     const uint64_t generation = generation_;
+    votes_ = votes_ || vote;
     if (++arrived_ == count_) {
       arrived_ = 0;
+      result_ = votes_;
+      votes_ = false;
       ++generation_;
       cv_.notify_all();
-      return;
+      return result_;
     }
     cv_.wait(lock, [&] { return generation_ != generation; });
+    return result_;
   }
 
  private:
   std::mutex mutex_;
   std::condition_variable cv_;
   int count_, arrived_ = 0;
+  bool votes_ = false, result_ = false;
   uint64_t generation_ = 0;
 };
 
@@ -131,9 +141,11 @@ inline void launch(Dim3 grid, unsigned threads, size_t shared_bytes, const std::
 }
 
 inline void syncthreads() { block_state->block->wait(); }
+inline bool syncthreads_or(bool vote) { return block_state->block->wait_or(vote); }
 
 // bar.sync id, threads: a barrier of the `threads` threads that use `id` (the same count each time).
-inline void named_barrier(uint32_t id, uint32_t threads) {
+// bar.red.or.pred id, threads: the same, returning whether any of them passed `vote`.
+inline bool named_barrier_or(uint32_t id, uint32_t threads, bool vote) {
   Barrier* barrier;
   {
     std::lock_guard<std::mutex> lock(block_state->named_mutex);
@@ -141,8 +153,9 @@ inline void named_barrier(uint32_t id, uint32_t threads) {
     if (!slot) slot = std::make_unique<Barrier>(int(threads));
     barrier = slot.get();
   }
-  barrier->wait();
+  return barrier->wait_or(vote);
 }
+inline void named_barrier(uint32_t id, uint32_t threads) { named_barrier_or(id, threads, false); }
 
 // A 16-byte global or shared access must be 16-byte aligned on the GPU; x86 would not notice.
 inline void require_aligned16(const void* p) {
@@ -178,6 +191,7 @@ using causalconv::emulation::gridDim;
 using causalconv::emulation::threadIdx;
 
 inline void __syncthreads() { causalconv::emulation::syncthreads(); }
+inline int __syncthreads_or(int vote) { return causalconv::emulation::syncthreads_or(vote != 0) ? 1 : 0; }
 inline float __shfl_xor_sync(unsigned /*mask*/, float v, int offset) {
   return causalconv::emulation::shfl_xor(v, offset);
 }

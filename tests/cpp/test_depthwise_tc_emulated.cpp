@@ -53,6 +53,10 @@ struct Case {
   int64_t batch, channels, length, width;
   bool bias, silu;
   int64_t tiles_per_block = 8;  // the streaming wgmma form: the grid's blocks instead
+  // >= 0: x holds NaN at this step of the first row, +inf 40 steps later and -inf at this step of
+  // the last row; dy NaN 3 steps after it in the first row, +inf 60 after it in the last (each
+  // result must be NaN / infinite exactly where its own terms make it).
+  int64_t nonfinite_at = -1;
 };
 
 template <typename T>
@@ -95,6 +99,14 @@ struct Data {
     dy.load(dyh);
     for (auto& v : w) v = test::round_to(T{}, normal(rng) / std::sqrt(double(cs.width)));
     for (auto& v : bias) v = test::round_to(T{}, normal(rng));
+    if (cs.nonfinite_at >= 0) {
+      const double inf = std::numeric_limits<double>::infinity();
+      x.at(0, 0, cs.nonfinite_at) = test::round_to(T{}, std::numeric_limits<double>::quiet_NaN());
+      if (cs.nonfinite_at + 40 < cs.length) x.at(0, 0, cs.nonfinite_at + 40) = test::round_to(T{}, inf);
+      x.at(cs.batch - 1, cs.channels - 1, cs.nonfinite_at) = test::round_to(T{}, -inf);
+      dy.at(0, 0, cs.nonfinite_at + 3) = test::round_to(T{}, std::numeric_limits<double>::quiet_NaN());
+      if (cs.nonfinite_at + 60 < cs.length) dy.at(cs.batch - 1, cs.channels - 1, cs.nonfinite_at + 60) = test::round_to(T{}, inf);
+    }
   }
   // The pre-activation at (b, c, t) in fp64, and the sum of its terms' magnitudes.
   double pre(const Case& cs, int64_t b, int64_t c, int64_t t, double* mag = nullptr) {
@@ -112,6 +124,15 @@ struct Data {
 };
 
 using test::ErrorTally;
+
+// Where the fp64 reference is NaN or infinite (Case::nonfinite_at), the result must be the same
+// (NaN, or the same infinity): true when `want` was such a value and so checked here.
+bool checked_nonfinite(double got, double want, const char* what, int64_t i, int64_t j, int64_t k) {
+  if (std::isfinite(want)) return false;
+  EXPECT_TRUE(std::isnan(want) ? std::isnan(got) : got == want)
+      << what << "[" << i << "," << j << "," << k << "] = " << got << ", expected " << want;
+  return true;
+}
 
 // The mma.sync form (depthwise_forward_tc_kernel), the wgmma form on 16-byte aligned rows, or the
 // streaming wgmma form (rows of whole 64-step chunks).
@@ -171,7 +192,7 @@ void run_forward(const Case& cs, Form form = Form::mma_sync) {
       const CUtensorMap x_map = row_chunks_map(p.x, B, C, L, p.x_stride, Smem::kBoxChunks);
       const CUtensorMap y_map = row_chunks_map(p.y, B, C, L, p.y_stride, detail::WgmmaToeplitzTile::kChunks);
       emu::launch(grid, Smem::kThreads, size_t(Smem::kBytes),
-                  [&] { detail::depthwise_forward_wgmma_ring_kernel_emulated<T, kBlocks>(x_map, y_map, p, tiles_per_row); });
+                  [&] { detail::depthwise_forward_wgmma_ring_kernel_emulated<T, kBlocks, true>(x_map, y_map, p, tiles_per_row); });
     });
   } else if (form == Form::wgmma) {
     const int64_t tiles = (L + detail::WgmmaToeplitzTile::kOutputs - 1) / detail::WgmmaToeplitzTile::kOutputs;
@@ -179,7 +200,7 @@ void run_forward(const Case& cs, Form form = Form::mma_sync) {
     with_wgmma_blocks(K, [&](auto blocks) {
       constexpr int kBlocks = decltype(blocks)::value;
       emu::launch(grid, detail::WgmmaToeplitzTile::kThreads, size_t(detail::DepthwiseWgmmaSmem<kBlocks>::kBytes),
-                  [&] { detail::depthwise_forward_wgmma_kernel_emulated<T, kBlocks>(p, tiles); });
+                  [&] { detail::depthwise_forward_wgmma_kernel_emulated<T, kBlocks, true>(p, tiles); });
     });
   } else {
     const int64_t tiles = (L + detail::ToeplitzTile::kOutputs - 1) / detail::ToeplitzTile::kOutputs;
@@ -187,7 +208,7 @@ void run_forward(const Case& cs, Form form = Form::mma_sync) {
     detail::with_toeplitz_max_blocks(K, [&](auto max_blocks) {
       constexpr int kMaxBlocks = decltype(max_blocks)::value;
       emu::launch(grid, detail::ToeplitzTile::kThreads, size_t(detail::depthwise_tc_smem_bytes<kMaxBlocks>()),
-                  [&] { detail::depthwise_forward_tc_kernel_emulated<T, kMaxBlocks>(p, tiles); });
+                  [&] { detail::depthwise_forward_tc_kernel_emulated<T, kMaxBlocks, true>(p, tiles); });
     });
   }
 
@@ -205,6 +226,7 @@ void run_forward(const Case& cs, Form form = Form::mma_sync) {
           mag = std::abs(want) + mag * (std::is_same_v<T, float> ? 1.1 : 1e-6);
           want = want / (1.0 + std::exp(-want));
         }
+        if (checked_nonfinite(widen(y.at(b, c, t)), want, "y", b, c, t)) continue;
         mag2 += mag * mag;
         tally.add(widen(y.at(b, c, t)), want, ulp * std::abs(want) + per_term * mag + 1e-7, "y", b, c, t);
       }
@@ -248,7 +270,7 @@ void run_backward(const Case& cs, bool want_dx = true, bool want_dw = true) {
     constexpr int kMaxBlocks = decltype(max_blocks)::value;
     emu::launch({unsigned(B * C), unsigned(tile_blocks), 1}, detail::ToeplitzTile::kThreads,
                 size_t(detail::DepthwiseTcBackwardSmem<kMaxBlocks>::kBytes), [&] {
-                  detail::depthwise_backward_tc_kernel_emulated<T, kMaxBlocks>(p, tiles,
+                  detail::depthwise_backward_tc_kernel_emulated<T, kMaxBlocks, true>(p, tiles,
                                                                                want_dw ? partials.data() : nullptr);
                 });
   });
@@ -288,7 +310,8 @@ void run_backward(const Case& cs, bool want_dx = true, bool want_dw = true) {
         }
         // silu: g is rounded to T as the MMA operand (half an ulp per term).
         const double tol = ulp * std::abs(want) + (cs.silu ? ulp : 1e-5) * mag + 1e-6;
-        dx_tally.add(widen(dx.at(b, c, t)), want, tol, "dx", b, c, t);
+        if (!checked_nonfinite(widen(dx.at(b, c, t)), want, "dx", b, c, t))
+          dx_tally.add(widen(dx.at(b, c, t)), want, tol, "dx", b, c, t);
       }
       EXPECT_TRUE(std::isnan(widen(dx.data[size_t(b * dx.stride_b + c * dx.stride_c + L)])))
           << "wrote past the end of row " << b << "," << c;
@@ -311,8 +334,8 @@ void run_backward(const Case& cs, bool want_dx = true, bool want_dw = true) {
         // (random, at most half an ulp): a few standard deviations of their sum.
         const size_t i = size_t(c * K + k);
         const double tol = 1e-5 * dw_abs[i] + (cs.silu ? 2 * ulp * std::sqrt(dw_sq[i]) : 0.0) + 1e-6;
-        dw_tally.add(sum, dw[i], tol, "dweight", 0, c, k);
-      } else {
+        if (!checked_nonfinite(sum, dw[i], "dweight", 0, c, k)) dw_tally.add(sum, dw[i], tol, "dweight", 0, c, k);
+      } else if (!checked_nonfinite(sum, db[size_t(c)], "dbias", 0, c, 0)) {
         db_tally.add(sum, db[size_t(c)], 1e-5 * double(B * L) + 1e-6, "dbias", 0, c, 0);  // fp32 g, fp32 sums
       }
     }
@@ -353,6 +376,20 @@ TEST(DepthwiseTensorCoreEmulated, ForwardTf32x3) {
       {1, 1, 2500, 256, true, true},       // widest: 17 blocks
   };
   for (const Case& c : cases) run_forward<float>(c);
+}
+
+// NaN and infinities in x reach only the outputs whose terms hold them: the Toeplitz blocks'
+// zero lags (before the filter and past it) must not multiply them (0 x inf = NaN). Every form
+// (with its guard, depthwise_toeplitz_guard.cuh), the values in the halo of a tile (inf 40 steps
+// on, past a 2048- / 4096-step tile boundary) and the last row's -inf.
+TEST(DepthwiseTensorCoreEmulated, NonFiniteInputsStayCausal) {
+  run_forward<__nv_bfloat16>({1, 2, 3000, 20, true, false, 8, 2030});
+  run_forward<__half>({2, 1, 5000, 128, false, false, 8, 4080}, Form::wgmma);
+  run_forward<__nv_bfloat16>({1, 2, 8192, 193, true, true, 3, 4090}, Form::wgmma_ring);
+  run_forward<float>({1, 3, 3000, 64, true, false, 8, 2040});
+  // The backward: silu's input (g redone from the direct forward sums) and dx (redone from g).
+  run_backward<__nv_bfloat16>({1, 2, 3000, 20, true, true, 8, 2030});
+  run_backward<__half>({2, 1, 2500, 128, false, false, 8, 2030});
 }
 
 // Both input stages in turn where a block walks several tiles; cp.async on the aligned rows,
