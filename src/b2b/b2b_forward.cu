@@ -1,13 +1,15 @@
 // Launcher of the fused b2b_causal_conv1d forward (the kernels: b2b_forward_short_kernel.cuh
 // for short filters on 16-byte rows, b2b_forward_wgmma_kernel.cuh on Hopper's warpgroup MMA for
 // wider mixers on 16-byte rows, b2b_forward_tc_kernel.cuh on the tensor cores (mma.sync) for
-// the other rows, b2b_forward_kernel.cuh on the CUDA cores for everything else).
+// the other rows, b2b_forward_tf32_kernel.cuh for fp32 wide mixers on tf32 tensor cores,
+// b2b_forward_kernel.cuh on the CUDA cores for everything else).
 #include <algorithm>
 #include <type_traits>
 
 #include "b2b/b2b_forward_kernel.cuh"
 #include "b2b/b2b_forward_short_kernel.cuh"
 #include "b2b/b2b_forward_tc_kernel.cuh"
+#include "b2b/b2b_forward_tf32_kernel.cuh"
 #include "b2b/b2b_forward_wgmma_kernel.cuh"
 #include "b2b/b2b_kernels.h"
 #include "b2b/b2b_tiling.cuh"
@@ -47,6 +49,25 @@ bool try_launch_tc(const B2BForwardParams& p, const B2BTiling& tiling, cudaStrea
       launch_tc<T, 17>(p, tiling, stream);  // Km <= 256
     return true;
   }
+}
+
+// fp32 with kB2BTcMinMixerWidth <= Km <= 256: the mixer on tf32 tensor cores split three ways
+// (b2b_forward_tf32_kernel.cuh). Written in session 29 without a GPU (emulated tests only): off
+// until the H200 has run the suite on it and timed it against the CUDA-core kernel (fp32 B1 D4096
+// L8192 Kp3 Km128: 0.717 ms, 5.7x its byte floor; issue 3 asks for 2x). Counts: 14 G tf32 MACs at
+// Km128 (3 products of 144 lags an output) against the CUDA cores' 4.3 G FMAs; predicted ~0.1-0.15 ms.
+constexpr bool kB2BTf32x3Forward = false;
+
+template <typename T>
+bool try_launch_tf32(const B2BForwardParams& p, const B2BTiling& tiling, cudaStream_t stream) {
+  if (!std::is_same<T, float>::value || !kB2BTf32x3Forward || p.mixer_width < kB2BTcMinMixerWidth ||
+      p.mixer_width > 256)
+    return false;
+  constexpr size_t smem = B2BTf32Layout::kBytes;
+  allow_dynamic_shared_memory(b2b_forward_tf32x3_kernel, smem, "b2b_causal_conv1d forward (shared-memory opt-in)");
+  const dim3 grid(unsigned(p.batch * p.dim), unsigned(tiling.tile_blocks));
+  b2b_forward_tf32x3_kernel<<<grid, ToeplitzTile::kThreads, smem, stream>>>(p, tiling);
+  return true;
 }
 
 // Consecutive 4096-step tiles walked by one block of the wgmma form (a segment of its row): the
@@ -117,7 +138,9 @@ template <typename T>
 void launch_typed(const B2BForwardParams& p, cudaStream_t stream) {
   const B2BTiling tiling = make_b2b_tiling(p.length, Tile::kOutputs, kB2BForwardTilesPerBlock);
   const size_t smem = sizeof(float) * size_t(b2b_forward_smem_floats(p.proj_width, p.mixer_width));
-  if (try_launch_short<T>(p, stream) || try_launch_wgmma<T>(p, stream) || try_launch_tc<T>(p, tiling, stream)) return;
+  if (try_launch_short<T>(p, stream) || try_launch_wgmma<T>(p, stream) || try_launch_tc<T>(p, tiling, stream) ||
+      try_launch_tf32<T>(p, tiling, stream))
+    return;
   allow_dynamic_shared_memory(b2b_forward_kernel<T>, smem, "b2b_causal_conv1d forward (shared-memory opt-in)");
   const dim3 grid(unsigned(p.batch * p.dim), unsigned(tiling.tile_blocks));
   b2b_forward_kernel<T><<<grid, Tile::kThreads, smem, stream>>>(p, tiling);

@@ -85,35 +85,43 @@ inline void ldmatrix_x4_trans(uint32_t (&r)[4], const void* row_address) {
   emu::warp_barrier();
 }
 
-// d += A · B: A 16x16 row-major, B 16x8, D 16x8; g = lane/4, q = lane%4.
-// A regs: (g, 2q..2q+1), (g+8, 2q..), (g, 2q+8..), (g+8, 2q+8..); B regs: (k 2q..2q+1, n g),
-// (k 2q+8.., n g); D: (g, 2q), (g, 2q+1), (g+8, 2q), (g+8, 2q+1).
-template <bool kHalf>
-inline void mma_m16n8k16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+// d += A · B for an m16n8kK MMA: the lanes' registers go through the warp exchange, decode(g, q, s,
+// A, B) places lane (g, q)'s six registers s[0..5] (four of A, two of B) into the matrices, then
+// each lane sums its D fragment (g, 2q), (g, 2q+1), (g+8, 2q), (g+8, 2q+1) in k order.
+template <int kK, typename Decode>
+inline void emulated_mma_m16n8(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1, Decode decode) {
   namespace emu = causalconv::emulation;
   const unsigned t = threadIdx.x, lane = t % 32, base = t - lane;
   for (int i = 0; i < 4; ++i) emu::warp_exchange[t * 8 + i] = a[i];
   emu::warp_exchange[t * 8 + 4] = b0;
   emu::warp_exchange[t * 8 + 5] = b1;
   emu::warp_barrier();
-  float A[16][16], B[16][8];
-  for (unsigned l = 0; l < 32; ++l) {
-    const uint64_t* s = &emu::warp_exchange[(base + l) * 8];
-    const unsigned g = l / 4, q = l % 4;
-    for (int reg = 0; reg < 4; ++reg)
-      for (int h = 0; h < 2; ++h)
-        A[g + 8 * (reg & 1)][2 * q + h + 8 * (reg >> 1)] = emu::from_bits16(uint32_t(s[reg]) >> (16 * h), kHalf);
-    for (int reg = 0; reg < 2; ++reg)
-      for (int h = 0; h < 2; ++h) B[2 * q + h + 8 * reg][g] = emu::from_bits16(uint32_t(s[4 + reg]) >> (16 * h), kHalf);
-  }
+  float A[16][kK], B[kK][8];
+  for (unsigned l = 0; l < 32; ++l) decode(l / 4, l % 4, &emu::warp_exchange[(base + l) * 8], A, B);
   emu::warp_barrier();
   const unsigned g = lane / 4, q = lane % 4;
   for (int e = 0; e < 4; ++e) {
     const unsigned row = g + 8 * (e >> 1), col = 2 * q + (e & 1);
     float sum = d[e];
-    for (int k = 0; k < 16; ++k) sum += A[row][k] * B[k][col];
+    for (int k = 0; k < kK; ++k) sum += A[row][k] * B[k][col];
     d[e] = sum;
   }
+}
+
+// m16n8k16, 16-bit operands: A regs (g, 2q..2q+1), (g+8, 2q..), (g, 2q+8..), (g+8, 2q+8..);
+// B regs (k 2q..2q+1, n g), (k 2q+8.., n g).
+template <bool kHalf>
+inline void mma_m16n8k16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  emulated_mma_m16n8<16>(d, a, b0, b1, [](unsigned g, unsigned q, const uint64_t* s, float (&A)[16][16],
+                                          float (&B)[16][8]) {
+    for (int reg = 0; reg < 4; ++reg)
+      for (int h = 0; h < 2; ++h)
+        A[g + 8 * (reg & 1)][2 * q + h + 8 * (reg >> 1)] =
+            causalconv::emulation::from_bits16(uint32_t(s[reg]) >> (16 * h), kHalf);
+    for (int reg = 0; reg < 2; ++reg)
+      for (int h = 0; h < 2; ++h)
+        B[2 * q + h + 8 * reg][g] = causalconv::emulation::from_bits16(uint32_t(s[4 + reg]) >> (16 * h), kHalf);
+  });
 }
 
 // A tf32 operand as the tensor core reads it: the upper 19 bits of the fp32 pattern.
@@ -124,30 +132,14 @@ inline float tf32_operand(uint32_t bits) {
   return v;
 }
 
-// d += A · B: A 16x8 row-major, B 8x8, D 16x8, tf32 operands; g = lane/4, q = lane%4.
-// A regs: (g, q), (g+8, q), (g, q+4), (g+8, q+4); B regs: (k q, n g), (k q+4, n g); D as m16n8k16.
+// m16n8k8, tf32 operands: A regs (g, q), (g+8, q), (g, q+4), (g+8, q+4); B regs (k q, n g),
+// (k q+4, n g).
 inline void mma_m16n8k8_tf32(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-  namespace emu = causalconv::emulation;
-  const unsigned t = threadIdx.x, lane = t % 32, base = t - lane;
-  for (int i = 0; i < 4; ++i) emu::warp_exchange[t * 8 + i] = a[i];
-  emu::warp_exchange[t * 8 + 4] = b0;
-  emu::warp_exchange[t * 8 + 5] = b1;
-  emu::warp_barrier();
-  float A[16][8], B[8][8];
-  for (unsigned l = 0; l < 32; ++l) {
-    const uint64_t* s = &emu::warp_exchange[(base + l) * 8];
-    const unsigned g = l / 4, q = l % 4;
+  emulated_mma_m16n8<8>(d, a, b0, b1, [](unsigned g, unsigned q, const uint64_t* s, float (&A)[16][8],
+                                         float (&B)[8][8]) {
     for (int reg = 0; reg < 4; ++reg) A[g + 8 * (reg & 1)][q + 4 * (reg >> 1)] = tf32_operand(uint32_t(s[reg]));
     for (int reg = 0; reg < 2; ++reg) B[q + 4 * reg][g] = tf32_operand(uint32_t(s[4 + reg]));
-  }
-  emu::warp_barrier();
-  const unsigned g = lane / 4, q = lane % 4;
-  for (int e = 0; e < 4; ++e) {
-    const unsigned row = g + 8 * (e >> 1), col = 2 * q + (e & 1);
-    float sum = d[e];
-    for (int k = 0; k < 8; ++k) sum += A[row][k] * B[k][col];
-    d[e] = sum;
-  }
+  });
 }
 
 // cvt.rna{.satfinite}.tf32.f32: to nearest, ties away from zero (half the dropped unit added to

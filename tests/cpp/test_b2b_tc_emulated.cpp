@@ -5,8 +5,10 @@
 // in the epilogue, tile walks and partial tiles, the two x stages in turn, cp.async on 16-byte
 // aligned rows and the element path on the others. The wgmma form: the Hankel tables, the
 // skipped k-slices at both projection widths, every mixer block count, the z halo carried from
-// tile to tile and computed at each segment's first tile, partial tiles and units. (The GPU run:
-// tests/python/test_b2b.py, test_tensor_core_mixer.)
+// tile to tile and computed at each segment's first tile, partial tiles and units. The fp32 form
+// (the mixer on tf32 MMAs split three ways): z and the gate from the CUDA-core projections, the
+// mixer's halo, the one x stage reused while the MMAs run, NaN and infinities kept causal. (The
+// GPU run: tests/python/test_b2b.py, test_tensor_core_mixer and test_fp32_wide_mixers.)
 #include "cuda_emulation.h"  // first: it sets up the emulated CUDA built-ins
 #include "mma_emulation.h"
 
@@ -16,13 +18,18 @@
 #define b2b_forward_wgmma_kernel b2b_forward_wgmma_kernel_emulated
 #include "b2b/b2b_forward_wgmma_kernel.cuh"
 #undef b2b_forward_wgmma_kernel
+#define b2b_forward_tf32x3_kernel b2b_forward_tf32x3_kernel_emulated
+#include "b2b/b2b_forward_tf32_kernel.cuh"
+#undef b2b_forward_tf32x3_kernel
 
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <limits>
 #include <random>
+#include <type_traits>
 #include <vector>
 
 #include "b2b_kernel_params.h"
@@ -41,6 +48,9 @@ namespace emu = causalconv::emulation;
 struct Case {
   int64_t batch, dim, length, kp, km;
   int64_t tiles_per_segment = 32;  // the wgmma form's walk (its launcher's largest: 32)
+  // >= 0 (fp32 form): x row 3c+1 of the first channel holds NaN at this step and row 3c+2 +inf 40
+  // steps later; row 3c of the last channel -inf at this step.
+  int64_t nonfinite_at = -1;
 };
 
 // The mma.sync form (b2b_forward_tc_kernel) or, on rows of 16-byte vectors, the wgmma form.
@@ -55,6 +65,14 @@ void launch_emulated(const detail::B2BForwardParams& f) {
               [&] { detail::b2b_forward_tc_kernel_emulated<T, kMaxBlocks>(f, tiling); });
 }
 
+void launch_tf32_emulated(const detail::B2BForwardParams& f) {
+  const detail::B2BTiling tiling =
+      detail::make_b2b_tiling(f.length, detail::B2BForwardTile::kOutputs, detail::kB2BForwardTilesPerBlock);
+  const emu::Dim3 grid{unsigned(f.batch * f.dim), unsigned(tiling.tile_blocks), 1};
+  emu::launch(grid, detail::ToeplitzTile::kThreads, size_t(detail::B2BTf32Layout::kBytes),
+              [&] { detail::b2b_forward_tf32x3_kernel_emulated(f, tiling); });
+}
+
 template <typename T, int kMixerBlocks>
 void launch_wgmma_emulated(const detail::B2BForwardParams& f, int64_t tiles_per_segment) {
   using Tile = detail::WgmmaToeplitzTile;
@@ -67,8 +85,9 @@ void launch_wgmma_emulated(const detail::B2BForwardParams& f, int64_t tiles_per_
 
 template <typename T>
 void run_case(const Case& cs, Form form = Form::mma_sync) {
-  SCOPED_TRACE(::testing::Message() << (form == Form::wgmma ? "wgmma" : "mma.sync") << " B" << cs.batch << " D"
-                                    << cs.dim << " L" << cs.length << " Kp" << cs.kp << " Km" << cs.km);
+  const char* const name = std::is_same_v<T, float> ? "tf32x3" : form == Form::wgmma ? "wgmma" : "mma.sync";
+  SCOPED_TRACE(::testing::Message() << name << " B" << cs.batch << " D" << cs.dim << " L" << cs.length << " Kp"
+                                    << cs.kp << " Km" << cs.km);
   const int64_t B = cs.batch, D = cs.dim, L = cs.length, Kp = cs.kp, Km = cs.km;
   const int64_t pad = form == Form::wgmma ? 8 - L % 8 : 3;  // wgmma: every row 16-byte aligned
   HostTensor x({B, 3 * D, L}), wp({3 * D, Kp}), wm({D, Km}), skip({D});
@@ -77,6 +96,12 @@ void run_case(const Case& cs, Form form = Form::mma_sync) {
   wp.fill_uniform(seed());
   wm.fill_uniform(seed());
   skip.fill_uniform(seed());
+  if (cs.nonfinite_at >= 0) {
+    const double inf = std::numeric_limits<double>::infinity();
+    x(0, 1, cs.nonfinite_at) = std::numeric_limits<double>::quiet_NaN();
+    if (cs.nonfinite_at + 40 < L) x(0, 2, cs.nonfinite_at + 40) = inf;
+    x(B - 1, 3 * (D - 1), cs.nonfinite_at) = -inf;
+  }
   Activation<T> x_e(B, 3 * D, L, pad), out_e(B, D, L, pad);
   Weight<T> wp_e(3 * D, Kp), wm_e(D, Km), skip_e(D, 1);
   x_e.load(x);  // the host tensors now hold the rounded values
@@ -86,7 +111,9 @@ void run_case(const Case& cs, Form form = Form::mma_sync) {
 
   const detail::B2BForwardParams f = test::b2b_forward_params(x_e, wp_e, wm_e, skip_e, out_e);
   const int blocks = detail::toeplitz_blocks(int(Km));
-  if (form == Form::wgmma) {
+  if constexpr (std::is_same_v<T, float>) {
+    launch_tf32_emulated(f);
+  } else if (form == Form::wgmma) {
     switch (detail::toeplitz64_blocks(int(Km))) {
       case 2: launch_wgmma_emulated<T, 2>(f, cs.tiles_per_segment); break;
       case 3: launch_wgmma_emulated<T, 3>(f, cs.tiles_per_segment); break;
@@ -102,33 +129,60 @@ void run_case(const Case& cs, Form form = Form::mma_sync) {
   else
     launch_emulated<T, 17>(f);
 
-  // fp64 brute force with error magnitudes: z is rounded to T for the MMA (relative ulp/2).
-  const double ulp = std::is_same<T, __half>::value ? std::ldexp(1.0, -10) : std::ldexp(1.0, -7);
+  // fp64 brute force with error magnitudes: z is rounded to T for the MMA (relative ulp/2); fp32:
+  // the output's rounding, and the tf32 split's ~2^-21 of each mixer term.
+  constexpr bool kFloat = std::is_same_v<T, float>;
+  const double ulp = kFloat ? std::ldexp(1.0, -24) : std::is_same<T, __half>::value ? std::ldexp(1.0, -10)
+                                                                                     : std::ldexp(1.0, -7);
+  const double per_term = kFloat ? 4e-6 : ulp + 1e-5;
   int64_t bad = 0;
-  double err2 = 0, ref2 = 0;
+  double err2 = 0, ref2 = 0, mag2 = 0;
   for (int64_t b = 0; b < B; ++b)
     for (int64_t c = 0; c < D; ++c) {
-      auto proj = [&](int64_t row, int64_t t) {
-        double s = 0;
+      // A projection's value, and (mag) the sum of its terms' magnitudes: the scale of its fp32
+      // rounding, which the gate and z carry into the output.
+      auto proj = [&](int64_t row, int64_t t, double* mag = nullptr) {
+        double s = 0, m = 0;
         for (int64_t k = 0; k < Kp; ++k) {
           const int64_t src = t - (Kp - 1 - k);
-          if (src >= 0) s += wp(row, k) * x(b, row, src);
+          if (src >= 0) {
+            s += wp(row, k) * x(b, row, src);
+            m += std::abs(wp(row, k) * x(b, row, src));
+          }
         }
+        if (mag) *mag = m;
         return s;
       };
-      std::vector<double> z(static_cast<size_t>(L));
-      for (int64_t t = 0; t < L; ++t) z[size_t(t)] = proj(3 * c + 1, t) * proj(3 * c + 2, t);
+      std::vector<double> z(static_cast<size_t>(L)), z_mag(static_cast<size_t>(L));
       for (int64_t t = 0; t < L; ++t) {
-        double h = skip(c) * z[size_t(t)], mag = std::abs(h);
+        double m1, m2;
+        const double x1 = proj(3 * c + 1, t, &m1), v = proj(3 * c + 2, t, &m2);
+        z[size_t(t)] = x1 * v;
+        z_mag[size_t(t)] = m1 * std::abs(v) + std::abs(x1) * m2;
+      }
+      for (int64_t t = 0; t < L; ++t) {
+        // mag: the mixer terms' magnitudes; zmag: what z's own rounding adds through them.
+        double h = skip(c) * z[size_t(t)], mag = std::abs(h), zmag = std::abs(skip(c)) * z_mag[size_t(t)];
         for (int64_t k = 0; k < Km; ++k) {
           const int64_t src = t - (Km - 1 - k);
           if (src < 0) continue;
           h += wm(c, k) * z[size_t(src)];
           mag += std::abs(wm(c, k) * z[size_t(src)]);
+          zmag += std::abs(wm(c, k)) * z_mag[size_t(src)];
         }
-        const double gate = proj(3 * c, t), want = gate * h;
+        double gate_mag;
+        const double gate = proj(3 * c, t, &gate_mag), want = gate * h;
         const double got = widen(out_e.at(b, c, t));
-        const double tol = ulp * std::abs(want) + (ulp + 1e-5) * std::abs(gate) * mag + 1e-6;
+        if (!std::isfinite(want)) {  // NaN / infinite exactly where its own terms make it
+          EXPECT_TRUE(std::isnan(want) ? std::isnan(got) : got == want)
+              << "out[" << b << "," << c << "," << t << "] = " << got << ", expected " << want;
+          continue;
+        }
+        // The output's terms' magnitude: the mixer's through the gate, and for fp32 (whose roundings
+        // of the projections are not hidden by a 16-bit z's) z's and the gate's own.
+        const double out_mag = std::abs(gate) * (mag + (kFloat ? zmag : 0.0)) + (kFloat ? gate_mag * std::abs(h) : 0.0);
+        const double tol = ulp * std::abs(want) + per_term * out_mag + 1e-6;
+        mag2 += out_mag * out_mag;
         if (!(std::abs(got - want) <= tol)) {
           if (bad < 5) ADD_FAILURE() << "out[" << b << "," << c << "," << t << "] = " << got << ", expected " << want;
           ++bad;
@@ -138,8 +192,13 @@ void run_case(const Case& cs, Form form = Form::mma_sync) {
       }
     }
   EXPECT_EQ(bad, 0) << "elements out of tolerance";
-  const double bound = std::is_same<T, __half>::value ? 2e-3 : 1e-2;
-  EXPECT_LE(std::sqrt(err2 / std::max(ref2, 1e-300)), bound);
+  if constexpr (kFloat) {  // tests/python/conftest.py: 1e-6 of (||ref|| + ||magnitude||)
+    const double norm = std::sqrt(ref2) + std::sqrt(mag2);
+    EXPECT_LE(std::sqrt(err2) / std::max(norm, 1e-300), 1e-6);
+  } else {
+    const double bound = std::is_same<T, __half>::value ? 2e-3 : 1e-2;
+    EXPECT_LE(std::sqrt(err2 / std::max(ref2, 1e-300)), bound);
+  }
   EXPECT_TRUE(std::isnan(widen(out_e.data[size_t(L)]))) << "wrote past the end of a row of out";
 }
 
@@ -177,6 +236,22 @@ const Case kWgmmaFloat16Cases[] = {
     {1, 1, 8193, 4, 65, 1},         // 2 mixer blocks at their widest; 3 tiles, the last holding one step
     {1, 1, 4096, 5, 129},           // one whole tile; 3 mixer blocks at their widest
 };
+
+// fp32 on tf32 MMAs: row strides L + 3 (some rows 16-byte aligned: cp.async, the others element
+// by element), every mixer block count, Kp up to 32 (the staged reach), partial tiles, blocks
+// walking several tiles through the one stage, L < Km.
+TEST(B2BTensorCoreEmulated, Float32Tf32x3) {
+  const Case cases[] = {
+      {1, 1, 1, 2, 16},        // L = 1
+      {2, 2, 2100, 3, 9},      // narrowest mixer (2 blocks), 2 tiles, partial second
+      {1, 1, 1100, 32, 256},   // widest: 17 blocks; Kp 32; L < tile
+      {1, 1, 4093, 4, 128},    // aligned rows, 2 tiles
+      {1, 2, 9000, 3, 64},     // 5 tiles: blocks walking 4 and 1
+      {1, 1, 300, 5, 255},     // L < ... Km
+      {1, 2, 3000, 3, 128, 32, 2030},  // NaN / inf kept causal (the guard's slow path)
+  };
+  for (const Case& c : cases) run_case<float>(c);
+}
 
 TEST(B2BTensorCoreEmulated, WgmmaBFloat16) {
   for (const Case& c : kWgmmaBFloat16Cases) run_case<__nv_bfloat16>(c, Form::wgmma);

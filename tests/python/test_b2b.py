@@ -372,6 +372,34 @@ def test_tensor_core_mixer(dtype, km, seeded):
 
 
 @requires_cuda
+@pytest.mark.parametrize("km", [8, 9, 16, 33, 128, 129, 255, 256])
+def test_fp32_wide_mixers(km, seeded):
+    # fp32 with Km >= 9: the mixer on tf32 tensor cores split three ways when kB2BTf32x3Forward is on
+    # (src/b2b/b2b_forward.cu), else the CUDA-core kernel; the fp32 bound either way. Kp up to 32 (the
+    # staged reach), L = 1, one chunk and one step past it, L < Km, unaligned rows (2500, 4097), rows
+    # of several tiles walked by one block through its one stage; then NaN and infinities in x,
+    # which must reach exactly the outputs whose own terms hold them.
+    for kp in (2, 3, 17, 32):
+        for length in (1, 16, 17, 200, 2500, 4097, 2048 * 4 + 300):
+            x, wp, wm, skip = make_inputs(2, 3, length, kp, km, torch.float32)
+            out = torch.full((2, 3, length), float("nan"), device="cuda")
+            _C.b2b_causal_conv1d_forward(view(x), view(wp), view(wm), view(skip), view(out), None,
+                                         torch.cuda.current_stream().cuda_stream)
+            assert_forward_close(out, x, wp, wm, skip, f"Kp={kp} L={length}")
+    x, wp, wm, skip = make_inputs(1, 2, 3000, 3, km, torch.float32)
+    x[0, 1, 2030] = float("nan")
+    x[0, 2, 2070] = float("inf")
+    x[0, 3, 2030] = float("-inf")
+    out = causalconv.b2b_causal_conv1d(x, wp, wm, skip).cpu()
+    ref = causalconv.reference.b2b_causal_conv1d(x.cpu(), wp.cpu(), wm.cpu(), skip.cpu())  # plain tap sums
+    assert torch.equal(torch.isnan(out), torch.isnan(ref)), "NaN where the reference has none, or none where it has"
+    assert torch.equal(out[torch.isinf(ref)], ref[torch.isinf(ref)].float()), "infinite outputs differ"
+    finite = torch.isfinite(ref)
+    mag = causalconv.reference.b2b_causal_conv1d(x.abs().cpu(), wp.abs().cpu(), wm.abs().cpu(), skip.abs().cpu())
+    assert_close_to_reference(out[finite], ref[finite], torch.float32, "finite outputs", magnitude=mag[finite])
+
+
+@requires_cuda
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 def test_tensor_core_mixer_long_rows_and_strided_weights(dtype, seeded):
     # Rows of 5 tiles (blocks walking several tiles), odd D, weights with non-unit strides, and the
