@@ -20,7 +20,8 @@ void launch(const DepthwiseBackwardParams& p, float* partials, cudaStream_t stre
   constexpr int smem = DepthwiseTcBackwardSmem<kMaxBlocks>::kBytes;
   allow_dynamic_shared_memory(depthwise_backward_tc_kernel<T, kMaxBlocks, kToeplitzNonFiniteGuard>, smem,
                               "causal_conv1d backward (depthwise, tensor cores)");
-  depthwise_backward_tc_kernel<T, kMaxBlocks, kToeplitzNonFiniteGuard><<<grid, ToeplitzTile::kThreads, smem, stream>>>(p, tiles, partials);
+  depthwise_backward_tc_kernel<T, kMaxBlocks, kToeplitzNonFiniteGuard>
+      <<<grid, ToeplitzTile::kThreads, smem, stream>>>(p, tiles, partials);
 }
 
 template <typename T>

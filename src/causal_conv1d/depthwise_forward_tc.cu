@@ -51,7 +51,8 @@ void launch_wgmma(const DepthwiseForwardParams& p, cudaStream_t stream) {
   const int64_t tiles = (p.length + Tile::kOutputs - 1) / Tile::kOutputs;
   const int64_t tile_blocks = std::min((tiles + kTcTilesPerBlock - 1) / kTcTilesPerBlock, kMaxGridY);
   const dim3 grid(unsigned(p.batch * p.channels), unsigned(tile_blocks));
-  depthwise_forward_wgmma_kernel<T, kBlocks, kToeplitzNonFiniteGuard><<<grid, Tile::kThreads, kSmem, stream>>>(p, tiles);
+  depthwise_forward_wgmma_kernel<T, kBlocks, kToeplitzNonFiniteGuard>
+      <<<grid, Tile::kThreads, kSmem, stream>>>(p, tiles);
 }
 
 template <typename T>

@@ -51,9 +51,9 @@ bool depthwise_backward_takes_channel_last(const DepthwiseBackwardParams& p);
 
 }  // namespace causalconv::detail
 
-// Tensor-core forward (depthwise_forward_tc.cu): fp16/bf16, dilation 1, kDepthwiseTcMinWidth
-// <= K <= kDepthwiseTcMaxWidth, unit time stride of x and y. Launches and returns true when
-// it takes the call, else returns false and launches nothing.
+// Tensor-core forward (depthwise_forward_tc.cu): fp16/bf16 (and fp32 when its tf32 form's flag is
+// on), dilation 1, kDepthwiseTcMinWidth <= K <= kDepthwiseTcMaxWidth, unit time stride of x and y.
+// Launches and returns true when it takes the call, else returns false and launches nothing.
 struct CUstream_st;  // cudaStream_t is CUstream_st*
 namespace causalconv::detail {
 constexpr int64_t kDepthwiseTcMinWidth = 9;  // K <= 8 with dilation 1 has the window kernel

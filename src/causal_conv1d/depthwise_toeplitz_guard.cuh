@@ -52,7 +52,8 @@ __device__ __forceinline__ float depthwise_direct_output(const T* x, const T* w,
   float acc = bias;
   const int first_tap = t >= width - 1 ? 0 : int(width - 1 - t);
 #pragma unroll 1  // the slow path: few registers, so that the fast path keeps its allocation
-  for (int k = first_tap; k < width; ++k) acc = fmaf(to_float(w[int64_t(k) * w_stride]), to_float(x[t - (width - 1 - k)]), acc);
+  for (int k = first_tap; k < width; ++k)
+    acc = fmaf(to_float(w[int64_t(k) * w_stride]), to_float(x[t - (width - 1 - k)]), acc);
   return apply_silu ? silu<T>(acc) : acc;
 }
 

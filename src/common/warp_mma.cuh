@@ -1,6 +1,7 @@
 // Warp-level tensor-core building blocks: 8x8 16-bit matrix moves between shared memory and
 // registers (ldmatrix, sm_75+; stmatrix, sm_90+), the m16n8k16 MMA (16-bit operands) and the
-// m16n8k8 MMA (tf32 operands) with fp32 accumulators, and the fp32 -> tf32 rounding (sm_80+). Shared addresses are 32-bit shared-window addresses (__cvta_generic_to_shared).
+// m16n8k8 MMA (tf32 operands) with fp32 accumulators, and the fp32 -> tf32 rounding (sm_80+).
+// Shared addresses are 32-bit shared-window addresses (__cvta_generic_to_shared).
 //
 // Device code only: the host emulations of the kernels that use these (tests/cpp:
 // mma_emulation.h, and common/sm90_primitives.cuh's emulation) provide their own.

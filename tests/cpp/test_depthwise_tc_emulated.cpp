@@ -105,7 +105,8 @@ struct Data {
       if (cs.nonfinite_at + 40 < cs.length) x.at(0, 0, cs.nonfinite_at + 40) = test::round_to(T{}, inf);
       x.at(cs.batch - 1, cs.channels - 1, cs.nonfinite_at) = test::round_to(T{}, -inf);
       dy.at(0, 0, cs.nonfinite_at + 3) = test::round_to(T{}, std::numeric_limits<double>::quiet_NaN());
-      if (cs.nonfinite_at + 60 < cs.length) dy.at(cs.batch - 1, cs.channels - 1, cs.nonfinite_at + 60) = test::round_to(T{}, inf);
+      if (cs.nonfinite_at + 60 < cs.length)
+        dy.at(cs.batch - 1, cs.channels - 1, cs.nonfinite_at + 60) = test::round_to(T{}, inf);
     }
   }
   // The pre-activation at (b, c, t) in fp64, and the sum of its terms' magnitudes.
@@ -192,7 +193,10 @@ void run_forward(const Case& cs, Form form = Form::mma_sync) {
       const CUtensorMap x_map = row_chunks_map(p.x, B, C, L, p.x_stride, Smem::kBoxChunks);
       const CUtensorMap y_map = row_chunks_map(p.y, B, C, L, p.y_stride, detail::WgmmaToeplitzTile::kChunks);
       emu::launch(grid, Smem::kThreads, size_t(Smem::kBytes),
-                  [&] { detail::depthwise_forward_wgmma_ring_kernel_emulated<T, kBlocks, true>(x_map, y_map, p, tiles_per_row); });
+                  [&] {
+                    detail::depthwise_forward_wgmma_ring_kernel_emulated<T, kBlocks, true>(x_map, y_map, p,
+                                                                                           tiles_per_row);
+                  });
     });
   } else if (form == Form::wgmma) {
     const int64_t tiles = (L + detail::WgmmaToeplitzTile::kOutputs - 1) / detail::WgmmaToeplitzTile::kOutputs;
