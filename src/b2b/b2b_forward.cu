@@ -23,10 +23,11 @@ using Tile = B2BForwardTile;
 template <typename T, int kMaxBlocks>
 void launch_tc(const B2BForwardParams& p, const B2BTiling& tiling, cudaStream_t stream) {
   constexpr size_t smem = B2BTcLayout<kMaxBlocks>::kBytes;
-  allow_dynamic_shared_memory(b2b_forward_tc_kernel<T, kMaxBlocks>, smem,
+  allow_dynamic_shared_memory(b2b_forward_tc_kernel<T, kMaxBlocks, kToeplitzNonFiniteGuard>, smem,
                               "b2b_causal_conv1d forward (shared-memory opt-in)");
   const dim3 grid(unsigned(p.batch * p.dim), unsigned(tiling.tile_blocks));
-  b2b_forward_tc_kernel<T, kMaxBlocks><<<grid, ToeplitzTile::kThreads, smem, stream>>>(p, tiling);
+  b2b_forward_tc_kernel<T, kMaxBlocks, kToeplitzNonFiniteGuard>
+      <<<grid, ToeplitzTile::kThreads, smem, stream>>>(p, tiling);
 }
 
 // fp16/bf16 with Km >= kB2BTcMinMixerWidth: projections and mixer on the tensor cores.
@@ -80,14 +81,15 @@ constexpr int64_t kB2BWgmmaMinBlocks = 1024;
 template <typename T, int kMixerBlocks>
 void launch_wgmma(const B2BForwardParams& p, cudaStream_t stream) {
   constexpr int smem = B2BWgmmaLayout<kMixerBlocks>::kBytes;
-  allow_dynamic_shared_memory(b2b_forward_wgmma_kernel<T, kMixerBlocks>, smem,
+  allow_dynamic_shared_memory(b2b_forward_wgmma_kernel<T, kMixerBlocks, kToeplitzNonFiniteGuard>, smem,
                               "b2b_causal_conv1d forward (shared-memory opt-in)");
   const int64_t tiles = (p.length + WgmmaToeplitzTile::kOutputs - 1) / WgmmaToeplitzTile::kOutputs;
   const int64_t rows = p.batch * p.dim;
   int64_t per_segment = std::min((tiles * rows + kB2BWgmmaMinBlocks - 1) / kB2BWgmmaMinBlocks, kB2BWgmmaMaxTilesPerSegment);
   per_segment = std::max(per_segment, (tiles + kB2BMaxGridY - 1) / kB2BMaxGridY);
   const dim3 grid(unsigned(rows), unsigned((tiles + per_segment - 1) / per_segment));
-  b2b_forward_wgmma_kernel<T, kMixerBlocks><<<grid, WgmmaToeplitzTile::kThreads, smem, stream>>>(p, tiles, per_segment);
+  b2b_forward_wgmma_kernel<T, kMixerBlocks, kToeplitzNonFiniteGuard>
+      <<<grid, WgmmaToeplitzTile::kThreads, smem, stream>>>(p, tiles, per_segment);
 }
 
 // fp16/bf16 with kB2BTcMinMixerWidth <= Km <= 256 and Kp <= 32 on rows of 16-byte vectors, on a

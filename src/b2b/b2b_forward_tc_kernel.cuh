@@ -15,11 +15,14 @@
 //      block writes back in 16-byte units.
 // Times before 0 read zero x, so p and z are zero there, as the causal padding asks.
 // z is rounded once to the 16-bit type: a relative error of 2^-9 (bf16) / 2^-11 (fp16)
-// per z value, below the output's own rounding in the relative L2 sense.
+// per z value, below the output's own rounding in the relative L2 sense. kGuard: a tile with an
+// output that is not finite is recomputed by direct loops (common/toeplitz_guard.cuh: the blocks'
+// zero lags must not meet a NaN or infinity; b2b_direct.cuh).
 #pragma once
 
 #include <type_traits>
 
+#include "b2b/b2b_direct.cuh"
 #include "b2b/b2b_kernels.h"
 #include "b2b/b2b_tiling.cuh"
 #include "common/toeplitz_mma.cuh"
@@ -93,9 +96,10 @@ __device__ __forceinline__ void b2b_tc_z_tile(unsigned char* z_s, const unsigned
 }
 
 // Step 3 after the mixer (h over the warp's output chunks): gate = Tp0 * x[3c] (x chunk =
-// output chunk + H + Hp - i) and out = gate * (h + skip * z) into out_s.
+// output chunk + H + Hp - i) and out = gate * (h + skip * z) into out_s; true when one of this
+// thread's outputs is not finite (in fp32).
 template <typename T, int kP>
-__device__ __forceinline__ void b2b_tc_gate_output(T* out_s, const float (&h)[ToeplitzTile::kWarpTiles][4],
+__device__ __forceinline__ bool b2b_tc_gate_output(T* out_s, const float (&h)[ToeplitzTile::kWarpTiles][4],
                                                    const unsigned char* x0_s, const unsigned char* z_s,
                                                    const T* wp_s, int pblocks, int halo, float skip, int warp,
                                                    int lane) {
@@ -109,21 +113,25 @@ __device__ __forceinline__ void b2b_tc_gate_output(T* out_s, const float (&h)[To
     toeplitz_mma_tiles<kHalf, kP, Tile::kWarpTiles>(gate, a0, x0_s, pblocks,
                                                      warp * Tile::kWarpChunks + halo + pblocks - 1, lane);
   }
+  bool vote = false;
 #pragma unroll
   for (int t = 0; t < Tile::kWarpTiles; ++t) {
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
       const int chunk = warp * Tile::kWarpChunks + 8 * t + 2 * q + (e & 1), step = g + 8 * (e >> 1);
       const float z = to_float(*reinterpret_cast<const T*>(z_s + toeplitz_element_offset(chunk + halo, step)));
-      out_s[chunk * Tile::kChunk + step] = from_float<T>(gate[t][e] * fmaf(skip, z, h[t][e]));
+      const float out = gate[t][e] * fmaf(skip, z, h[t][e]);
+      vote = vote || nonfinite(out);
+      out_s[chunk * Tile::kChunk + step] = from_float<T>(out);
     }
   }
+  return vote;
 }
 
 // Block (b*D + c, y) walks tiles y, y + gridDim.y, ...: the next tile's x rows are copied by
 // cp.async into the other stage while it computes this one (16-byte aligned rows; others by
 // element, synchronously), and the mixer's A fragments are read from shared memory.
-template <typename T, int kMaxBlocks>
+template <typename T, int kMaxBlocks, bool kGuard>
 __global__ void __launch_bounds__(ToeplitzTile::kThreads)
     b2b_forward_tc_kernel(B2BForwardParams p, B2BTiling tiling) {
   using Tile = ToeplitzTile;
@@ -179,8 +187,13 @@ __global__ void __launch_bounds__(ToeplitzTile::kThreads)
     float h[Tile::kWarpTiles][4];
     toeplitz_mma_tiles_shared<kHalf, false, Tile::kWarpTiles>(h, frag_s, z_s, blocks,
                                                                warp * Tile::kWarpChunks + halo, lane);
-    b2b_tc_gate_output<T, kP>(out_s, h, x_stage(slot, 0), z_s, wp_s, pblocks, halo, skip, warp, lane);
-    __syncthreads();
+    const bool vote =
+        b2b_tc_gate_output<T, kP>(out_s, h, x_stage(slot, 0), z_s, wp_s, pblocks, halo, skip, warp, lane);
+    if (guarded_tile_barrier<kGuard>(vote)) {
+      b2b_direct_tile<Tile::kOutputs, Tile::kThreads>(B2BDirectChannel<T>(p, x0, c), j0,
+                                                      [out_s](int i, float v) { out_s[i] = from_float<T>(v); });
+      __syncthreads();
+    }
     toeplitz_store_outputs(out, out_s, j0, n);
   }
 }

@@ -16,12 +16,12 @@
 // One stage (not two: the x rows are done with before the MMAs) keeps it at ~68 KB, 3 blocks per SM.
 // Times before 0 read zero x, so p and z are zero there, as the causal padding asks. A tile
 // whose mixer sums are not all finite (a NaN or infinity met by the Toeplitz blocks' zero lags,
-// depthwise_toeplitz_guard.cuh) is recomputed by the direct mixer loop over the same z.
+// common/toeplitz_guard.cuh) is recomputed by the direct mixer loop over the same z.
 #pragma once
 
 #include "b2b/b2b_kernels.h"
 #include "b2b/b2b_tiling.cuh"
-#include "causal_conv1d/depthwise_toeplitz_guard.cuh"
+#include "common/toeplitz_guard.cuh"
 #include "common/toeplitz_tf32.cuh"
 
 namespace causalconv::detail {
@@ -60,8 +60,9 @@ __device__ __forceinline__ float b2b_tf32_projection(const float* x_s, const flo
   return acc;
 }
 
-// The guard's slow path (depthwise_toeplitz_guard.cuh): out for the tile's steps in the row by the
-// direct mixer loop over z (hi + lo).
+// The guard's slow path (common/toeplitz_guard.cuh): out for the tile's steps in the row by the
+// direct mixer loop over this tile's z (hi + lo) and gate. (b2b_direct.cuh's loops from global
+// memory, out of line too, cost this kernel 101 -> 96 registers with a 20-byte spill.)
 static __device__ __noinline__ void b2b_tf32_direct_tile(float* out_s, const float* gate_s, const unsigned char* z_hi_s,
                                                   const unsigned char* z_lo_s, const float* wm, int64_t wm_stride,
                                                   int km, int halo, float skip, int64_t j0, int64_t n) {

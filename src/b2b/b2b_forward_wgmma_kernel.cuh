@@ -26,12 +26,17 @@
 //   4. h = M z (the mixer); out = gate (h + skip z) into an output tile (the stage's consumed
 //      x1 rows), written back in 16-byte stores.
 // z is rounded once to the 16-bit type, as in the mma.sync form (b2b_forward_tc_kernel.cuh).
+// kGuard: a tile with an output that is not finite is recomputed by direct loops
+// (common/toeplitz_guard.cuh: the products' zero lags must not meet a NaN or infinity;
+// b2b_direct.cuh). A z halo carried out of such a tile may hold such values too: the next tile's
+// outputs then are not finite either, and it is recomputed the same way.
 #pragma once
 
 #include <type_traits>
 
-#include "b2b/b2b_kernels.h"
+#include "b2b/b2b_direct.cuh"
 #include "b2b/b2b_hankel_wgmma.cuh"
+#include "b2b/b2b_kernels.h"
 #include "common/sm90_primitives.cuh"
 #include "common/toeplitz_mma.cuh"
 #include "common/toeplitz_wgmma.cuh"
@@ -57,7 +62,7 @@ struct B2BWgmmaLayout {
 
 // Block (b*D + c, segment) walks tiles [segment * tiles_per_segment, + tiles_per_segment) of its
 // row (fewer at the row's end).
-template <typename T, int kMixerBlocks>
+template <typename T, int kMixerBlocks, bool kGuard>
 __global__ void __launch_bounds__(WgmmaToeplitzTile::kThreads, 3)
     b2b_forward_wgmma_kernel(B2BForwardParams p, int64_t tiles, int64_t tiles_per_segment) {
 #ifdef CAUSALCONV_SM90A
@@ -183,12 +188,14 @@ __global__ void __launch_bounds__(WgmmaToeplitzTile::kThreads, 3)
     sm90::fence_registers(h_acc);
     __syncthreads();  // every warp's mixer reads are done: the z halo rows may be overwritten
     const int out_row = x_row(slot, 1);
+    bool vote = false;
 #pragma unroll
     for (int j = 0; j < 8; ++j)
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         const int e = 4 * j + 2 * h, m = 16 * warp + g + 8 * h;
         const float lo = gate[e + 1] * fmaf(skip, z[e + 1], h_acc[e + 1]), hi = gate[e] * fmaf(skip, z[e], h_acc[e]);
+        vote = vote || nonfinite(lo) || nonfinite(hi);
         *reinterpret_cast<uint32_t*>(smem + hankel_pair_offset(out_row + m, j, q)) =
             pack_pair(from_float<T>(lo), from_float<T>(hi));
       }
@@ -198,7 +205,12 @@ __global__ void __launch_bounds__(WgmmaToeplitzTile::kThreads, 3)
       *reinterpret_cast<uint4*>(smem + 128 * r + 16 * (i & 7)) =
           *reinterpret_cast<const uint4*>(smem + 128 * (r + Tile::kChunks) + 16 * (i & 7));
     }
-    __syncthreads();  // the output tile is complete
+    if (guarded_tile_barrier<kGuard>(vote)) {  // (the barrier: the output tile is complete)
+      b2b_direct_tile<Tile::kOutputs, Tile::kThreads>(
+          B2BDirectChannel<T>(p, x0, c), j0,
+          [smem, out_row](int i, float v) { wgmma_toeplitz_output<T>(smem, out_row, i) = from_float<T>(v); });
+      __syncthreads();
+    }
     wgmma_toeplitz_store_tile(out, smem, out_row, j0, n);
   }
 #endif

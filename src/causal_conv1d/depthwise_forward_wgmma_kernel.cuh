@@ -166,13 +166,6 @@ __device__ __forceinline__ void wgmma_toeplitz_outputs_to_shared(unsigned char* 
   }
 }
 
-// Output i (< kOutputs) of a tile in the swizzled output tile (the layout
-// wgmma_toeplitz_outputs_to_shared writes and wgmma_toeplitz_store_tile reads).
-template <typename T>
-__device__ __forceinline__ T& wgmma_toeplitz_output(unsigned char* out_s, int i) {
-  return *reinterpret_cast<T*>(out_s + swizzled_unit_offset(i >> 6, (i >> 3) & 7) + 2 * (i & 7));
-}
-
 // Blocks/SM asked of ptxas: 4 from 4 Toeplitz blocks on (128 registers, some spilled). At 5
 // (94 registers) ptxas serializes the wgmma pipeline (warning C7511) and the results are wrong
 // under compute-sanitizer memcheck at K 192-256, though right without it; at 4 they are right
@@ -232,7 +225,7 @@ __global__ void __launch_bounds__(WgmmaToeplitzTile::kThreads, wgmma_min_blocks_
     if (guarded_tile_barrier<kGuard>(vote)) {
       depthwise_direct_tile<Tile::kOutputs, Tile::kThreads>(
           x, w, p.w_stride[1], int(p.width), j0, n, bias, p.silu,
-          [out_s](int i, float v) { wgmma_toeplitz_output<T>(out_s, i) = from_float<T>(v); });
+          [out_s](int i, float v) { wgmma_toeplitz_output<T>(out_s, 0, i) = from_float<T>(v); });
       __syncthreads();
     }
     wgmma_toeplitz_store_tile(y, out_s, 0, j0, n);
@@ -443,7 +436,7 @@ __global__ void __launch_bounds__(DepthwiseWgmmaRingSmem<kBlocks>::kThreads, wgm
         const T* const taps = static_cast<const T*>(p.weight) + w.c * p.w_stride[0];
         depthwise_direct_tile<Tile::kOutputs, Tile::kThreads>(
             x_row, taps, p.w_stride[1], int(p.width), w.tile * Tile::kOutputs, p.length, bias, p.silu,
-            [out](int j, float v) { wgmma_toeplitz_output<T>(out, j) = from_float<T>(v); });
+            [out](int j, float v) { wgmma_toeplitz_output<T>(out, 0, j) = from_float<T>(v); });
         sm90::fence_proxy_async_shared();
         sm90::named_barrier_sync(1, Tile::kThreads);
       }

@@ -1,48 +1,13 @@
-// The depthwise Toeplitz forms' guard for values that are not finite.
-//
-// A Toeplitz block multiplies every input of its chunks, also those at lags outside [0, K) whose
-// weight is zero. An infinity or NaN there gives 0 x inf = NaN, or 0 x NaN = NaN, in outputs that do
-// not depend on it: outputs up to a chunk before it in time (not causal), and outputs past the
-// filter's reach. A right-padded batch with garbage in its padding would poison the last valid
-// steps. Without such an input every product is finite. So each form checks its tile's fp32
-// accumulators before bias and silu. When all are finite nothing of the kind happened. Otherwise
-// the block recomputes the tile's outputs by the direct tap loop from global memory (fp32 FMAs in
-// tap order, as the CUDA-core kernels), which propagates infinities and NaN exactly as IEEE sums of
-// the contract's terms do. That is slow, but it runs only for tiles with such values (or with
-// sums that overflow).
+// The depthwise Toeplitz forms' slow path for tiles whose sums are not all finite
+// (common/toeplitz_guard.cuh): the direct tap loop.
 #pragma once
 
 #include <cstdint>
 
 #include "common/cuda_math.cuh"
+#include "common/toeplitz_guard.cuh"
 
 namespace causalconv::detail {
-
-// Off: the Toeplitz forms keep their measured instruction streams (and the bug above). Written in
-// session 29 without a GPU; the emulated tests run the guarded forms. On once the H200 has run the
-// suite on it and timed it against the unguarded forms (docs/performance.md).
-constexpr bool kToeplitzNonFiniteGuard = false;
-
-// True when some accumulator is infinite or NaN.
-template <int kCount>
-__device__ __forceinline__ bool any_nonfinite(const float* acc) {
-  bool finite = true;
-#pragma unroll
-  for (int i = 0; i < kCount; ++i) finite = finite && fabsf(acc[i]) <= 3.402823466e38f;  // false for NaN
-  return !finite;
-}
-
-// The barrier after a tile's outputs went to shared memory (__syncthreads); with the guard, true
-// (for the whole block) when some thread voted (any_nonfinite of its accumulators).
-template <bool kGuard>
-__device__ __forceinline__ bool guarded_tile_barrier(bool vote) {
-  if constexpr (kGuard) {
-    return __syncthreads_or(vote) != 0;
-  } else {
-    __syncthreads();
-    return false;
-  }
-}
 
 // Output t of one row by the direct tap loop: bias + sum_k w[k] x[t - (K-1-k)] (terms before the
 // row are zero), through silu when asked; x: the row (unit time stride), w: the channel's taps.

@@ -25,6 +25,13 @@ __host__ __device__ constexpr int toeplitz64_blocks(int width) { return (width +
 // under the 128-byte swizzle.
 __device__ __forceinline__ int swizzled_unit_offset(int r, int k) { return r * 128 + ((k ^ (r & 7)) << 4); }
 
+// Output i (< kOutputs) of the tile whose unit u (steps 8u .. + 7) is unit u % 8 of swizzled row
+// first_row + u / 8 of `tile` (as wgmma_toeplitz_store_tile reads it).
+template <typename T>
+__device__ __forceinline__ T& wgmma_toeplitz_output(unsigned char* tile, int first_row, int i) {
+  return *reinterpret_cast<T*>(tile + swizzled_unit_offset(first_row + (i >> 6), (i >> 3) & 7) + 2 * (i & 7));
+}
+
 // row[j0 + i] = the output tile's step i, for i < min(kOutputs, n - j0): unit u (steps 8u .. + 7)
 // is unit u % 8 of swizzled row first_row + u / 8 of `tile` (1024-byte aligned); 16-byte stores
 // (the row is 16-byte aligned).

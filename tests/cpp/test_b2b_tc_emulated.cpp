@@ -48,8 +48,9 @@ namespace emu = causalconv::emulation;
 struct Case {
   int64_t batch, dim, length, kp, km;
   int64_t tiles_per_segment = 32;  // the wgmma form's walk (its launcher's largest: 32)
-  // >= 0 (fp32 form): x row 3c+1 of the first channel holds NaN at this step and row 3c+2 +inf 40
-  // steps later; row 3c of the last channel -inf at this step.
+  // >= 0: x row 3c+1 of the first channel holds NaN at this step and row 3c+2 +inf 40 steps later;
+  // row 3c of the last channel -inf at this step (each output NaN / infinite exactly where its own
+  // terms make it: the guard, common/toeplitz_guard.cuh).
   int64_t nonfinite_at = -1;
 };
 
@@ -62,7 +63,7 @@ void launch_emulated(const detail::B2BForwardParams& f) {
       detail::make_b2b_tiling(f.length, detail::B2BForwardTile::kOutputs, detail::kB2BForwardTilesPerBlock);
   const emu::Dim3 grid{unsigned(f.batch * f.dim), unsigned(tiling.tile_blocks), 1};
   emu::launch(grid, detail::ToeplitzTile::kThreads, size_t(detail::B2BTcLayout<kMaxBlocks>::kBytes),
-              [&] { detail::b2b_forward_tc_kernel_emulated<T, kMaxBlocks>(f, tiling); });
+              [&] { detail::b2b_forward_tc_kernel_emulated<T, kMaxBlocks, true>(f, tiling); });
 }
 
 void launch_tf32_emulated(const detail::B2BForwardParams& f) {
@@ -79,7 +80,7 @@ void launch_wgmma_emulated(const detail::B2BForwardParams& f, int64_t tiles_per_
   const int64_t tiles = (f.length + Tile::kOutputs - 1) / Tile::kOutputs;
   const emu::Dim3 grid{unsigned(f.batch * f.dim), unsigned((tiles + tiles_per_segment - 1) / tiles_per_segment), 1};
   emu::launch(grid, Tile::kThreads, size_t(detail::B2BWgmmaLayout<kMixerBlocks>::kBytes), [&] {
-    detail::b2b_forward_wgmma_kernel_emulated<T, kMixerBlocks>(f, tiles, tiles_per_segment);
+    detail::b2b_forward_wgmma_kernel_emulated<T, kMixerBlocks, true>(f, tiles, tiles_per_segment);
   });
 }
 
@@ -251,6 +252,13 @@ TEST(B2BTensorCoreEmulated, Float32Tf32x3) {
       {1, 2, 3000, 3, 128, 32, 2030},  // NaN / inf kept causal (the guard's slow path)
   };
   for (const Case& c : cases) run_case<float>(c);
+}
+
+// NaN and infinities stay causal on the 16-bit forms (with their guard): near a 2048-step tile's
+// end (mma.sync), and across a 4096-step tile boundary whose z halo is carried (wgmma).
+TEST(B2BTensorCoreEmulated, NonFiniteInputsStayCausal) {
+  run_case<__nv_bfloat16>({1, 2, 3000, 3, 20, 32, 2030});
+  run_case<__half>({1, 2, 9000, 3, 128, 8, 4090}, Form::wgmma);
 }
 
 TEST(B2BTensorCoreEmulated, WgmmaBFloat16) {
