@@ -574,7 +574,7 @@ def test_fp32_wide_widths(k, seeded):
 
 # The 16-bit tensor-core forms multiply a NaN or infinity by the zero weights of the lags outside
 # the filter (0 x inf = NaN), which reaches outputs before it in time, unless the guard
-# kToeplitzNonFiniteGuard (src/causal_conv1d/depthwise_toeplitz_guard.cuh) is on. It is off until the
+# kToeplitzNonFiniteGuard (src/common/toeplitz_guard.cuh) is on. It is off until the
 # H200 has timed it (docs/performance.md, session 29): those cases run only where
 # CAUSALCONV_TEST_TOEPLITZ_GUARD=1 says the build has it (a gpu-check variant).
 TOEPLITZ_GUARD_ON = os.environ.get("CAUSALCONV_TEST_TOEPLITZ_GUARD") == "1"
