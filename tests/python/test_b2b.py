@@ -379,8 +379,9 @@ def test_fp32_wide_mixers(km, seeded):
     # fp32 with Km >= 9: the mixer on tf32 tensor cores split three ways when kB2BTf32x3Forward is on
     # (src/b2b/b2b_forward.cu), else the CUDA-core kernel; the fp32 bound either way. Kp up to 32 (the
     # staged reach), L = 1, one chunk and one step past it, L < Km, unaligned rows (2500, 4097), rows
-    # of several tiles walked by one block through its one stage; then NaN and infinities in x,
-    # which must reach exactly the outputs whose own terms hold them.
+    # of several tiles walked by one block through its one stage; then (Km >= 9) NaN and infinities
+    # in x, which must reach exactly the outputs whose own terms hold them. (At Km <= 8 the short
+    # kernel's zero-padded taps may turn an output just past the reach NaN: its documented quirk.)
     for kp in (2, 3, 17, 32):
         for length in (1, 16, 17, 200, 2500, 4097, 2048 * 4 + 300):
             x, wp, wm, skip = make_inputs(2, 3, length, kp, km, torch.float32)
@@ -388,6 +389,8 @@ def test_fp32_wide_mixers(km, seeded):
             _C.b2b_causal_conv1d_forward(view(x), view(wp), view(wm), view(skip), view(out), None,
                                          torch.cuda.current_stream().cuda_stream)
             assert_forward_close(out, x, wp, wm, skip, f"Kp={kp} L={length}")
+    if km < 9:
+        return
     x, wp, wm, skip = make_inputs(1, 2, 3000, 3, km, torch.float32)
     x[0, 1, 2030] = float("nan")
     x[0, 2, 2070] = float("inf")
