@@ -91,8 +91,8 @@ __device__ __forceinline__ void toeplitz_tf32x3_mma_tiles(float (&acc)[kTiles][4
   const int unit = lane >> 3, first = in_chunk0 + (lane & 7);  // ldmatrix: this lane's row address
 #pragma unroll 1
   for (int i = 0; i < blocks; ++i) {
-    // Loaded straight into each fragment register (two of the six lags twice): an MMA's A
-    // operand is four consecutive registers, which shared copies would cost moves to build.
+    // Block i's fragments: halves 0 and 1 at lags base + kLag[h][reg] (six distinct lags; ptxas
+    // still spends ~39 moves a block building the four-register A operands, SASS of session 29).
     const int base = 16 + 16 * i + g - q;  // index of lag base
     constexpr int kLag[2][4] = {{0, 8, -4, 4}, {-8, 0, -12, -4}};
     uint32_t a_hi[2][4], a_lo[2][4];
