@@ -20,12 +20,6 @@ using Tile = B2BBackwardTile;
 // false sends those calls back to the CUDA-core kernels (for comparisons).
 constexpr bool kB2BTensorCoreBackward = true;
 
-// The tensor-core kernel's mixer-block capacity for a width-km mixer.
-int b2b_tc_max_blocks(int64_t km) {
-  const int blocks = toeplitz_blocks(int(km));
-  return blocks <= 3 ? 3 : blocks <= 5 ? 5 : blocks <= 9 ? 9 : 17;
-}
-
 size_t b2b_tc_backward_smem_bytes(int max_blocks) {
   switch (max_blocks) {
     case 3: return B2BTcBackwardLayout<3>::kBytes;
@@ -172,7 +166,7 @@ B2BBackwardPlan plan_b2b_backward(const B2BBackwardParams& p) {
   if (kB2BTensorCoreBackward && p.dtype != DType::f32 && p.mixer_width >= kB2BTcMinMixerWidth) {
     plan.path = B2BBackwardPath::tensor_core;
     plan.tiling = make_b2b_tiling(p.length, ToeplitzTile::kOutputs, kB2BTcBackwardTilesPerBlock);
-    plan.tc_max_blocks = b2b_tc_max_blocks(p.mixer_width);
+    plan.tc_max_blocks = toeplitz_max_blocks(p.mixer_width);
     plan.smem_bytes = b2b_tc_backward_smem_bytes(plan.tc_max_blocks);
     return plan;
   }

@@ -39,15 +39,8 @@ bool try_launch_tc(const B2BForwardParams& p, const B2BTiling& tiling, cudaStrea
     if (p.mixer_width < kB2BTcMinMixerWidth || p.mixer_width > 256 ||
         toeplitz_blocks(int(p.proj_width)) > kB2BTcMaxProjBlocks)
       return false;
-    const int blocks = toeplitz_blocks(int(p.mixer_width));
-    if (blocks <= 3)
-      launch_tc<T, 3>(p, tiling, stream);  // Km <= 32
-    else if (blocks <= 5)
-      launch_tc<T, 5>(p, tiling, stream);  // Km <= 64
-    else if (blocks <= 9)
-      launch_tc<T, 9>(p, tiling, stream);  // Km <= 128
-    else
-      launch_tc<T, 17>(p, tiling, stream);  // Km <= 256
+    with_toeplitz_max_blocks(p.mixer_width,
+                             [&](auto max_blocks) { launch_tc<T, decltype(max_blocks)::value>(p, tiling, stream); });
     return true;
   }
 }

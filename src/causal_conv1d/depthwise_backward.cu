@@ -334,15 +334,11 @@ void launch_typed(const DepthwiseBackwardParams& p, float* partials, cudaStream_
     throw Error(ErrorKind::not_implemented, "causal_conv1d backward: more than 2^31-1 (batch, channel) rows");
   if (tiling.sequences > 0 && tiling.tiles > 0) {  // else dx is empty and the weight gradients are zero
     const dim3 grid(unsigned(tiling.sequences), unsigned(tiling.tile_blocks));
-    auto launch = [&](auto kernel) {
+    with_tiled_variant(tiling, register_window, [&](auto unit_stride, auto window) {
+      auto* const kernel = depthwise_backward_tiled<T, decltype(unit_stride)::value, decltype(window)::value>;
       allow_dynamic_shared_memory(kernel, smem, "causal_conv1d backward (depthwise)");
       kernel<<<grid, Tile::kThreads, smem, stream>>>(p, tiling, partials);
-    };
-    if (tiling.step == 1)
-      register_window ? launch(depthwise_backward_tiled<T, true, true>) : launch(depthwise_backward_tiled<T, true, false>);
-    else
-      register_window ? launch(depthwise_backward_tiled<T, false, true>)
-                      : launch(depthwise_backward_tiled<T, false, false>);
+    });
     check_launch("causal_conv1d backward (depthwise)");
   }
   launch_reduce<T>(p, partials, stream);

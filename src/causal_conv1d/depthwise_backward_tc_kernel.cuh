@@ -16,7 +16,7 @@
 //          diagonal terms in a fixed order, dweight[K-1-s] = that sum.
 // The A fragments of both Toeplitz forms live in shared memory (one 16-byte load per
 // block and warp), which keeps registers for the accumulators.
-// kGuard (depthwise_toeplitz_guard.cuh): where the silu input's or dx's sums of a tile are not all
+// kGuard (depthwise_direct.cuh): where the silu input's or dx's sums of a tile are not all
 // finite (a NaN or infinity met by the blocks' zero lags), the block redoes g, or dx, of that tile
 // by direct tap loops. (The weight-gradient lag blocks sum each lag's own products only.)
 #pragma once
@@ -24,7 +24,7 @@
 #include <type_traits>
 
 #include "causal_conv1d/depthwise_kernels.h"
-#include "causal_conv1d/depthwise_toeplitz_guard.cuh"
+#include "causal_conv1d/depthwise_direct.cuh"
 #include "common/toeplitz_mma.cuh"
 
 namespace causalconv::detail {
@@ -41,9 +41,8 @@ __device__ __noinline__ float depthwise_direct_silu_grads(unsigned char* g_s, in
 #pragma unroll 1
   for (int i = int(threadIdx.x); i < 16 * g_chunks; i += ToeplitzTile::kThreads) {
     const int64_t t = j0 + i;
-    const float gv = t < n ? to_float(dy[t]) *
-                                 silu_derivative<T>(depthwise_direct_output(x, w, w_stride, width, t, bias, false))
-                           : 0.0f;
+    const float pre = t < n ? depthwise_direct_output(x, 1, w, w_stride, width, 1, t, bias, false) : 0.0f;
+    const float gv = t < n ? to_float(dy[t]) * silu_derivative<T>(pre) : 0.0f;
     *reinterpret_cast<T*>(g_s + toeplitz_element_offset(i >> 4, i & 15)) = from_float<T>(gv);
     if (i < 16 * tile_chunks) bias_grad += gv;
   }

@@ -15,6 +15,7 @@
 #include <algorithm>
 
 #include "causal_conv1d/depthwise_channel_last_kernel.cuh"
+#include "causal_conv1d/depthwise_direct.cuh"
 #include "causal_conv1d/depthwise_kernels.h"
 #include "causal_conv1d/depthwise_tiled_kernels.cuh"
 #include "causal_conv1d/depthwise_tiling.cuh"
@@ -140,15 +141,8 @@ __global__ void __launch_bounds__(kDirectThreads) depthwise_forward_direct(Depth
       const int64_t c = channel_last ? col : row_minor;
       const int64_t t = channel_last ? row_minor : col;
       const T* xc = x + b * p.x_stride[0] + c * p.x_stride[1];
-      const T* wc = w + c * p.w_stride[0];
-      float acc = bias ? to_float(bias[c * p.bias_stride]) : 0.0f;
-      // Tap k reads x[t - (K-1-k)*d]; taps before the sequence start read the zero padding.
-      const int64_t first_tap = p.width - 1 - min(div_nonneg(t, p.dilation), p.width - 1);
-      for (int64_t k = first_tap; k < p.width; ++k) {
-        const int64_t src = t - (p.width - 1 - k) * p.dilation;
-        acc = fmaf(to_float(wc[k * p.w_stride[1]]), to_float(xc[src * p.x_stride[2]]), acc);
-      }
-      if (p.silu) acc = silu<T>(acc);
+      const float acc = depthwise_direct_output(xc, p.x_stride[2], w + c * p.w_stride[0], p.w_stride[1], p.width,
+                                                p.dilation, t, bias ? to_float(bias[c * p.bias_stride]) : 0.0f, p.silu);
       y[b * p.y_stride[0] + c * p.y_stride[1] + t * p.y_stride[2]] = from_float<T>(acc);
     }
   }
@@ -167,15 +161,11 @@ void launch_typed(const DepthwiseForwardParams& p, cudaStream_t stream) {
     const size_t smem =
         sizeof(float) * size_t(tiled_forward_smem(int(p.width), int(tiling.halo), register_window).total_words());
     const dim3 grid(unsigned(tiling.sequences), unsigned(tiling.tile_blocks));
-    auto launch = [&](auto kernel) {
+    with_tiled_variant(tiling, register_window, [&](auto unit_stride, auto window) {
+      auto* const kernel = depthwise_forward_tiled<T, decltype(unit_stride)::value, decltype(window)::value>;
       allow_dynamic_shared_memory(kernel, smem, "causal_conv1d forward (depthwise)");
       kernel<<<grid, Tile::kThreads, smem, stream>>>(p, tiling);
-    };
-    if (tiling.step == 1)
-      register_window ? launch(depthwise_forward_tiled<T, true, true>) : launch(depthwise_forward_tiled<T, true, false>);
-    else
-      register_window ? launch(depthwise_forward_tiled<T, false, true>)
-                      : launch(depthwise_forward_tiled<T, false, false>);
+    });
     return;
   }
   const int64_t rows = channel_last ? p.batch * p.length : p.batch * p.channels;

@@ -20,22 +20,30 @@ namespace {
 // Tiles walked by one block: the Toeplitz fragments are built once per block.
 constexpr int64_t kTcTilesPerBlock = 8;
 
+// The row-walking forms' grid: a block column per (b, c) row, blocks along the row each walking up
+// to kTcTilesPerBlock of its `tiles` tiles of tile_outputs steps.
+struct RowTileGrid {
+  int64_t tiles;
+  dim3 grid;
+};
+RowTileGrid row_tile_grid(const DepthwiseForwardParams& p, int tile_outputs) {
+  const int64_t tiles = (p.length + tile_outputs - 1) / tile_outputs;
+  const int64_t tile_blocks = std::min((tiles + kTcTilesPerBlock - 1) / kTcTilesPerBlock, kMaxGridY);
+  return {tiles, dim3(unsigned(p.batch * p.channels), unsigned(tile_blocks))};
+}
+
 template <typename T, int kMaxBlocks>
 void launch(const DepthwiseForwardParams& p, cudaStream_t stream) {
-  const int64_t tiles = (p.length + ToeplitzTile::kOutputs - 1) / ToeplitzTile::kOutputs;
-  const int64_t tile_blocks = std::min((tiles + kTcTilesPerBlock - 1) / kTcTilesPerBlock, kMaxGridY);
-  const dim3 grid(unsigned(p.batch * p.channels), unsigned(tile_blocks));
+  const RowTileGrid g = row_tile_grid(p, ToeplitzTile::kOutputs);
   depthwise_forward_tc_kernel<T, kMaxBlocks, kToeplitzNonFiniteGuard>
-      <<<grid, ToeplitzTile::kThreads, depthwise_tc_smem_bytes<kMaxBlocks>(), stream>>>(p, tiles);
+      <<<g.grid, ToeplitzTile::kThreads, depthwise_tc_smem_bytes<kMaxBlocks>(), stream>>>(p, g.tiles);
 }
 
 void launch_tf32x3(const DepthwiseForwardParams& p, cudaStream_t stream) {
   constexpr int kSmem = DepthwiseTf32Smem::kBytes;
   static_assert(kSmem <= 48 * 1024, "within the default dynamic shared memory limit");
-  const int64_t tiles = (p.length + ToeplitzTile::kOutputs - 1) / ToeplitzTile::kOutputs;
-  const int64_t tile_blocks = std::min((tiles + kTcTilesPerBlock - 1) / kTcTilesPerBlock, kMaxGridY);
-  const dim3 grid(unsigned(p.batch * p.channels), unsigned(tile_blocks));
-  depthwise_forward_tf32x3_kernel<<<grid, ToeplitzTile::kThreads, kSmem, stream>>>(p, tiles);
+  const RowTileGrid g = row_tile_grid(p, ToeplitzTile::kOutputs);
+  depthwise_forward_tf32x3_kernel<<<g.grid, ToeplitzTile::kThreads, kSmem, stream>>>(p, g.tiles);
 }
 
 template <typename T>
@@ -48,11 +56,9 @@ void launch_wgmma(const DepthwiseForwardParams& p, cudaStream_t stream) {
   using Tile = WgmmaToeplitzTile;
   constexpr int kSmem = DepthwiseWgmmaSmem<kBlocks>::kBytes;
   static_assert(kSmem <= 48 * 1024, "within the default dynamic shared memory limit");
-  const int64_t tiles = (p.length + Tile::kOutputs - 1) / Tile::kOutputs;
-  const int64_t tile_blocks = std::min((tiles + kTcTilesPerBlock - 1) / kTcTilesPerBlock, kMaxGridY);
-  const dim3 grid(unsigned(p.batch * p.channels), unsigned(tile_blocks));
+  const RowTileGrid g = row_tile_grid(p, Tile::kOutputs);
   depthwise_forward_wgmma_kernel<T, kBlocks, kToeplitzNonFiniteGuard>
-      <<<grid, Tile::kThreads, kSmem, stream>>>(p, tiles);
+      <<<g.grid, Tile::kThreads, kSmem, stream>>>(p, g.tiles);
 }
 
 template <typename T>

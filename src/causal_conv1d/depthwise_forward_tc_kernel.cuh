@@ -8,13 +8,13 @@
 // cp.async into the other stage. Each warp makes 32 output chunks with blocks x 4 mma.sync,
 // adds bias (and silu) in fp32, and the block writes the tile back through shared memory in
 // 16-byte units. kGuard: tiles whose sums are not all finite are redone by the direct tap loop
-// (depthwise_toeplitz_guard.cuh).
+// (depthwise_direct.cuh).
 #pragma once
 
 #include <type_traits>
 
 #include "causal_conv1d/depthwise_kernels.h"
-#include "causal_conv1d/depthwise_toeplitz_guard.cuh"
+#include "causal_conv1d/depthwise_direct.cuh"
 #include "common/toeplitz_mma.cuh"
 
 namespace causalconv::detail {

@@ -8,11 +8,11 @@
 // split at each use would cost it once per Toeplitz block, ~9 instructions each on sm_90). Each
 // warp makes 32 output chunks, adds bias (and silu) in fp32, and the block writes the tile back
 // through shared memory in 16-byte units. Tiles whose sums are not all finite are redone by the
-// direct tap loop (depthwise_toeplitz_guard.cuh).
+// direct tap loop (depthwise_direct.cuh).
 #pragma once
 
 #include "causal_conv1d/depthwise_kernels.h"
-#include "causal_conv1d/depthwise_toeplitz_guard.cuh"
+#include "causal_conv1d/depthwise_direct.cuh"
 #include "common/toeplitz_tf32.cuh"
 
 namespace causalconv::detail {

@@ -20,7 +20,7 @@
 // stage while the current one computes. D[r][n] = y[64 (J + n) + r] goes through a swizzled
 // output tile in shared memory and back to the row in 16-byte stores. kGuard (both kernels here):
 // tiles whose sums are not all finite are redone by the direct tap loop
-// (depthwise_toeplitz_guard.cuh).
+// (depthwise_direct.cuh).
 #pragma once
 
 #include <cuda.h>  // CUtensorMap
@@ -28,7 +28,7 @@
 #include <type_traits>
 
 #include "causal_conv1d/depthwise_kernels.h"
-#include "causal_conv1d/depthwise_toeplitz_guard.cuh"
+#include "causal_conv1d/depthwise_direct.cuh"
 #include "common/sm90_primitives.cuh"
 #include "common/toeplitz_mma.cuh"
 #include "common/toeplitz_wgmma.cuh"

@@ -15,6 +15,8 @@
 //    loop's, so both give the same bits.
 #pragma once
 
+#include <type_traits>
+
 #include "causal_conv1d/depthwise_kernels.h"
 #include "causal_conv1d/depthwise_tiling.cuh"
 #include "common/cuda_math.cuh"
@@ -35,6 +37,16 @@ constexpr int64_t kRegisterWindowMinWidth = 9;
 // Whether the tiled kernels (forward and backward) take the register window for this cut.
 inline bool tiled_register_window_applies(const DepthwiseTiling& tiling, int64_t width) {
   return kDepthwiseTiledRegisterWindow && tiling.dilation == 1 && width >= kRegisterWindowMinWidth;
+}
+
+// Calls f(unit_stride, register_window) as std::bool_constant values: the tiled kernels' template
+// arguments for this cut (unit stride: the rows are not split by residue).
+template <typename F>
+void with_tiled_variant(const DepthwiseTiling& tiling, bool register_window, F&& f) {
+  if (tiling.step == 1)
+    register_window ? f(std::true_type{}, std::true_type{}) : f(std::true_type{}, std::false_type{});
+  else
+    register_window ? f(std::false_type{}, std::true_type{}) : f(std::false_type{}, std::false_type{});
 }
 
 // Shared-memory word of staged position s under the skew of a register window of kOutputs

@@ -58,19 +58,22 @@ struct ToeplitzTile {
 // Number of Toeplitz blocks T_0..T_{nb-1} of a width-K filter.
 __host__ __device__ constexpr int toeplitz_blocks(int width) { return (width + 14) / 16 + 1; }
 
-// Calls f(std::integral_constant<int, kMaxBlocks>{}) with the block-count template argument the
-// 16-step Toeplitz kernels take for width K (3, 5, 9 or 17: up to K 32, 64, 128, 256).
+// The block-count template argument the 16-step Toeplitz kernels take for width K (3, 5, 9 or 17:
+// up to K 32, 64, 128, 256).
+__host__ __device__ constexpr int toeplitz_max_blocks(int64_t width) {
+  const int blocks = toeplitz_blocks(int(width));
+  return blocks <= 3 ? 3 : blocks <= 5 ? 5 : blocks <= 9 ? 9 : 17;
+}
+
+// Calls f(std::integral_constant<int, toeplitz_max_blocks(width)>{}).
 template <typename F>
 void with_toeplitz_max_blocks(int64_t width, F&& f) {
-  const int blocks = toeplitz_blocks(int(width));
-  if (blocks <= 3)
-    f(std::integral_constant<int, 3>{});
-  else if (blocks <= 5)
-    f(std::integral_constant<int, 5>{});
-  else if (blocks <= 9)
-    f(std::integral_constant<int, 9>{});
-  else
-    f(std::integral_constant<int, 17>{});
+  switch (toeplitz_max_blocks(width)) {
+    case 3: f(std::integral_constant<int, 3>{}); break;
+    case 5: f(std::integral_constant<int, 5>{}); break;
+    case 9: f(std::integral_constant<int, 9>{}); break;
+    default: f(std::integral_constant<int, 17>{}); break;
+  }
 }
 
 // Byte offset of 16-byte unit h (0: values 0-7, 1: values 8-15) of local chunk m.

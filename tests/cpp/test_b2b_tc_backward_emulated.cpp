@@ -121,15 +121,8 @@ void run_case(const Case& cs, Form form = Form::mma_sync) {
       }
       return;
     }
-    const int blocks = detail::toeplitz_blocks(int(Km));
-    if (blocks <= 3)
-      launch_emulated<T, 3>(p, tiling, out);
-    else if (blocks <= 5)
-      launch_emulated<T, 5>(p, tiling, out);
-    else if (blocks <= 9)
-      launch_emulated<T, 9>(p, tiling, out);
-    else
-      launch_emulated<T, 17>(p, tiling, out);
+    detail::with_toeplitz_max_blocks(
+        Km, [&](auto max_blocks) { launch_emulated<T, decltype(max_blocks)::value>(p, tiling, out); });
   };
   run(partials.data());
   run(again.data());

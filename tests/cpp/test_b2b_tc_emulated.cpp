@@ -111,7 +111,6 @@ void run_case(const Case& cs, Form form = Form::mma_sync) {
   skip_e.load(skip);
 
   const detail::B2BForwardParams f = test::b2b_forward_params(x_e, wp_e, wm_e, skip_e, out_e);
-  const int blocks = detail::toeplitz_blocks(int(Km));
   if constexpr (std::is_same_v<T, float>) {
     launch_tf32_emulated(f);
   } else if (form == Form::wgmma) {
@@ -121,14 +120,9 @@ void run_case(const Case& cs, Form form = Form::mma_sync) {
       case 4: launch_wgmma_emulated<T, 4>(f, cs.tiles_per_segment); break;
       default: launch_wgmma_emulated<T, 5>(f, cs.tiles_per_segment); break;
     }
-  } else if (blocks <= 3)
-    launch_emulated<T, 3>(f);
-  else if (blocks <= 5)
-    launch_emulated<T, 5>(f);
-  else if (blocks <= 9)
-    launch_emulated<T, 9>(f);
-  else
-    launch_emulated<T, 17>(f);
+  } else {
+    detail::with_toeplitz_max_blocks(Km, [&](auto max_blocks) { launch_emulated<T, decltype(max_blocks)::value>(f); });
+  }
 
   // fp64 brute force with error magnitudes: z is rounded to T for the MMA (relative ulp/2); fp32:
   // the output's rounding, and the tf32 split's ~2^-21 of each mixer term.

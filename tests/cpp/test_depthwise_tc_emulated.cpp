@@ -384,7 +384,7 @@ TEST(DepthwiseTensorCoreEmulated, ForwardTf32x3) {
 
 // NaN and infinities in x reach only the outputs whose terms hold them: the Toeplitz blocks'
 // zero lags (before the filter and past it) must not multiply them (0 x inf = NaN). Every form
-// (with its guard, depthwise_toeplitz_guard.cuh), the values in the halo of a tile (inf 40 steps
+// (with its guard, depthwise_direct.cuh), the values in the halo of a tile (inf 40 steps
 // on, past a 2048- / 4096-step tile boundary) and the last row's -inf.
 TEST(DepthwiseTensorCoreEmulated, NonFiniteInputsStayCausal) {
   run_forward<__nv_bfloat16>({1, 2, 3000, 20, true, false, 8, 2030});

@@ -1,0 +1,40 @@
+// The direct tap loop of a depthwise output: the direct kernel's, and the Toeplitz forms' slow path
+// for tiles whose sums are not all finite (common/toeplitz_guard.cuh).
+#pragma once
+
+#include <cstdint>
+
+#include "common/cuda_math.cuh"
+#include "common/toeplitz_guard.cuh"
+
+namespace causalconv::detail {
+
+// Output t of one row by the direct tap loop: bias + sum_k w[k] x[t - (K-1-k) d] (terms before
+// the row are zero), through silu when asked; x: the row, x_step: its time stride, w: the
+// channel's taps. The direct kernel's output (depthwise_forward.cu) and the Toeplitz guard's.
+template <typename T>
+__device__ __forceinline__ float depthwise_direct_output(const T* x, int64_t x_step, const T* w, int64_t w_stride,
+                                                         int64_t width, int64_t dilation, int64_t t, float bias,
+                                                         bool apply_silu) {
+  float acc = bias;
+  // Tap k reads x[t - (K-1-k) d]; taps before the sequence start read the zero padding.
+  const int64_t reach = div_nonneg(t, dilation);
+#pragma unroll 1  // (unrolled, the guard's out-of-line slow path needed more registers than the fast path)
+  for (int64_t k = width - 1 - (reach < width - 1 ? reach : width - 1); k < width; ++k)
+    acc = fmaf(to_float(w[k * w_stride]), to_float(x[(t - (width - 1 - k) * dilation) * x_step]), acc);
+  return apply_silu ? silu<T>(acc) : acc;
+}
+
+// The guard's slow path: out(i, value) for the outputs i < kOutputs of the tile at j0 (those
+// inside the row of unit time stride, dilation 1), by the block's kThreads threads. Not inlined:
+// inlined, its registers were the fast path's too (fp32 tensor-core form: 98 -> 127 registers;
+// out of line, 85).
+template <int kOutputs, int kThreads, typename T, typename Out>
+__device__ __noinline__ void depthwise_direct_tile(const T* x, const T* w, int64_t w_stride, int width, int64_t j0,
+                                                      int64_t n, float bias, bool apply_silu, Out out) {
+#pragma unroll 1
+  for (int i = int(threadIdx.x); i < kOutputs && j0 + i < n; i += kThreads)
+    out(i, depthwise_direct_output(x, 1, w, w_stride, width, 1, j0 + i, bias, apply_silu));
+}
+
+}  // namespace causalconv::detail
