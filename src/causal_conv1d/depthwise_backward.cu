@@ -287,6 +287,7 @@ int64_t parts_per_channel(const DepthwiseBackwardParams& p) {
                                                         : make_channel_last_tiling(p).time_tiles);
   if (const WindowRows rows = window_rows<T>(p); rows != WindowRows::none)
     return p.batch * window_grid<T>(p, rows).runs_per_row;
+  if (const int64_t tiles = depthwise_backward_tc_tiles(p); tiles > 0) return p.batch * tiles;
   const DepthwiseTiling t =
       make_depthwise_tiling(p.batch, p.channels, p.length, p.width, p.dilation, kBackwardTilesPerBlock);
   return p.batch * t.residues * t.tiles;
@@ -322,7 +323,7 @@ void launch_typed(const DepthwiseBackwardParams& p, float* partials, cudaStream_
   }
   if (try_launch_depthwise_backward_tc(p, partials, stream)) {  // 16-bit, dilation 1, K >= 9: tensor cores
     check_launch("causal_conv1d backward (depthwise, tensor cores)");
-    launch_reduce<T>(p, partials, stream);  // its partials have the tiled kernel's layout
+    launch_reduce<T>(p, partials, stream);
     return;
   }
   const DepthwiseTiling tiling =

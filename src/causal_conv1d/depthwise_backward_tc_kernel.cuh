@@ -19,6 +19,9 @@
 // kGuard (depthwise_direct.cuh): where the silu input's or dx's sums of a tile are not all
 // finite (a NaN or infinity met by the blocks' zero lags), the block redoes g, or dx, of that tile
 // by direct tap loops. (The weight-gradient lag blocks sum each lag's own products only.)
+// kShiftedRows: rows of x, dy and dx off the 16-byte boundary by the same lead are walked from the
+// boundary before them (common/toeplitz_mma.cuh, kToeplitzShiftedRows); `tiles` then counts the
+// walk's (toeplitz_walk_length), and a row's last tile may lie past its walk (zero partials).
 #pragma once
 
 #include <type_traits>
@@ -30,9 +33,10 @@
 namespace causalconv::detail {
 
 // The guard's slow path for silu: g = dy * silu'(pre) over the tile and its look-ahead halo
-// (local steps i < 16 g_chunks of the tile at j0; zero past the row) with pre by the direct tap
-// loop, into g_s in place of the Toeplitz products'; returns this thread's part of the tile's
-// bias gradient (local steps below 16 tile_chunks).
+// (local steps i < 16 g_chunks of the tile at j0; zero outside the row: j0 is negative for a
+// shifted walk's first tile) with pre by the direct tap loop, into g_s in place of the Toeplitz
+// products'; returns this thread's part of the tile's bias gradient (local steps below
+// 16 tile_chunks).
 template <typename T>
 __device__ __noinline__ float depthwise_direct_silu_grads(unsigned char* g_s, int g_chunks, int tile_chunks,
                                                           const T* x, const T* dy, const T* w, int64_t w_stride,
@@ -41,21 +45,23 @@ __device__ __noinline__ float depthwise_direct_silu_grads(unsigned char* g_s, in
 #pragma unroll 1
   for (int i = int(threadIdx.x); i < 16 * g_chunks; i += ToeplitzTile::kThreads) {
     const int64_t t = j0 + i;
-    const float pre = t < n ? depthwise_direct_output(x, 1, w, w_stride, width, 1, t, bias, false) : 0.0f;
-    const float gv = t < n ? to_float(dy[t]) * silu_derivative<T>(pre) : 0.0f;
+    const bool inside = t >= 0 && t < n;
+    const float pre = inside ? depthwise_direct_output(x, 1, w, w_stride, width, 1, t, bias, false) : 0.0f;
+    const float gv = inside ? to_float(dy[t]) * silu_derivative<T>(pre) : 0.0f;
     *reinterpret_cast<T*>(g_s + toeplitz_element_offset(i >> 4, i & 15)) = from_float<T>(gv);
     if (i < 16 * tile_chunks) bias_grad += gv;
   }
   return bias_grad;
 }
 
-// The guard's slow path for dx: dx[t] = sum_k w[k] g[t + K-1-k] for the tile's steps in the row,
-// g from the staged (swizzled) tile g_s, which is zero past the row.
+// The guard's slow path for dx: dx[t] = sum_k w[k] g[t + K-1-k] for the tile's steps in
+// [lead, n), g from the staged (swizzled) tile g_s, which is zero past the row.
 template <typename T>
 __device__ __noinline__ void depthwise_direct_dx_tile(T* dx, const unsigned char* g_s, const T* w, int64_t w_stride,
-                                                      int width, int64_t j0, int64_t n) {
+                                                      int width, int64_t j0, int64_t n, int lead) {
 #pragma unroll 1
   for (int i = int(threadIdx.x); i < ToeplitzTile::kOutputs && j0 + i < n; i += ToeplitzTile::kThreads) {
+    if (j0 + i < lead) continue;
     float acc = 0.0f;
 #pragma unroll 1
     for (int k = 0; k < width; ++k) {
@@ -84,7 +90,7 @@ struct DepthwiseTcBackwardSmem {
   static constexpr int kBytes = kFilter + 2 * toeplitz_lag_filter_size<kMaxBlocks>();
 };
 
-template <typename T, int kMaxBlocks, bool kGuard>
+template <typename T, int kMaxBlocks, bool kGuard, bool kShiftedRows>
 __global__ void __launch_bounds__(ToeplitzTile::kThreads)
     depthwise_backward_tc_kernel(DepthwiseBackwardParams p, int64_t tiles, float* partials) {
   using Tile = ToeplitzTile;
@@ -101,13 +107,18 @@ __global__ void __launch_bounds__(ToeplitzTile::kThreads)
   const int lane = int(threadIdx.x) & 31, warp = int(threadIdx.x) >> 5, g = lane >> 2, q = lane & 3;
   const int64_t bc = int64_t(blockIdx.x);
   const int64_t b = div_nonneg(bc, p.channels), c = bc - b * p.channels;
-  const int64_t n = p.length;
   const T* x = static_cast<const T*>(p.x) + b * p.x_stride[0] + c * p.x_stride[1];
   const T* dy = static_cast<const T*>(p.dy) + b * p.dy_stride[0] + c * p.dy_stride[1];
   T* dx = p.dx ? static_cast<T*>(p.dx) + b * p.dx_stride[0] + c * p.dx_stride[1] : nullptr;
-  const bool x_aligned = (reinterpret_cast<uintptr_t>(x) & 15) == 0;
-  const bool dy_aligned = (reinterpret_cast<uintptr_t>(dy) & 15) == 0;
-  const bool dx_aligned = (reinterpret_cast<uintptr_t>(dx) & 3) == 0;
+  // The walk: the rows behind `lead` zeros (walked step s = row step s - lead).
+  const int lead = kShiftedRows ? toeplitz_shared_lead<T>(x, dy, dx) : 0;
+  const T* const x_walk = x - lead;
+  const T* const dy_walk = dy - lead;
+  T* const dx_walk = dx ? dx - lead : nullptr;
+  const int64_t n = p.length + lead;
+  const bool x_aligned = (reinterpret_cast<uintptr_t>(x_walk) & 15) == 0;
+  const bool dy_aligned = (reinterpret_cast<uintptr_t>(dy_walk) & 15) == 0;
+  const bool dx_aligned = (reinterpret_cast<uintptr_t>(dx_walk) & 3) == 0;
   // x is needed from the causal halo; after the tile only for the silu input of g's halo.
   const int x_units = 2 * (halo + Tile::kChunks + (p.silu ? Smem::kLookAhead : 0));
   const int g_units = 2 * (Tile::kChunks + halo);
@@ -115,8 +126,8 @@ __global__ void __launch_bounds__(ToeplitzTile::kThreads)
   auto stage = [&](int slot, int64_t tile) {
     unsigned char* x_s = smem + slot * Smem::kStage;
     const int64_t j0 = tile * Tile::kOutputs;
-    if (partials || p.silu) toeplitz_stage<Smem::kXUnits>(x_s, x, x_aligned, j0 - 16 * halo, x_units, n);
-    toeplitz_stage<Smem::kGUnits>(x_s + 32 * Smem::kXChunks, dy, dy_aligned, j0, g_units, n);
+    if (partials || p.silu) toeplitz_stage<Smem::kXUnits>(x_s, x_walk, x_aligned, j0 - 16 * halo, x_units, n, lead);
+    toeplitz_stage<Smem::kGUnits>(x_s + 32 * Smem::kXChunks, dy_walk, dy_aligned, j0, g_units, n, lead);
   };
 
   if (blockIdx.y < tiles) stage(0, blockIdx.y);
@@ -137,7 +148,7 @@ __global__ void __launch_bounds__(ToeplitzTile::kThreads)
     cp_async_commit();
     const unsigned char* x_s = smem + slot * Smem::kStage;
     unsigned char* g_s = smem + slot * Smem::kStage + 32 * Smem::kXChunks;
-    const int64_t j0 = tile * Tile::kOutputs;
+    const int64_t j0 = tile * Tile::kOutputs;  // < n, but for a shifted walk's spare last tile
 
     // g = dy * silu'(pre) over the tile and its look-ahead halo (fp32, then rounded in place).
     float bias_grad = 0.0f;
@@ -162,7 +173,7 @@ __global__ void __launch_bounds__(ToeplitzTile::kThreads)
       }
       if (guarded_tile_barrier<kGuard>(vote)) {
         bias_grad = depthwise_direct_silu_grads(g_s, Tile::kChunks + halo, Tile::kChunks, x, dy, w, p.w_stride[1],
-                                                width, j0, n, bias);
+                                                width, j0 - lead, p.length, bias);
         __syncthreads();
       }
     } else if (partials) {
@@ -177,7 +188,7 @@ __global__ void __launch_bounds__(ToeplitzTile::kThreads)
       float acc[Tile::kWarpTiles][4];
       toeplitz_mma_tiles_shared<kHalf, true, Tile::kWarpTiles>(acc, dx_frag_s, g_s, blocks, warp * Tile::kWarpChunks,
                                                                lane);
-      const bool fast = dx_aligned && j0 + Tile::kOutputs <= n;
+      const bool fast = dx_aligned && (lead == 0 || j0 > 0) && j0 + Tile::kOutputs <= n;
 #pragma unroll
       for (int t = 0; t < Tile::kWarpTiles; ++t) {
         T v[4];
@@ -185,11 +196,12 @@ __global__ void __launch_bounds__(ToeplitzTile::kThreads)
         for (int e = 0; e < 4; ++e) v[e] = from_float<T>(acc[t][e]);
         uint32_t pair[2];
         toeplitz_output_pairs(pair, v, lane);
-        toeplitz_store_pairs(dx, j0, warp * Tile::kWarpChunks + 8 * t + 2 * q + (g & 1), g & ~1, pair, fast, n);
+        toeplitz_store_pairs(dx_walk, j0, warp * Tile::kWarpChunks + 8 * t + 2 * q + (g & 1), g & ~1, pair, fast, n,
+                             lead);
       }
       if constexpr (kGuard) {  // the slow path's stores follow the fast path's, after the barrier
         if (__syncthreads_or(any_nonfinite<Tile::kWarpTiles * 4>(&acc[0][0])))
-          depthwise_direct_dx_tile(dx, g_s, w, p.w_stride[1], width, j0, n);
+          depthwise_direct_dx_tile(dx_walk, g_s, w, p.w_stride[1], width, j0, n, lead);
       }
     }
 

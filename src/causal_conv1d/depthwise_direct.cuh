@@ -26,15 +26,15 @@ __device__ __forceinline__ float depthwise_direct_output(const T* x, int64_t x_s
 }
 
 // The guard's slow path: out(i, value) for the outputs i < kOutputs of the tile at j0 (those
-// inside the row of unit time stride, dilation 1), by the block's kThreads threads. Not inlined:
-// inlined, its registers were the fast path's too (fp32 tensor-core form: 98 -> 127 registers;
-// out of line, 85).
+// inside the row of unit time stride, dilation 1: j0 is negative for a shifted walk's first tile),
+// by the block's kThreads threads. Not inlined: inlined, its registers were the fast path's too
+// (fp32 tensor-core form: 98 -> 127 registers; out of line, 85).
 template <int kOutputs, int kThreads, typename T, typename Out>
 __device__ __noinline__ void depthwise_direct_tile(const T* x, const T* w, int64_t w_stride, int width, int64_t j0,
                                                       int64_t n, float bias, bool apply_silu, Out out) {
 #pragma unroll 1
   for (int i = int(threadIdx.x); i < kOutputs && j0 + i < n; i += kThreads)
-    out(i, depthwise_direct_output(x, 1, w, w_stride, width, 1, j0 + i, bias, apply_silu));
+    if (j0 + i >= 0) out(i, depthwise_direct_output(x, 1, w, w_stride, width, 1, j0 + i, bias, apply_silu));
 }
 
 }  // namespace causalconv::detail

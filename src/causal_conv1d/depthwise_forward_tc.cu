@@ -20,14 +20,34 @@ namespace {
 // Tiles walked by one block: the Toeplitz fragments are built once per block.
 constexpr int64_t kTcTilesPerBlock = 8;
 
+int elem_bytes(const DepthwiseForwardParams& p) { return p.dtype == DType::f32 ? 4 : 2; }
+
+// Every row of x and y starts 16-byte aligned.
+bool rows_aligned(const DepthwiseForwardParams& p) {
+  return rows_16byte_aligned(p.x, p.x_stride, p.batch, p.channels, elem_bytes(p)) &&
+         rows_16byte_aligned(p.y, p.y_stride, p.batch, p.channels, elem_bytes(p));
+}
+
+// Every row of x lies the same distance past a 16-byte boundary as its row of y, so a walk from
+// the boundary before them (kToeplitzShiftedRows) has 16-byte units of both.
+bool rows_share_lead(const DepthwiseForwardParams& p) {
+  const int64_t per_unit = 16 / elem_bytes(p);
+  auto same = [&](int64_t a, int64_t b) { return (a - b) % per_unit == 0; };
+  return (reinterpret_cast<uintptr_t>(p.x) & 15) == (reinterpret_cast<uintptr_t>(p.y) & 15) &&
+         (p.batch == 1 || same(p.x_stride[0], p.y_stride[0])) &&
+         (p.channels == 1 || same(p.x_stride[1], p.y_stride[1]));
+}
+
 // The row-walking forms' grid: a block column per (b, c) row, blocks along the row each walking up
-// to kTcTilesPerBlock of its `tiles` tiles of tile_outputs steps.
+// to kTcTilesPerBlock of its `tiles` tiles of tile_outputs steps (rows off the 16-byte boundary may
+// be walked from the one before them, toeplitz_walk_length).
 struct RowTileGrid {
   int64_t tiles;
   dim3 grid;
 };
 RowTileGrid row_tile_grid(const DepthwiseForwardParams& p, int tile_outputs) {
-  const int64_t tiles = (p.length + tile_outputs - 1) / tile_outputs;
+  const int64_t walk = toeplitz_walk_length(p.length, rows_aligned(p), elem_bytes(p));
+  const int64_t tiles = (walk + tile_outputs - 1) / tile_outputs;
   const int64_t tile_blocks = std::min((tiles + kTcTilesPerBlock - 1) / kTcTilesPerBlock, kMaxGridY);
   return {tiles, dim3(unsigned(p.batch * p.channels), unsigned(tile_blocks))};
 }
@@ -35,15 +55,20 @@ RowTileGrid row_tile_grid(const DepthwiseForwardParams& p, int tile_outputs) {
 template <typename T, int kMaxBlocks>
 void launch(const DepthwiseForwardParams& p, cudaStream_t stream) {
   const RowTileGrid g = row_tile_grid(p, ToeplitzTile::kOutputs);
-  depthwise_forward_tc_kernel<T, kMaxBlocks, kToeplitzNonFiniteGuard>
-      <<<g.grid, ToeplitzTile::kThreads, depthwise_tc_smem_bytes<kMaxBlocks>(), stream>>>(p, g.tiles);
+  with_row_walk(rows_aligned(p), [&](auto shifted) {
+    depthwise_forward_tc_kernel<T, kMaxBlocks, kToeplitzNonFiniteGuard, decltype(shifted)::value>
+        <<<g.grid, ToeplitzTile::kThreads, depthwise_tc_smem_bytes<kMaxBlocks>(), stream>>>(p, g.tiles);
+  });
 }
 
 void launch_tf32x3(const DepthwiseForwardParams& p, cudaStream_t stream) {
   constexpr int kSmem = DepthwiseTf32Smem::kBytes;
   static_assert(kSmem <= 48 * 1024, "within the default dynamic shared memory limit");
   const RowTileGrid g = row_tile_grid(p, ToeplitzTile::kOutputs);
-  depthwise_forward_tf32x3_kernel<<<g.grid, ToeplitzTile::kThreads, kSmem, stream>>>(p, g.tiles);
+  with_row_walk(rows_aligned(p), [&](auto shifted) {
+    depthwise_forward_tf32x3_kernel<decltype(shifted)::value>
+        <<<g.grid, ToeplitzTile::kThreads, kSmem, stream>>>(p, g.tiles);
+  });
 }
 
 template <typename T>
@@ -57,8 +82,10 @@ void launch_wgmma(const DepthwiseForwardParams& p, cudaStream_t stream) {
   constexpr int kSmem = DepthwiseWgmmaSmem<kBlocks>::kBytes;
   static_assert(kSmem <= 48 * 1024, "within the default dynamic shared memory limit");
   const RowTileGrid g = row_tile_grid(p, Tile::kOutputs);
-  depthwise_forward_wgmma_kernel<T, kBlocks, kToeplitzNonFiniteGuard>
-      <<<g.grid, Tile::kThreads, kSmem, stream>>>(p, g.tiles);
+  with_row_walk(rows_aligned(p), [&](auto shifted) {
+    depthwise_forward_wgmma_kernel<T, kBlocks, kToeplitzNonFiniteGuard, decltype(shifted)::value>
+        <<<g.grid, Tile::kThreads, kSmem, stream>>>(p, g.tiles);
+  });
 }
 
 template <typename T>
@@ -112,14 +139,11 @@ void launch_wgmma_ring_width(const DepthwiseForwardParams& p, cudaStream_t strea
 constexpr int64_t kWgmmaMinWidth = 33;
 
 // The wgmma forms read and write rows by 16-byte units: every row of x and y starts 16-byte
-// aligned. They need an sm_90a image and a compute capability 9.0 device.
+// aligned, or (kToeplitzShiftedRows; the cp.async form only) lies as far past a boundary as its
+// row of y. They need an sm_90a image and a compute capability 9.0 device.
 bool wgmma_rows_apply(const DepthwiseForwardParams& p) {
 #ifdef CAUSALCONV_HAS_SM90A
-  auto aligned_rows = [&](const void* base, const int64_t* stride) {
-    return reinterpret_cast<uintptr_t>(base) % 16 == 0 && (p.batch == 1 || stride[0] % 8 == 0) &&
-           (p.channels == 1 || stride[1] % 8 == 0);
-  };
-  if (!aligned_rows(p.x, p.x_stride) || !aligned_rows(p.y, p.y_stride)) return false;
+  if (!rows_aligned(p) && !(kToeplitzShiftedRows && rows_share_lead(p))) return false;
   return current_device_is_sm90("causal_conv1d forward");
 #else
   (void)p;
@@ -133,10 +157,10 @@ bool wgmma_rows_apply(const DepthwiseForwardParams& p) {
 // 49.8, K193 49.5 / 58.7, K256 64.6 / 73.0.
 constexpr int64_t kWgmmaRingMinWidth = 66;
 
-// The streaming form on top: rows of whole 64-step chunks (its tensor maps' view, row_chunks_view),
-// rows that do not overlap (no expanded or aliased rows: the maps' strides stay as ordinary as the
-// encoder expects) at strides the maps can hold (below 2^40 bytes), and a driver that encodes
-// tensor maps.
+// The streaming form on top: 16-byte aligned rows of whole 64-step chunks (its tensor maps' view,
+// row_chunks_view), rows that do not overlap (no expanded or aliased rows: the maps' strides stay as
+// ordinary as the encoder expects) at strides the maps can hold (below 2^40 bytes), and a driver
+// that encodes tensor maps.
 bool wgmma_ring_applies(const DepthwiseForwardParams& p) {
   constexpr int64_t kMaxStride = (int64_t(1) << 39) - 1;  // elements of 2 bytes
   auto plain_rows = [&](const int64_t* stride) {
@@ -144,8 +168,8 @@ bool wgmma_ring_applies(const DepthwiseForwardParams& p) {
     const int64_t batch_min = p.channels == 1 ? p.length : p.channels * stride[1];
     return channels_ok && (p.batch == 1 || (stride[0] >= batch_min && stride[0] <= kMaxStride));
   };
-  return p.length % WgmmaToeplitzTile::kChunk == 0 && plain_rows(p.x_stride) && plain_rows(p.y_stride) &&
-         tensor_maps_available();
+  return p.length % WgmmaToeplitzTile::kChunk == 0 && rows_aligned(p) && plain_rows(p.x_stride) &&
+         plain_rows(p.y_stride) && tensor_maps_available();
 }
 
 // fp32 on the tensor cores (tf32 split three ways, depthwise_forward_tf32_kernel.cuh) from this

@@ -8,7 +8,9 @@
 // cp.async into the other stage. Each warp makes 32 output chunks with blocks x 4 mma.sync,
 // adds bias (and silu) in fp32, and the block writes the tile back through shared memory in
 // 16-byte units. kGuard: tiles whose sums are not all finite are redone by the direct tap loop
-// (depthwise_direct.cuh).
+// (depthwise_direct.cuh). kShiftedRows: rows of x and y off the 16-byte boundary by the same lead
+// are walked from the boundary before them (common/toeplitz_mma.cuh, kToeplitzShiftedRows); `tiles`
+// then counts the walk's (toeplitz_walk_length), and a row's last tile may lie past its walk.
 #pragma once
 
 #include <type_traits>
@@ -65,7 +67,7 @@ constexpr int depthwise_tc_smem_bytes() {
          2 * toeplitz_lag_filter_size<kMaxBlocks>() + 16 * 32 * kMaxBlocks;
 }
 
-template <typename T, int kMaxBlocks, bool kGuard>
+template <typename T, int kMaxBlocks, bool kGuard, bool kShiftedRows>
 __global__ void __launch_bounds__(ToeplitzTile::kThreads)
     depthwise_forward_tc_kernel(DepthwiseForwardParams p, int64_t tiles) {
   using Tile = ToeplitzTile;
@@ -81,14 +83,18 @@ __global__ void __launch_bounds__(ToeplitzTile::kThreads)
   const int lane = int(threadIdx.x) & 31, warp = int(threadIdx.x) >> 5;
   const int64_t bc = int64_t(blockIdx.x);
   const int64_t b = div_nonneg(bc, p.channels), c = bc - b * p.channels;
-  const int64_t n = p.length;
   const T* x = static_cast<const T*>(p.x) + b * p.x_stride[0] + c * p.x_stride[1];
   T* y = static_cast<T*>(p.y) + b * p.y_stride[0] + c * p.y_stride[1];
-  const bool x_aligned = (reinterpret_cast<uintptr_t>(x) & 15) == 0;
+  // The walk: the row behind `lead` zeros (walked step s = row step s - lead), from x_walk.
+  const int lead = kShiftedRows ? toeplitz_shared_lead<T>(x, y) : 0;
+  const T* const x_walk = x - lead;
+  T* const y_walk = y - lead;
+  const int64_t n = p.length + lead;
+  const bool x_aligned = (reinterpret_cast<uintptr_t>(x_walk) & 15) == 0;
   const int units = 2 * (Tile::kChunks + halo);
   auto stage = [&](int slot, int64_t tile) {
-    toeplitz_stage<Stage::kUnits>(smem + slot * Stage::kInBytes, x, x_aligned, tile * Tile::kOutputs - 16 * halo,
-                                  units, n);
+    toeplitz_stage<Stage::kUnits>(smem + slot * Stage::kInBytes, x_walk, x_aligned,
+                                  tile * Tile::kOutputs - 16 * halo, units, n, lead);
   };
 
   if (int64_t(blockIdx.y) < tiles) stage(0, blockIdx.y);
@@ -102,23 +108,28 @@ __global__ void __launch_bounds__(ToeplitzTile::kThreads)
   int slot = 0;
 #pragma unroll 1
   for (int64_t tile = blockIdx.y; tile < tiles; tile += gridDim.y, slot ^= 1) {
-    const int64_t j0 = tile * Tile::kOutputs;  // < n
+    const int64_t j0 = tile * Tile::kOutputs;  // < n, but for a shifted walk's spare last tile
     cp_async_wait<0>();  // this tile's copies are done
     __syncthreads();     // ... every thread's; the fragments are in place, the other stage and out_s free
     if (tile + gridDim.y < tiles) stage(slot ^ 1, tile + gridDim.y);
     cp_async_commit();
 
+    // A shifted walk's spare last tile holds a few outputs: warps whose chunks are all past the walk
+    // leave the tensor cores to the SM's other blocks (blocks = 0: zero sums, never stored).
+    const bool warp_past_walk = kShiftedRows && j0 + Tile::kChunk * Tile::kWarpChunks * warp >= n;
     float acc[Tile::kWarpTiles][4];
-    toeplitz_mma_tiles_shared<kHalf, false, Tile::kWarpTiles>(acc, frag_s, smem + slot * Stage::kInBytes, blocks,
+    toeplitz_mma_tiles_shared<kHalf, false, Tile::kWarpTiles>(acc, frag_s, smem + slot * Stage::kInBytes,
+                                                               warp_past_walk ? 0 : blocks,
                                                                warp * Tile::kWarpChunks + halo, lane);
     const bool vote = kGuard && any_nonfinite<Tile::kWarpTiles * 4>(&acc[0][0]);
     depthwise_tc_outputs_to_shared(out_s, acc, bias, p.silu, warp, lane);
     if (guarded_tile_barrier<kGuard>(vote)) {
-      depthwise_direct_tile<Tile::kOutputs, Tile::kThreads>(x, w, p.w_stride[1], width, j0, n, bias, p.silu,
+      depthwise_direct_tile<Tile::kOutputs, Tile::kThreads>(x, w, p.w_stride[1], width, j0 - lead, p.length, bias,
+                                                            p.silu,
                                                             [out_s](int i, float v) { out_s[i] = from_float<T>(v); });
       __syncthreads();
     }
-    toeplitz_store_outputs(y, out_s, j0, n);
+    toeplitz_store_outputs(y_walk, out_s, j0, n, lead);
   }
 }
 

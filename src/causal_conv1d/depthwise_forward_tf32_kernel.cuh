@@ -8,7 +8,8 @@
 // split at each use would cost it once per Toeplitz block, ~9 instructions each on sm_90). Each
 // warp makes 32 output chunks, adds bias (and silu) in fp32, and the block writes the tile back
 // through shared memory in 16-byte units. Tiles whose sums are not all finite are redone by the
-// direct tap loop (depthwise_direct.cuh).
+// direct tap loop (depthwise_direct.cuh). kShiftedRows: as the 16-bit form's
+// (depthwise_forward_tc_kernel.cuh).
 #pragma once
 
 #include "causal_conv1d/depthwise_kernels.h"
@@ -32,6 +33,7 @@ struct DepthwiseTf32Smem {
   static constexpr int kBytes = 3 * kInBytes + 4 * kOutWords + 2 * 4 * kFilterWords;
 };
 
+template <bool kShiftedRows>
 __global__ void __launch_bounds__(ToeplitzTile::kThreads)
     depthwise_forward_tf32x3_kernel(DepthwiseForwardParams p, int64_t tiles) {
   using Tile = ToeplitzTile;
@@ -45,14 +47,18 @@ __global__ void __launch_bounds__(ToeplitzTile::kThreads)
   const int lane = int(threadIdx.x) & 31, warp = int(threadIdx.x) >> 5;
   const int64_t bc = int64_t(blockIdx.x);
   const int64_t b = div_nonneg(bc, p.channels), c = bc - b * p.channels;
-  const int64_t n = p.length;
   const float* x = static_cast<const float*>(p.x) + b * p.x_stride[0] + c * p.x_stride[1];
   float* y = static_cast<float*>(p.y) + b * p.y_stride[0] + c * p.y_stride[1];
-  const bool x_aligned = (reinterpret_cast<uintptr_t>(x) & 15) == 0;
+  const int lead = kShiftedRows ? toeplitz_shared_lead<float>(x, y) : 0;  // the walk: x_walk[s] = x[s - lead]
+  const float* const x_walk = x - lead;
+  float* const y_walk = y - lead;
+  const int64_t n = p.length + lead;
+  const bool x_aligned = (reinterpret_cast<uintptr_t>(x_walk) & 15) == 0;
   const int units = 4 * (Tile::kChunks + halo);
   auto stage = [&](int slot, int64_t tile) {
-    toeplitz_stage_units<Smem::kUnits>(smem + slot * Smem::kInBytes, x, x_aligned, tile * Tile::kOutputs - 16 * halo,
-                                       units, n, [](int u) { return tf32_unit_offset(u >> 2, u & 3); });
+    toeplitz_stage_units<Smem::kUnits>(
+        smem + slot * Smem::kInBytes, x_walk, x_aligned, tile * Tile::kOutputs - 16 * halo, units, n,
+        [](int u) { return tf32_unit_offset(u >> 2, u & 3); }, lead);
   };
 
   if (int64_t(blockIdx.y) < tiles) stage(0, blockIdx.y);
@@ -65,16 +71,18 @@ __global__ void __launch_bounds__(ToeplitzTile::kThreads)
   int slot = 0;
 #pragma unroll 1
   for (int64_t tile = blockIdx.y; tile < tiles; tile += gridDim.y, slot ^= 1) {
-    const int64_t j0 = tile * Tile::kOutputs;  // < n
+    const int64_t j0 = tile * Tile::kOutputs;  // < n, but for a shifted walk's spare last tile
     cp_async_wait<0>();  // this thread's copies of this tile are done
     tf32_split_units(smem + slot * Smem::kInBytes, lo_s, units);  // (lo_s: every thread is past the last MMAs)
     __syncthreads();     // every thread's units split; the filter is in place, the other stage and out_s free
     if (tile + gridDim.y < tiles) stage(slot ^ 1, tile + gridDim.y);
     cp_async_commit();
 
+    // A shifted walk's spare last tile: as the 16-bit form's.
+    const bool warp_past_walk = kShiftedRows && j0 + Tile::kChunk * Tile::kWarpChunks * warp >= n;
     float acc[Tile::kWarpTiles][4];
-    toeplitz_tf32x3_mma_tiles<Tile::kWarpTiles>(acc, wr_hi_s, wr_lo_s, smem + slot * Smem::kInBytes, lo_s, blocks,
-                                                warp * Tile::kWarpChunks + halo, lane);
+    toeplitz_tf32x3_mma_tiles<Tile::kWarpTiles>(acc, wr_hi_s, wr_lo_s, smem + slot * Smem::kInBytes, lo_s,
+                                                warp_past_walk ? 0 : blocks, warp * Tile::kWarpChunks + halo, lane);
     const bool vote = any_nonfinite<Tile::kWarpTiles * 4>(&acc[0][0]);
 #pragma unroll
     for (int t = 0; t < Tile::kWarpTiles; ++t)
@@ -86,11 +94,12 @@ __global__ void __launch_bounds__(ToeplitzTile::kThreads)
       }
     if (guarded_tile_barrier<true>(vote)) {
       depthwise_direct_tile<Tile::kOutputs, Tile::kThreads>(
-          x, w, p.w_stride[1], width, j0, n, bias, p.silu,
+          x, w, p.w_stride[1], width, j0 - lead, p.length, bias, p.silu,
           [out_s](int i, float v) { out_s[(i >> 4) * Smem::kOutRow + (i & 15)] = v; });
       __syncthreads();
     }
-    toeplitz_store_outputs(y, out_s, j0, n, [](int u) { return (u >> 2) * Smem::kOutRow + 4 * (u & 3); });
+    toeplitz_store_outputs(
+        y_walk, out_s, j0, n, [](int u) { return (u >> 2) * Smem::kOutRow + 4 * (u & 3); }, lead);
   }
 }
 

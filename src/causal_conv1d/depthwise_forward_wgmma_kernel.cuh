@@ -104,13 +104,14 @@ __device__ __forceinline__ void toeplitz64_a_fragments(uint32_t (&a)[kBlocks][4]
 }
 
 // cp.async of the tile's input: unit u (row u / 8, 16-byte unit u % 8) holds steps
-// first_step + 8u .. + 7 of the 16-byte aligned row, zero outside [0, n).
+// first_step + 8u .. + 7 of the 16-byte aligned row, zero outside [lead, n) (lead: of a walk from
+// the boundary before the row, toeplitz_stage_units_async).
 template <typename T>
 __device__ __forceinline__ void wgmma_toeplitz_stage(unsigned char* stage, const T* row, int64_t first_step,
-                                                     int units, int64_t n) {
+                                                     int units, int64_t n, int lead = 0) {
   static_assert(WgmmaToeplitzTile::kThreads == ToeplitzTile::kThreads, "the same staging block");
-  toeplitz_stage_units_async(stage, row, first_step, units, n,
-                             [](int u) { return swizzled_unit_offset(u >> 3, u & 7); });
+  toeplitz_stage_units_async(
+      stage, row, first_step, units, n, [](int u) { return swizzled_unit_offset(u >> 3, u & 7); }, lead);
 }
 
 #ifdef CAUSALCONV_SM90A
@@ -174,7 +175,10 @@ __device__ __forceinline__ void wgmma_toeplitz_outputs_to_shared(unsigned char* 
 // (K65 91 -> 123 registers, 5 -> 4 blocks/SM): 0 asks for none.
 constexpr int wgmma_min_blocks_per_sm(int blocks) { return blocks >= 4 ? 4 : 0; }
 
-template <typename T, int kBlocks, bool kGuard>
+// kShiftedRows: rows off the 16-byte boundary, each x row the same distance past one as its y row
+// (the launcher checks), are walked from the boundary before them (common/toeplitz_mma.cuh,
+// kToeplitzShiftedRows); `tiles` then counts the walk's.
+template <typename T, int kBlocks, bool kGuard, bool kShiftedRows>
 __global__ void __launch_bounds__(WgmmaToeplitzTile::kThreads, wgmma_min_blocks_per_sm(kBlocks))
     depthwise_forward_wgmma_kernel(DepthwiseForwardParams p, int64_t tiles) {
 #ifdef CAUSALCONV_SM90A
@@ -187,12 +191,16 @@ __global__ void __launch_bounds__(WgmmaToeplitzTile::kThreads, wgmma_min_blocks_
   constexpr int kHalo = kBlocks - 1;
   const int64_t bc = int64_t(blockIdx.x);
   const int64_t b = div_nonneg(bc, p.channels), c = bc - b * p.channels;
-  const int64_t n = p.length;
   const T* x = static_cast<const T*>(p.x) + b * p.x_stride[0] + c * p.x_stride[1];
   T* y = static_cast<T*>(p.y) + b * p.y_stride[0] + c * p.y_stride[1];
+  const int lead = kShiftedRows ? toeplitz_shared_lead<T>(x, y) : 0;  // the walk: x_walk[s] = x[s - lead]
+  const T* const x_walk = x - lead;
+  T* const y_walk = y - lead;
+  const int64_t n = p.length + lead;
   const int units = 8 * (Tile::kChunks + kHalo);
   auto stage = [&](int slot, int64_t tile) {
-    wgmma_toeplitz_stage(stages + slot * Smem::kStageBytes, x, (tile * Tile::kChunks - kHalo) * Tile::kChunk, units, n);
+    wgmma_toeplitz_stage(stages + slot * Smem::kStageBytes, x_walk, (tile * Tile::kChunks - kHalo) * Tile::kChunk,
+                         units, n, lead);
   };
 
   Toeplitz64Pairs<kBlocks, T> pairs;
@@ -209,9 +217,9 @@ __global__ void __launch_bounds__(WgmmaToeplitzTile::kThreads, wgmma_min_blocks_
   int slot = 0;
 #pragma unroll 1
   for (int64_t tile = blockIdx.y; tile < tiles; tile += gridDim.y, slot ^= 1) {
-    const int64_t j0 = tile * Tile::kOutputs;  // < n
+    const int64_t j0 = tile * Tile::kOutputs;  // < n, but for a shifted walk's spare last tile
     cp_async_wait<0>();                 // this thread's copies of the tile are done
-    sm90::fence_proxy_async_shared();   // ... and visible to wgmma's reads
+    sm90::fence_proxy_async_shared();   // ... and visible to wgmma's reads (the walk's masked first unit too)
     __syncthreads();                    // every thread's; the other stage and out_s are free
     if (tile + gridDim.y < tiles) stage(slot ^ 1, tile + gridDim.y);
     cp_async_commit();
@@ -224,11 +232,11 @@ __global__ void __launch_bounds__(WgmmaToeplitzTile::kThreads, wgmma_min_blocks_
     wgmma_toeplitz_outputs_to_shared<T>(out_s, acc, bias, p.silu);
     if (guarded_tile_barrier<kGuard>(vote)) {
       depthwise_direct_tile<Tile::kOutputs, Tile::kThreads>(
-          x, w, p.w_stride[1], int(p.width), j0, n, bias, p.silu,
+          x, w, p.w_stride[1], int(p.width), j0 - lead, p.length, bias, p.silu,
           [out_s](int i, float v) { wgmma_toeplitz_output<T>(out_s, 0, i) = from_float<T>(v); });
       __syncthreads();
     }
-    wgmma_toeplitz_store_tile(y, out_s, 0, j0, n);
+    wgmma_toeplitz_store_tile(y_walk, out_s, 0, j0, n, lead);
   }
 #endif
 }

@@ -60,7 +60,10 @@ constexpr int64_t kDepthwiseTcMinWidth = 9;  // K <= 8 with dilation 1 has the w
 constexpr int64_t kDepthwiseTcMaxWidth = 256;
 bool try_launch_depthwise_forward_tc(const DepthwiseForwardParams& p, CUstream_st* stream);
 // Tensor-core backward (depthwise_backward_tc.cu), same envelope with unit time stride of
-// x, dy and dx: dx, and per-tile weight-gradient partials (nullptr: not wanted) in the
-// tiled kernel's layout, for its ordered reduction. Returns false, launching nothing, else.
+// x, dy and dx: dx, and per-tile weight-gradient partials (nullptr: not wanted), one per
+// (channel, batch, tile) as the tiled kernel's, for its ordered reduction. Returns false,
+// launching nothing, else.
 bool try_launch_depthwise_backward_tc(const DepthwiseBackwardParams& p, float* partials, CUstream_st* stream);
+// Its tiles a row (its partials per (channel, batch)) when it takes p, else 0.
+int64_t depthwise_backward_tc_tiles(const DepthwiseBackwardParams& p);
 }  // namespace causalconv::detail

@@ -29,6 +29,15 @@ constexpr int64_t kMaxTiledReach = 1024;                      // halo limit befo
 constexpr int64_t kMaxGridX = 2147483647;
 constexpr int64_t kMaxGridY = 65535;
 
+// True when every row base + b stride[0] + c stride[1] (b < batch, c < channels) of values of
+// elem_bytes bytes starts 16-byte aligned.
+inline bool rows_16byte_aligned(const void* base, const int64_t* stride, int64_t batch, int64_t channels,
+                                int elem_bytes) {
+  const int64_t per_unit = 16 / elem_bytes;
+  return reinterpret_cast<uintptr_t>(base) % 16 == 0 && (batch == 1 || stride[0] % per_unit == 0) &&
+         (channels == 1 || stride[1] % per_unit == 0);
+}
+
 struct DepthwiseTiling {
   int64_t residues;      // R: 1, or min(d, L) when split
   int64_t step;          // time step between neighbours of a sub-sequence: 1, or d when split

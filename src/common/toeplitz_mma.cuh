@@ -128,6 +128,61 @@ __host__ __device__ constexpr int toeplitz_unit_values() {
   return 16 / int(sizeof(T));
 }
 
+// Rows off the 16-byte boundary (odd L in a contiguous tensor). Staged by element they ran 2.4x
+// slower than aligned rows (bf16 L8191 K9 106 us against 44, docs/performance.md session 8). With
+// this flag the depthwise row-walking Toeplitz kernels walk such a row from the 16-byte boundary
+// before it, `lead` values early, when every row they read and write lies the same distance past a
+// boundary (toeplitz_shared_lead), so the walk's units are 16-byte units of all of them. Walked step
+// s is row step s - lead: the walked row is the row behind `lead` zeros, whose causal convolution is
+// the row's own shifted by lead. Staging: 16-byte copies, the first unit loaded and masked by its
+// thread (it holds the previous row's tail); stores skip the first `lead` outputs. Written in
+// session 30 without a GPU (emulated tests); off until the H200 has timed it.
+constexpr bool kToeplitzShiftedRows = false;
+
+// Steps a row-walking Toeplitz kernel walks for rows of `length` values of elem_bytes bytes: up to a
+// unit's values minus one more where rows may be walked from the boundary before them.
+__host__ __device__ constexpr int64_t toeplitz_walk_length(int64_t length, bool rows_aligned, int elem_bytes) {
+  return length + (kToeplitzShiftedRows && !rows_aligned ? 16 / elem_bytes - 1 : 0);
+}
+
+// Calls f(std::bool_constant<shifted>), the kernels' kShiftedRows: true only where some row is off
+// the 16-byte boundary, so that aligned rows keep the unshifted kernels' code (the shifted ones
+// hold the lead and the walk's pointers in registers too).
+template <typename F>
+void with_row_walk(bool rows_aligned, F&& f) {
+  if constexpr (kToeplitzShiftedRows) {
+    if (!rows_aligned) {
+      f(std::true_type{});
+      return;
+    }
+  }
+  f(std::false_type{});
+}
+
+// The lead of rows a and b (and c unless null): their values of T past the 16-byte boundary before
+// them when they all share it, else 0 (the rows are then staged and stored by element).
+template <typename T>
+__device__ __forceinline__ int toeplitz_shared_lead(const void* a, const void* b, const void* c = nullptr) {
+  const uintptr_t offset = reinterpret_cast<uintptr_t>(a) & 15;
+  const bool shared = (reinterpret_cast<uintptr_t>(b) & 15) == offset &&
+                      (c == nullptr || (reinterpret_cast<uintptr_t>(c) & 15) == offset);
+  return shared ? int(offset / sizeof(T)) : 0;
+}
+
+// The 16-byte unit at `unit` (aligned) with its bytes outside [lo, hi) zeroed.
+__device__ __forceinline__ uint4 masked_unit(const void* unit, int lo, int hi) {
+  uint4 v = *reinterpret_cast<const uint4*>(unit);
+  uint32_t* word = reinterpret_cast<uint32_t*>(&v);
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {
+    const int from = lo - 4 * k, to = hi - 4 * k;  // kept bytes of word k: [from, to)
+    const uint32_t keep_from = from <= 0 ? ~0u : from >= 4 ? 0u : ~0u << (8 * from);
+    const uint32_t keep_to = to >= 4 ? ~0u : to <= 0 ? 0u : ~0u >> (8 * (4 - to));
+    word[k] &= keep_from & keep_to;
+  }
+  return v;
+}
+
 // v[e] = row[first_step + V u .. + V - 1] for u = threadIdx.x + e * kThreads < units (V values of T
 // a unit), as raw values, zero outside [0, n). A unit wholly inside the row and 16-byte aligned is
 // one 16-byte load; others (the causal padding, the row's end, unaligned rows) go by element.
@@ -167,11 +222,13 @@ __device__ __forceinline__ void toeplitz_store_units(unsigned char* in_s, const 
   }
 }
 
-// row[j0 + i] = out_s[i] for i < min(kOutputs, n - j0): 16-byte stores where aligned. Unit u
+// row[j0 + i] = out_s[i] for lead <= j0 + i < n, i < kOutputs: 16-byte stores where aligned. Unit u
 // (V = toeplitz_unit_values<T>() outputs from j0 + V u) sits at element out_offset(u) of out_s.
+// lead: of a walk from the boundary before the row (kToeplitzShiftedRows), whose first steps are
+// not the row's.
 template <typename T, typename OutOffset>
 __device__ __forceinline__ void toeplitz_store_outputs(T* row, const T* out_s, int64_t j0, int64_t n,
-                                                       OutOffset out_offset) {
+                                                       OutOffset out_offset, int lead = 0) {
   constexpr int kValues = toeplitz_unit_values<T>(), kUnits = ToeplitzTile::kOutputs / kValues;
 #pragma unroll
   for (int e = 0; e < kUnits / ToeplitzTile::kThreads; ++e) {
@@ -179,7 +236,9 @@ __device__ __forceinline__ void toeplitz_store_outputs(T* row, const T* out_s, i
     const int64_t t = j0 + kValues * int64_t(u);
     const int64_t valid = n - t;
     const T* const src = out_s + out_offset(u);
-    if (valid >= kValues && (reinterpret_cast<uintptr_t>(row + t) & 15) == 0) {
+    if (lead > 0 && t < lead) {  // the walk's first unit (t = 0): its first `lead` steps are not the row's
+      for (int j = lead; j < kValues && j < valid; ++j) row[t + j] = src[j];
+    } else if (valid >= kValues && (reinterpret_cast<uintptr_t>(row + t) & 15) == 0) {
       *reinterpret_cast<uint4*>(row + t) = *reinterpret_cast<const uint4*>(src);
     } else {
       for (int j = 0; j < kValues && j < valid; ++j) row[t + j] = src[j];
@@ -189,21 +248,24 @@ __device__ __forceinline__ void toeplitz_store_outputs(T* row, const T* out_s, i
 
 // The same from a contiguous output tile.
 template <typename T>
-__device__ __forceinline__ void toeplitz_store_outputs(T* row, const T* out_s, int64_t j0, int64_t n) {
-  toeplitz_store_outputs(row, out_s, j0, n, [](int u) { return toeplitz_unit_values<T>() * u; });
+__device__ __forceinline__ void toeplitz_store_outputs(T* row, const T* out_s, int64_t j0, int64_t n, int lead = 0) {
+  toeplitz_store_outputs(row, out_s, j0, n, [](int u) { return toeplitz_unit_values<T>() * u; }, lead);
 }
 
 // Asynchronous staging (cp.async, 16 bytes per unit, L1 bypassed) by the block's
 // ToeplitzTile::kThreads threads: unit u of the tile, at byte unit_offset(u) of in_s, holds steps
 // first_step + V u .. + V - 1 of a 16-byte aligned row (V = toeplitz_unit_values<T>()), zero
-// outside [0, n). first_step is a multiple of V, so a unit is wholly before the row or starts
-// inside it; the row's last unit is zero-filled past n by the copy itself (src-size < 16).
-// Completes at cp_async_wait.
+// outside [lead, n). first_step is a multiple of V, so a unit is wholly before the row or starts
+// inside it; the row's last unit is zero-filled past n by the copy itself (src-size < 16). With a
+// lead (a walk from the boundary before the row, kToeplitzShiftedRows), the unit at step 0 holds the
+// previous row's tail: its thread loads and masks it (cp.async zero-fills only a tail), stored
+// before the block's barrier. The rest completes at cp_async_wait.
 template <typename T, typename UnitOffset>
 __device__ __forceinline__ void toeplitz_stage_units_async(unsigned char* in_s, const T* row, int64_t first_step,
-                                                           int units, int64_t n, UnitOffset unit_offset) {
+                                                           int units, int64_t n, UnitOffset unit_offset,
+                                                           int lead = 0) {
   constexpr int kValues = toeplitz_unit_values<T>();
-  if (first_step >= 0 && first_step + kValues * int64_t(units) <= n) {  // all inside the row: no bounds per unit
+  if (first_step >= lead && first_step + kValues * int64_t(units) <= n) {  // all inside the row: no bounds per unit
     const T* const src = row + first_step;
     for (int u = int(threadIdx.x); u < units; u += ToeplitzTile::kThreads)
       cp_async16(in_s + unit_offset(u), src + kValues * u, 16);
@@ -211,20 +273,27 @@ __device__ __forceinline__ void toeplitz_stage_units_async(unsigned char* in_s, 
   }
   for (int u = int(threadIdx.x); u < units; u += ToeplitzTile::kThreads) {
     const int64_t t = first_step + kValues * int64_t(u);
+    if (lead > 0 && t == 0) {
+      const int end = n < kValues ? int(n) : kValues;
+      *reinterpret_cast<uint4*>(in_s + unit_offset(u)) =
+          masked_unit(row, lead * int(sizeof(T)), end * int(sizeof(T)));
+      continue;
+    }
     const int64_t valid = t < 0 ? 0 : n - t;
     const int bytes = valid >= kValues ? 16 : valid > 0 ? int(sizeof(T) * valid) : 0;
     cp_async16(in_s + unit_offset(u), bytes > 0 ? row + t : row, bytes);
   }
 }
 
-// Stages units of row into in_s at byte unit_offset(u): cp.async on 16-byte aligned rows, else
-// synchronously (the element path of unaligned rows), up to kMaxUnits units.
+// Stages units of row into in_s at byte unit_offset(u): cp.async on 16-byte aligned rows (zero
+// before `lead`, as toeplitz_stage_units_async), else synchronously (the element path of unaligned
+// rows), up to kMaxUnits units.
 template <int kMaxUnits, typename T, typename UnitOffset>
 __device__ __forceinline__ void toeplitz_stage_units(unsigned char* in_s, const T* row, bool aligned,
                                                      int64_t first_step, int units, int64_t n,
-                                                     UnitOffset unit_offset) {
+                                                     UnitOffset unit_offset, int lead = 0) {
   if (aligned) {
-    toeplitz_stage_units_async(in_s, row, first_step, units, n, unit_offset);
+    toeplitz_stage_units_async(in_s, row, first_step, units, n, unit_offset, lead);
   } else {
     uint4 v[(kMaxUnits + ToeplitzTile::kThreads - 1) / ToeplitzTile::kThreads];
     toeplitz_load_units(v, row, first_step, units, n);
@@ -235,9 +304,9 @@ __device__ __forceinline__ void toeplitz_stage_units(unsigned char* in_s, const 
 // toeplitz_stage_units into the swizzled tile of 16-step chunks of a 16-bit row.
 template <int kMaxUnits, typename T>
 __device__ __forceinline__ void toeplitz_stage(unsigned char* in_s, const T* row, bool aligned, int64_t first_step,
-                                               int units, int64_t n) {
-  toeplitz_stage_units<kMaxUnits>(in_s, row, aligned, first_step, units, n,
-                                  [](int u) { return toeplitz_unit_offset(u >> 1, u & 1); });
+                                               int units, int64_t n, int lead = 0) {
+  toeplitz_stage_units<kMaxUnits>(
+      in_s, row, aligned, first_step, units, n, [](int u) { return toeplitz_unit_offset(u >> 1, u & 1); }, lead);
 }
 
 // Output pairs straight from the accumulators of toeplitz_mma_tiles. Lane (g, q) of an
@@ -275,11 +344,11 @@ __device__ __forceinline__ void toeplitz_lag_filter(T* wr_s, const T* w, int64_t
 }
 
 // Stores one lane's outputs of an m16n8 tile (toeplitz_output_pairs) to row: chunk
-// `chunk` (tile-local) at steps s0, s0+1 and s0+8, s0+9 after j0. fast: the tile lies in
-// the row and the row is 4-byte aligned.
+// `chunk` (tile-local) at steps s0, s0+1 and s0+8, s0+9 after j0, those in [lead, n). fast: the tile
+// lies in [lead, n) and the row is 4-byte aligned.
 template <typename T>
 __device__ __forceinline__ void toeplitz_store_pairs(T* row, int64_t j0, int chunk, int s0, const uint32_t (&pair)[2],
-                                                     bool fast, int64_t n) {
+                                                     bool fast, int64_t n, int lead = 0) {
   const int64_t t = j0 + 16 * chunk + s0;
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
@@ -288,8 +357,8 @@ __device__ __forceinline__ void toeplitz_store_pairs(T* row, int64_t j0, int chu
       *reinterpret_cast<uint32_t*>(row + th) = pair[h];
     } else {
       const uint16_t lo = uint16_t(pair[h] & 0xffffu), hi = uint16_t(pair[h] >> 16);
-      if (th < n) memcpy(row + th, &lo, 2);
-      if (th + 1 < n) memcpy(row + th + 1, &hi, 2);
+      if (th < n && !(lead > 0 && th < lead)) memcpy(row + th, &lo, 2);
+      if (th + 1 < n && !(lead > 0 && th + 1 < lead)) memcpy(row + th + 1, &hi, 2);
     }
   }
 }

@@ -32,19 +32,22 @@ __device__ __forceinline__ T& wgmma_toeplitz_output(unsigned char* tile, int fir
   return *reinterpret_cast<T*>(tile + swizzled_unit_offset(first_row + (i >> 6), (i >> 3) & 7) + 2 * (i & 7));
 }
 
-// row[j0 + i] = the output tile's step i, for i < min(kOutputs, n - j0): unit u (steps 8u .. + 7)
-// is unit u % 8 of swizzled row first_row + u / 8 of `tile` (1024-byte aligned); 16-byte stores
-// (the row is 16-byte aligned).
+// row[j0 + i] = the output tile's step i, for lead <= j0 + i < n, i < kOutputs: unit u (steps
+// 8u .. + 7) is unit u % 8 of swizzled row first_row + u / 8 of `tile` (1024-byte aligned); 16-byte
+// stores (the row is 16-byte aligned). lead: of a walk from the boundary before the row
+// (kToeplitzShiftedRows, common/toeplitz_mma.cuh), whose first steps are not the row's.
 template <typename T>
 __device__ __forceinline__ void wgmma_toeplitz_store_tile(T* row, const unsigned char* tile, int first_row,
-                                                          int64_t j0, int64_t n) {
+                                                          int64_t j0, int64_t n, int lead = 0) {
   using Tile = WgmmaToeplitzTile;
 #pragma unroll
   for (int m = 0; m < Tile::kOutputs / 8 / Tile::kThreads; ++m) {
     const int u = int(threadIdx.x) + m * Tile::kThreads;
     const int64_t t = j0 + 8 * int64_t(u);
     const unsigned char* src = tile + swizzled_unit_offset(first_row + (u >> 3), u & 7);
-    if (t + 8 <= n) {
+    if (lead > 0 && t < lead) {  // the walk's first unit (t = 0)
+      for (int k = lead; k < 8 && t + k < n; ++k) row[t + k] = reinterpret_cast<const T*>(src)[k];
+    } else if (t + 8 <= n) {
       store_raw16(row + t, *reinterpret_cast<const uint4*>(src));
     } else {
       for (int k = 0; k < 8 && t + k < n; ++k) row[t + k] = reinterpret_cast<const T*>(src)[k];

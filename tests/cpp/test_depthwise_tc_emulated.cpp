@@ -68,6 +68,36 @@ constexpr double ulp_of() {
 // or what makes every row start 16-byte aligned (as the wgmma form requires).
 int64_t row_pad(int64_t length, bool aligned_rows) { return aligned_rows ? 8 - length % 8 : 3; }
 
+// How the 16-step Toeplitz forms take rows off the 16-byte boundary: by element, or walked from the
+// boundary before them (kShiftedRows, common/toeplitz_mma.cuh). y_pad_extra > 0 pads y's rows more
+// than x's, so many rows of y lie at another distance from a boundary than x's (those must fall back
+// to the element path).
+struct Walk {
+  bool shifted = false;
+  int64_t y_pad_extra = 0;
+};
+
+// Tiles a row for the 16-step Toeplitz forms: a shifted walk is up to a unit's values minus one
+// longer (one spare tile where the row has no lead; the launcher asks for it only where some row
+// is off the boundary).
+template <typename T>
+int64_t toeplitz_tiles(int64_t length, bool shifted, int64_t tile_outputs = detail::ToeplitzTile::kOutputs) {
+  const int64_t walk = length + (shifted ? 16 / int64_t(sizeof(T)) - 1 : 0);
+  return (walk + tile_outputs - 1) / tile_outputs;
+}
+
+// Elements of a that are no (b, c, t) position (the pads after the rows and after each batch):
+// they hold NaN from the start, so a kernel that wrote outside its rows leaves some that do not.
+template <typename T>
+int64_t written_outside_rows(const Activation<T>& a) {
+  int64_t written = 0;
+  for (size_t i = 0; i < a.data.size(); ++i) {
+    const int64_t in_batch = int64_t(i) % a.stride_b, c = in_batch / a.stride_c, t = in_batch % a.stride_c;
+    if ((c >= a.channels || t >= a.length) && !std::isnan(widen(a.data[i]))) ++written;
+  }
+  return written;
+}
+
 // Calls f(kBlocks) with the wgmma form's template argument for width K (as its launcher).
 template <typename F>
 void with_wgmma_blocks(int64_t width, F&& f) {
@@ -99,6 +129,11 @@ struct Data {
     dy.load(dyh);
     for (auto& v : w) v = test::round_to(T{}, normal(rng) / std::sqrt(double(cs.width)));
     for (auto& v : bias) v = test::round_to(T{}, normal(rng));
+    // Finite values between the rows (rather than NaN): a kernel that reads them (a shifted walk's
+    // first unit, unmasked) must give wrong outputs even where the NaN guard would redo a tile.
+    for (Activation<T>* a : {&x, &dy})
+      for (size_t i = 0; i < a->data.size(); ++i)
+        if (std::isnan(widen(a->data[i]))) a->data[i] = test::round_to(T{}, 1000.0);
     if (cs.nonfinite_at >= 0) {
       const double inf = std::numeric_limits<double>::infinity();
       x.at(0, 0, cs.nonfinite_at) = test::round_to(T{}, std::numeric_limits<double>::quiet_NaN());
@@ -159,15 +194,16 @@ CUtensorMap row_chunks_map(const void* base, int64_t B, int64_t C, int64_t L, co
 }
 
 template <typename T>
-void run_forward(const Case& cs, Form form = Form::mma_sync) {
+void run_forward(const Case& cs, Form form = Form::mma_sync, Walk walk = {}) {
   SCOPED_TRACE(::testing::Message() << "forward B" << cs.batch << " C" << cs.channels << " L" << cs.length << " K"
                                     << cs.width << " bias " << cs.bias << " silu " << cs.silu << " form "
-                                    << form_name(form));
+                                    << form_name(form) << " shifted " << walk.shifted << " y pad +"
+                                    << walk.y_pad_extra);
   const int64_t B = cs.batch, C = cs.channels, L = cs.length, K = cs.width;
   std::mt19937 rng(std::random_device{}());
-  const int64_t pad = row_pad(L, form != Form::mma_sync);
+  const int64_t pad = row_pad(L, form != Form::mma_sync && !walk.shifted);
   Data<T> d(cs, rng, pad);
-  Activation<T> y(B, C, L, pad);
+  Activation<T> y(B, C, L, pad + walk.y_pad_extra);
 
   detail::DepthwiseForwardParams p{};
   test::set_common_params(p, d.w, cs.bias ? d.bias.data() : nullptr, B, C, L, K, 1, cs.silu);
@@ -180,10 +216,14 @@ void run_forward(const Case& cs, Form form = Form::mma_sync) {
   p.y_stride[1] = y.stride_c;
   p.y_stride[2] = 1;
   if constexpr (std::is_same_v<T, float>) {  // the tf32 form (16-step chunks, as mma.sync's)
-    const int64_t tiles = (L + detail::ToeplitzTile::kOutputs - 1) / detail::ToeplitzTile::kOutputs;
+    const int64_t tiles = toeplitz_tiles<T>(L, walk.shifted);
     const emu::Dim3 grid{unsigned(B * C), unsigned((tiles + cs.tiles_per_block - 1) / cs.tiles_per_block), 1};
-    emu::launch(grid, detail::ToeplitzTile::kThreads, size_t(detail::DepthwiseTf32Smem::kBytes),
-                [&] { detail::depthwise_forward_tf32x3_kernel_emulated(p, tiles); });
+    emu::launch(grid, detail::ToeplitzTile::kThreads, size_t(detail::DepthwiseTf32Smem::kBytes), [&] {
+      if (walk.shifted)
+        detail::depthwise_forward_tf32x3_kernel_emulated<true>(p, tiles);
+      else
+        detail::depthwise_forward_tf32x3_kernel_emulated<false>(p, tiles);
+    });
   } else if (form == Form::wgmma_ring) {
     const int64_t tiles_per_row = (L + detail::WgmmaToeplitzTile::kOutputs - 1) / detail::WgmmaToeplitzTile::kOutputs;
     const emu::Dim3 grid{unsigned(std::min(B * C * tiles_per_row, cs.tiles_per_block)), 1, 1};
@@ -199,20 +239,28 @@ void run_forward(const Case& cs, Form form = Form::mma_sync) {
                   });
     });
   } else if (form == Form::wgmma) {
-    const int64_t tiles = (L + detail::WgmmaToeplitzTile::kOutputs - 1) / detail::WgmmaToeplitzTile::kOutputs;
+    const int64_t tiles = toeplitz_tiles<T>(L, walk.shifted, detail::WgmmaToeplitzTile::kOutputs);
     const emu::Dim3 grid{unsigned(B * C), unsigned((tiles + cs.tiles_per_block - 1) / cs.tiles_per_block), 1};
     with_wgmma_blocks(K, [&](auto blocks) {
       constexpr int kBlocks = decltype(blocks)::value;
-      emu::launch(grid, detail::WgmmaToeplitzTile::kThreads, size_t(detail::DepthwiseWgmmaSmem<kBlocks>::kBytes),
-                  [&] { detail::depthwise_forward_wgmma_kernel_emulated<T, kBlocks, true>(p, tiles); });
+      emu::launch(grid, detail::WgmmaToeplitzTile::kThreads, size_t(detail::DepthwiseWgmmaSmem<kBlocks>::kBytes), [&] {
+        if (walk.shifted)
+          detail::depthwise_forward_wgmma_kernel_emulated<T, kBlocks, true, true>(p, tiles);
+        else
+          detail::depthwise_forward_wgmma_kernel_emulated<T, kBlocks, true, false>(p, tiles);
+      });
     });
   } else {
-    const int64_t tiles = (L + detail::ToeplitzTile::kOutputs - 1) / detail::ToeplitzTile::kOutputs;
+    const int64_t tiles = toeplitz_tiles<T>(L, walk.shifted);
     const emu::Dim3 grid{unsigned(B * C), unsigned((tiles + cs.tiles_per_block - 1) / cs.tiles_per_block), 1};
     detail::with_toeplitz_max_blocks(K, [&](auto max_blocks) {
       constexpr int kMaxBlocks = decltype(max_blocks)::value;
-      emu::launch(grid, detail::ToeplitzTile::kThreads, size_t(detail::depthwise_tc_smem_bytes<kMaxBlocks>()),
-                  [&] { detail::depthwise_forward_tc_kernel_emulated<T, kMaxBlocks, true>(p, tiles); });
+      emu::launch(grid, detail::ToeplitzTile::kThreads, size_t(detail::depthwise_tc_smem_bytes<kMaxBlocks>()), [&] {
+        if (walk.shifted)
+          detail::depthwise_forward_tc_kernel_emulated<T, kMaxBlocks, true, true>(p, tiles);
+        else
+          detail::depthwise_forward_tc_kernel_emulated<T, kMaxBlocks, true, false>(p, tiles);
+      });
     });
   }
 
@@ -234,9 +282,8 @@ void run_forward(const Case& cs, Form form = Form::mma_sync) {
         mag2 += mag * mag;
         tally.add(widen(y.at(b, c, t)), want, ulp * std::abs(want) + per_term * mag + 1e-7, "y", b, c, t);
       }
-      EXPECT_TRUE(std::isnan(widen(y.data[size_t(b * y.stride_b + c * y.stride_c + L)])))
-          << "wrote past the end of row " << b << "," << c;
     }
+  EXPECT_EQ(written_outside_rows(y), 0) << "elements written outside the rows";
   EXPECT_EQ(tally.bad, 0) << "elements out of tolerance";
   if constexpr (std::is_same_v<T, float>) {  // tests/python/conftest.py: 1e-6 of (||ref|| + ||magnitude||)
     const double norm = std::sqrt(tally.ref2) + std::sqrt(mag2);
@@ -248,15 +295,17 @@ void run_forward(const Case& cs, Form form = Form::mma_sync) {
 
 // dx, and dweight/dbias from the kernel's per-tile partials summed in the reduction's order.
 template <typename T>
-void run_backward(const Case& cs, bool want_dx = true, bool want_dw = true) {
+void run_backward(const Case& cs, bool want_dx = true, bool want_dw = true, Walk walk = {}) {
   SCOPED_TRACE(::testing::Message() << "backward B" << cs.batch << " C" << cs.channels << " L" << cs.length << " K"
                                     << cs.width << " bias " << cs.bias << " silu " << cs.silu << " dx " << want_dx
-                                    << " dw " << want_dw);
+                                    << " dw " << want_dw << " shifted " << walk.shifted << " dx pad +"
+                                    << walk.y_pad_extra);
   const int64_t B = cs.batch, C = cs.channels, L = cs.length, K = cs.width;
   std::mt19937 rng(std::random_device{}());
-  Data<T> d(cs, rng, row_pad(L, false));
-  Activation<T> dx(B, C, L);
-  const int64_t tiles = (L + detail::ToeplitzTile::kOutputs - 1) / detail::ToeplitzTile::kOutputs;
+  const int64_t pad = row_pad(L, false);
+  Data<T> d(cs, rng, pad);
+  Activation<T> dx(B, C, L, pad + walk.y_pad_extra);
+  const int64_t tiles = toeplitz_tiles<T>(L, walk.shifted);
   std::vector<float> partials(size_t(C * B * tiles * (K + 1)), std::numeric_limits<float>::quiet_NaN());
 
   detail::DepthwiseBackwardParams p{};
@@ -269,13 +318,18 @@ void run_backward(const Case& cs, bool want_dx = true, bool want_dw = true) {
     s[1] = d.x.stride_c;
     s[2] = 1;
   }
+  p.dx_stride[0] = dx.stride_b;
+  p.dx_stride[1] = dx.stride_c;
   const int64_t tile_blocks = (tiles + cs.tiles_per_block - 1) / cs.tiles_per_block;
   detail::with_toeplitz_max_blocks(K, [&](auto max_blocks) {
     constexpr int kMaxBlocks = decltype(max_blocks)::value;
     emu::launch({unsigned(B * C), unsigned(tile_blocks), 1}, detail::ToeplitzTile::kThreads,
                 size_t(detail::DepthwiseTcBackwardSmem<kMaxBlocks>::kBytes), [&] {
-                  detail::depthwise_backward_tc_kernel_emulated<T, kMaxBlocks, true>(p, tiles,
-                                                                               want_dw ? partials.data() : nullptr);
+                  float* const parts = want_dw ? partials.data() : nullptr;
+                  if (walk.shifted)
+                    detail::depthwise_backward_tc_kernel_emulated<T, kMaxBlocks, true, true>(p, tiles, parts);
+                  else
+                    detail::depthwise_backward_tc_kernel_emulated<T, kMaxBlocks, true, false>(p, tiles, parts);
                 });
   });
 
@@ -317,9 +371,8 @@ void run_backward(const Case& cs, bool want_dx = true, bool want_dw = true) {
         if (!checked_nonfinite(widen(dx.at(b, c, t)), want, "dx", b, c, t))
           dx_tally.add(widen(dx.at(b, c, t)), want, tol, "dx", b, c, t);
       }
-      EXPECT_TRUE(std::isnan(widen(dx.data[size_t(b * dx.stride_b + c * dx.stride_c + L)])))
-          << "wrote past the end of row " << b << "," << c;
     }
+  EXPECT_EQ(written_outside_rows(dx), 0) << "dx elements written outside the rows";
   const double bound = std::is_same<T, __half>::value ? 2e-3 : 1e-2;  // tests/python/conftest.py
   if (want_dx) {
     // The per-element tolerance above is the real check; the L2 one is the Python tests' bound
@@ -394,6 +447,11 @@ TEST(DepthwiseTensorCoreEmulated, NonFiniteInputsStayCausal) {
   // The backward: silu's input (g redone from the direct forward sums) and dx (redone from g).
   run_backward<__nv_bfloat16>({1, 2, 3000, 20, true, true, 8, 2030});
   run_backward<__half>({2, 1, 2500, 128, false, false, 8, 2030});
+  // Walked from the boundary before the rows (the last row's lead is 3 at L3000, 7 at L2500 C2).
+  run_forward<__nv_bfloat16>({1, 2, 3000, 20, true, false, 8, 2030}, Form::mma_sync, {true});
+  run_forward<float>({1, 3, 3000, 64, true, true, 8, 3}, Form::mma_sync, {true});
+  run_backward<__nv_bfloat16>({1, 2, 3000, 20, true, true, 8, 2030}, true, true, {true});
+  run_backward<__half>({1, 2, 2500, 128, false, false, 8, 200}, true, true, {true});
 }
 
 // Both input stages in turn where a block walks several tiles; cp.async on the aligned rows,
@@ -402,6 +460,32 @@ TEST(DepthwiseTensorCoreEmulated, Forward) {
   for (const Case& c : kForwardBFloat16Cases) run_forward<__nv_bfloat16>(c);
   for (const Case& c : kForwardFloat16Cases) run_forward<__half>(c);
   run_forward<__nv_bfloat16>({2, 3, 8189, 128, true, true, 2});  // aligned, 4 tiles, 2 per block
+}
+
+// Rows off the 16-byte boundary walked from the boundary before them (kShiftedRows): the same
+// cases (rows at stride L + 3: leads 0-7, the walk's spare last tile where a row has none), rows
+// shorter than a unit with a lead (the first unit masked at both ends), and y's rows at other leads
+// than x's (those rows by element). Dropping the first unit's mask, or storing the walk's first
+// `lead` outputs, fails it.
+TEST(DepthwiseTensorCoreEmulated, ForwardShiftedRows) {
+  const Walk shifted{true};
+  for (const Case& c : kForwardBFloat16Cases) run_forward<__nv_bfloat16>(c, Form::mma_sync, shifted);
+  for (const Case& c : kForwardFloat16Cases) run_forward<__half>(c, Form::mma_sync, shifted);
+  run_forward<__nv_bfloat16>({1, 4, 1, 16, true, false}, Form::mma_sync, shifted);  // L = 1: leads 0 and 4
+  run_forward<__half>({1, 3, 6, 9, true, true}, Form::mma_sync, shifted);            // leads 0, 1, 2
+  run_forward<__nv_bfloat16>({2, 3, 2100, 17, true, true}, Form::mma_sync, {true, 2});
+  run_forward<__nv_bfloat16>({1, 3, 4100, 128, false, true, 1}, Form::mma_sync, {true, 5});
+  // fp32 (leads 0-3): the tf32 form.
+  run_forward<float>({1, 4, 3, 9, true, false}, Form::mma_sync, shifted);
+  run_forward<float>({2, 3, 2100, 17, true, true}, Form::mma_sync, shifted);
+  run_forward<float>({1, 3, 4095, 128, false, false, 1}, Form::mma_sync, shifted);
+  run_forward<float>({1, 2, 300, 256, true, true}, Form::mma_sync, {true, 1});
+  // The wgmma form (4096-step tiles; its launcher takes shifted rows only where every x row shares
+  // its y row's lead, so no fallback here).
+  run_forward<__nv_bfloat16>({1, 4, 1, 16, true, false}, Form::wgmma, shifted);
+  run_forward<__nv_bfloat16>({2, 3, 4100, 65, true, true}, Form::wgmma, shifted);
+  run_forward<__nv_bfloat16>({1, 3, 8190, 128, false, false, 1}, Form::wgmma, shifted);  // leads 0, 1, 2
+  run_forward<__half>({1, 3, 250, 256, true, true}, Form::wgmma, shifted);
 }
 
 // The wgmma form: 4096-step tiles, halos of 1-4 chunks, both input stages, partial tiles and units.
@@ -456,6 +540,21 @@ TEST(DepthwiseTensorCoreEmulated, BackwardBFloat16) {
   run_backward<__nv_bfloat16>({1, 1, 300, 256, true, true});   // L < K, widest, look-ahead past the row
   run_backward<__nv_bfloat16>({1, 1, 6141, 64, true, false, 1});  // one tile per block
   run_backward<__nv_bfloat16>({1, 2, 509, 255, false, false});
+}
+
+// Rows off the 16-byte boundary walked from the boundary before them (kShiftedRows): x, dy and
+// dx at one lead (stride L + 3), with and without silu, dx or the weight gradients alone, and dx's
+// rows at other leads than x's (those rows by element).
+TEST(DepthwiseTensorCoreEmulated, BackwardShiftedRows) {
+  const Walk shifted{true};
+  run_backward<__nv_bfloat16>({1, 4, 1, 16, true, true}, true, true, shifted);  // L = 1: leads 0 and 4
+  run_backward<__nv_bfloat16>({1, 3, 15, 9, true, false}, true, true, shifted);
+  run_backward<__nv_bfloat16>({2, 3, 2100, 31, true, true}, true, true, shifted);
+  run_backward<__nv_bfloat16>({1, 3, 4100, 128, false, true, 1}, true, true, shifted);
+  run_backward<__half>({1, 2, 300, 256, true, true}, true, true, shifted);
+  run_backward<__half>({2, 3, 700, 20, true, false}, true, true, {true, 3});
+  run_backward<__half>({1, 3, 700, 16, true, true}, true, false, shifted);   // dx only
+  run_backward<__half>({1, 3, 700, 64, true, true}, false, true, shifted);   // weight gradients only
 }
 
 TEST(DepthwiseTensorCoreEmulated, BackwardFloat16) {

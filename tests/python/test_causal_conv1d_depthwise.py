@@ -621,6 +621,55 @@ def test_fp32_wide_widths_racecheck_shapes(seeded):
         assert_close_to_reference(y, ref, torch.float32, f"L={length}", magnitude=mag)
 
 
+def rows_in_padded_buffer(b, c, length, pad, dtype, fill):
+    """(b, c, length) rows at row stride length + pad inside a buffer whose other elements hold fill."""
+    return torch.full((b, c, length + pad), fill, device="cuda", dtype=dtype)[..., :length]
+
+
+@requires_cuda
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("k", [9, 33, 128, 256])
+def test_tensor_core_rows_off_the_16_byte_boundary(dtype, k, seeded):
+    # Rows of odd length in a buffer of row stride L + 8: most start off the 16-byte boundary, each
+    # x row as far from one as its y (dy, dx) row. With kToeplitzShiftedRows on (src/common/
+    # toeplitz_mma.cuh) the Toeplitz forms walk them from the boundary before them: the pads between
+    # the rows hold large finite values on the inputs' side (a walk that reads them unmasked gives
+    # wrong outputs) and NaN on the outputs' side (a walk that stores before a row leaves them
+    # changed). Then y (dx) at row stride L + 9, whose rows lie at other distances than x's: those
+    # rows go by element. Forward for every dtype (fp32: the tf32 form when its flag is on), the
+    # backward for 16-bit (the tensor-core backward).
+    nan = float("nan")
+    for length in (3, 3001, 8191):
+        for out_pad in (8, 9):
+            x = rows_in_padded_buffer(2, 5, length, 8, dtype, 1e4)
+            x.copy_(torch.randn_like(x))
+            w = torch.randn(5, k, device="cuda", dtype=dtype) / k**0.5
+            bias = torch.randn(5, device="cuda", dtype=dtype)
+            y = rows_in_padded_buffer(2, 5, length, out_pad, dtype, nan)
+            _C.causal_conv1d_forward(view(x), view(w), view(bias), view(y), 1, 0, 1, None,
+                                     torch.cuda.current_stream().cuda_stream)
+            what = f"L={length} output row stride L+{out_pad}"
+            ref = causalconv.reference.causal_conv1d(x, w, bias, 1, None, "silu")
+            assert_close_to_reference(y, ref, dtype, what)
+            assert torch.isnan(y.as_strided((2, 5, out_pad), (y.stride(0), y.stride(1), 1), length)).all(), \
+                f"{what}: the forward wrote between the rows"
+            if dtype == torch.float32:
+                continue
+            dy = rows_in_padded_buffer(2, 5, length, 8, dtype, 1e4)
+            dy.copy_(torch.randn_like(dy))
+            dx = rows_in_padded_buffer(2, 5, length, out_pad, dtype, nan)
+            dw, db = torch.full_like(w, nan), torch.full_like(bias, nan)
+            args = (view(x), view(w), view(bias), view(dy), view(dx), view(dw), view(db), 1, 0, 1)
+            ws = torch.full((_C.causal_conv1d_backward_workspace_bytes(*args) // 4 + 1,), nan, device="cuda")
+            _C.causal_conv1d_backward(*args, view(ws), torch.cuda.current_stream().cuda_stream)
+            ref = causalconv.reference.causal_conv1d_backward(x, w, bias, dy, 1, None, "silu")
+            assert_close_to_reference(dx, ref[0], dtype, f"dx {what}")
+            assert_close_to_reference(dw, ref[1], dtype, f"dweight {what}", reduction=True)
+            assert_close_to_reference(db, ref[2], dtype, f"dbias {what}", reduction=True)
+            assert torch.isnan(dx.as_strided((2, 5, out_pad), (dx.stride(0), dx.stride(1), 1), length)).all(), \
+                f"{what}: the backward wrote between the rows"
+
+
 @requires_cuda
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 @pytest.mark.parametrize("k", [33, 64, 65, 128, 129, 193, 256])
