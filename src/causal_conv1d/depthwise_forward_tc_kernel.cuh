@@ -10,7 +10,8 @@
 // 16-byte units. kGuard: tiles whose sums are not all finite are redone by the direct tap loop
 // (depthwise_direct.cuh). kShiftedRows: rows of x and y off the 16-byte boundary by the same lead
 // are walked from the boundary before them (common/toeplitz_mma.cuh, kToeplitzShiftedRows); `tiles`
-// then counts the walk's (toeplitz_walk_length), and a row's last tile may lie past its walk.
+// then counts the walk's (toeplitz_walk_length); a tile of fewer outputs than a chunk (the walk's
+// spare last tile, which its lead pushed past a tile boundary) takes the direct tap loop.
 #pragma once
 
 #include <type_traits>
@@ -113,13 +114,15 @@ __global__ void __launch_bounds__(ToeplitzTile::kThreads)
     __syncthreads();     // ... every thread's; the fragments are in place, the other stage and out_s free
     if (tile + gridDim.y < tiles) stage(slot ^ 1, tile + gridDim.y);
     cp_async_commit();
+    if (kShiftedRows && n - j0 < Tile::kChunk) {  // a shifted walk's spare last tile: its few outputs directly
+      depthwise_direct_tile<Tile::kOutputs, Tile::kThreads>(
+          x, w, p.w_stride[1], width, j0 - lead, p.length, bias, p.silu,
+          [y_walk, j0](int i, float v) { y_walk[j0 + i] = from_float<T>(v); });
+      continue;
+    }
 
-    // A shifted walk's spare last tile holds a few outputs: warps whose chunks are all past the walk
-    // leave the tensor cores to the SM's other blocks (blocks = 0: zero sums, never stored).
-    const bool warp_past_walk = kShiftedRows && j0 + Tile::kChunk * Tile::kWarpChunks * warp >= n;
     float acc[Tile::kWarpTiles][4];
-    toeplitz_mma_tiles_shared<kHalf, false, Tile::kWarpTiles>(acc, frag_s, smem + slot * Stage::kInBytes,
-                                                               warp_past_walk ? 0 : blocks,
+    toeplitz_mma_tiles_shared<kHalf, false, Tile::kWarpTiles>(acc, frag_s, smem + slot * Stage::kInBytes, blocks,
                                                                warp * Tile::kWarpChunks + halo, lane);
     const bool vote = kGuard && any_nonfinite<Tile::kWarpTiles * 4>(&acc[0][0]);
     depthwise_tc_outputs_to_shared(out_s, acc, bias, p.silu, warp, lane);
