@@ -46,11 +46,11 @@ bool try_launch_tc(const B2BForwardParams& p, const B2BTiling& tiling, cudaStrea
 }
 
 // fp32 with kB2BTcMinMixerWidth <= Km <= 256: the mixer on tf32 tensor cores split three ways
-// (b2b_forward_tf32_kernel.cuh). Written in session 29 without a GPU (emulated tests only): off
-// until the H200 has run the suite on it and timed it against the CUDA-core kernel (fp32 B1 D4096
-// L8192 Kp3 Km128: 0.717 ms, 5.7x its byte floor; issue 3 asks for 2x). Counts: 14 G tf32 MACs at
-// Km128 (3 products of 144 lags an output) against the CUDA cores' 4.3 G FMAs; predicted ~0.1-0.15 ms.
-constexpr bool kB2BTf32x3Forward = false;
+// (b2b_forward_tf32_kernel.cuh). On since the H200 ran the suite on it (session 30): fp32 B1 D4096
+// L8192 forward Kp3 Km128 0.718 -> 0.601 ms, Kp4 Km256 1.311 -> 0.881 against the CUDA-core kernel
+// (predicted ~0.15 ms: mma.sync's tf32 rate on Hopper is far below wgmma's). false: the CUDA-core
+// kernel (for comparisons).
+constexpr bool kB2BTf32x3Forward = true;
 
 template <typename T>
 bool try_launch_tf32(const B2BForwardParams& p, const B2BTiling& tiling, cudaStream_t stream) {

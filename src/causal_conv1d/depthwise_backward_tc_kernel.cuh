@@ -21,8 +21,7 @@
 // by direct tap loops. (The weight-gradient lag blocks sum each lag's own products only.)
 // kShiftedRows: rows of x, dy and dx off the 16-byte boundary by the same lead are walked from the
 // boundary before them (common/toeplitz_mma.cuh, kToeplitzShiftedRows); `tiles` then counts the
-// walk's (toeplitz_walk_length), and a tile of fewer outputs than a chunk (the walk's spare last
-// tile) takes direct loops (depthwise_direct_backward_tile).
+// walk's (toeplitz_walk_length).
 #pragma once
 
 #include <type_traits>
@@ -71,52 +70,6 @@ __device__ __noinline__ void depthwise_direct_dx_tile(T* dx, const unsigned char
                  to_float(*reinterpret_cast<const T*>(g_s + toeplitz_element_offset(s >> 4, s & 15))), acc);
     }
     dx[j0 + i] = from_float<T>(acc);
-  }
-}
-
-// A shifted walk's tile of fewer outputs than a chunk (its spare last tile, kShiftedRows) by direct
-// loops from global memory, where the Toeplitz products would cost a whole tile: its row steps t0 ..
-// t0 + count - 1 (those in the row, t < n) get g = dy silu'(pre) (pre by the direct tap loop) into
-// g_s (count floats), dx[t] = sum_k w[k] g[t + K-1-k] (g is zero past the row), and the tile's
-// partial in the MMA path's layout: per tap k sum_t g[t] x[t - (K-1-k)], then sum_t g[t]; fixed orders.
-template <typename T>
-__device__ __noinline__ void depthwise_direct_backward_tile(float* g_s, const T* x, const T* dy, T* dx, const T* w,
-                                                            int64_t w_stride, int width, int64_t t0, int count,
-                                                            int64_t n, float bias, bool apply_silu,
-                                                            float* tile_partials) {
-  const int i = int(threadIdx.x);
-  if (i < count) {
-    const int64_t t = t0 + i;
-    float gv = 0.0f;
-    if (t >= 0 && t < n) {
-      gv = to_float(dy[t]);
-      if (apply_silu) gv *= silu_derivative<T>(depthwise_direct_output(x, 1, w, w_stride, width, 1, t, bias, false));
-    }
-    g_s[i] = gv;
-  }
-  __syncthreads();
-  if (dx && i < count && t0 + i >= 0) {
-    float acc = 0.0f;
-#pragma unroll 1
-    for (int k = 0; k < width; ++k) {
-      const int s = i + width - 1 - k;
-      if (s < count) acc = fmaf(to_float(w[int64_t(k) * w_stride]), g_s[s], acc);
-    }
-    dx[t0 + i] = from_float<T>(acc);
-  }
-  if (!tile_partials) return;
-#pragma unroll 1
-  for (int k = i; k <= width; k += ToeplitzTile::kThreads) {
-    float sum = 0.0f;
-#pragma unroll 1
-    for (int j = 0; j < count; ++j) {
-      const int64_t src = t0 + j - (width - 1 - k);  // (k == width: the bias, g alone)
-      if (k == width)
-        sum += g_s[j];
-      else if (src >= 0)
-        sum = fmaf(g_s[j], to_float(x[src]), sum);
-    }
-    tile_partials[k] = sum;
   }
 }
 
@@ -187,7 +140,6 @@ __global__ void __launch_bounds__(ToeplitzTile::kThreads)
   toeplitz_fragments_to_shared<true>(dx_frag_s, wr_s, blocks);
 
   int slot = 0;
-  int64_t spare_tile = -1;  // a shifted walk's spare last tile, if this block walks it: done after the loop
 #pragma unroll 1
   for (int64_t tile = blockIdx.y; tile < tiles; tile += stride, slot ^= 1) {
     cp_async_wait<0>();  // this tile's copies are done
@@ -196,11 +148,7 @@ __global__ void __launch_bounds__(ToeplitzTile::kThreads)
     cp_async_commit();
     const unsigned char* x_s = smem + slot * Smem::kStage;
     unsigned char* g_s = smem + slot * Smem::kStage + 32 * Smem::kXChunks;
-    const int64_t j0 = tile * Tile::kOutputs;  // < n, but for a shifted walk's spare last tile
-    if (kShiftedRows && n - j0 < Tile::kChunk) {
-      spare_tile = tile;
-      continue;
-    }
+    const int64_t j0 = tile * Tile::kOutputs;  // (>= n where a shifted walk ends a tile early)
 
     // g = dy * silu'(pre) over the tile and its look-ahead halo (fp32, then rounded in place).
     float bias_grad = 0.0f;
@@ -303,13 +251,6 @@ __global__ void __launch_bounds__(ToeplitzTile::kThreads)
       }
       tile_partials[k] = sum;
     }
-  }
-  if (kShiftedRows && spare_tile >= 0) {  // (out of the loop, the call costs the loop no registers)
-    const int64_t j0 = spare_tile * Tile::kOutputs;
-    __syncthreads();  // the last tile's lag sums are read: lag_s is free
-    depthwise_direct_backward_tile(
-        lag_s, x, dy, dx, w, p.w_stride[1], width, j0 - lead, int(n - j0), p.length, bias, p.silu,
-        partials ? partials + ((c * p.batch + b) * tiles + spare_tile) * (width + 1) : nullptr);
   }
 }
 

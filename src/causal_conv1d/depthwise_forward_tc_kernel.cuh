@@ -10,8 +10,9 @@
 // 16-byte units. kGuard: tiles whose sums are not all finite are redone by the direct tap loop
 // (depthwise_direct.cuh). kShiftedRows: rows of x and y off the 16-byte boundary by the same lead
 // are walked from the boundary before them (common/toeplitz_mma.cuh, kToeplitzShiftedRows); `tiles`
-// then counts the walk's (toeplitz_walk_length); a tile of fewer outputs than a chunk (the walk's
-// spare last tile, which its lead pushed past a tile boundary) takes the direct tap loop.
+// then counts the walk's (toeplitz_walk_length). (A row whose lead pushes it past a tile boundary
+// gets a spare last tile of a few outputs through the MMAs: by the direct tap loop it was slower on
+// the H200, session 30.)
 #pragma once
 
 #include <type_traits>
@@ -109,17 +110,11 @@ __global__ void __launch_bounds__(ToeplitzTile::kThreads)
   int slot = 0;
 #pragma unroll 1
   for (int64_t tile = blockIdx.y; tile < tiles; tile += gridDim.y, slot ^= 1) {
-    const int64_t j0 = tile * Tile::kOutputs;  // < n, but for a shifted walk's spare last tile
+    const int64_t j0 = tile * Tile::kOutputs;  // (>= n where a shifted walk ends a tile early)
     cp_async_wait<0>();  // this tile's copies are done
     __syncthreads();     // ... every thread's; the fragments are in place, the other stage and out_s free
     if (tile + gridDim.y < tiles) stage(slot ^ 1, tile + gridDim.y);
     cp_async_commit();
-    if (kShiftedRows && n - j0 < Tile::kChunk) {  // a shifted walk's spare last tile: its few outputs directly
-      depthwise_direct_tile<Tile::kOutputs, Tile::kThreads>(
-          x, w, p.w_stride[1], width, j0 - lead, p.length, bias, p.silu,
-          [y_walk, j0](int i, float v) { y_walk[j0 + i] = from_float<T>(v); });
-      continue;
-    }
 
     float acc[Tile::kWarpTiles][4];
     toeplitz_mma_tiles_shared<kHalf, false, Tile::kWarpTiles>(acc, frag_s, smem + slot * Stage::kInBytes, blocks,

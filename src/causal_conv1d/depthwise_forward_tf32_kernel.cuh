@@ -71,29 +71,24 @@ __global__ void __launch_bounds__(ToeplitzTile::kThreads)
   int slot = 0;
 #pragma unroll 1
   for (int64_t tile = blockIdx.y; tile < tiles; tile += gridDim.y, slot ^= 1) {
-    const int64_t j0 = tile * Tile::kOutputs;  // < n, but for a shifted walk's spare last tile
+    const int64_t j0 = tile * Tile::kOutputs;  // (>= n where a shifted walk ends a tile early)
     cp_async_wait<0>();  // this thread's copies of this tile are done
     tf32_split_units(smem + slot * Smem::kInBytes, lo_s, units);  // (lo_s: every thread is past the last MMAs)
     __syncthreads();     // every thread's units split; the filter is in place, the other stage and out_s free
     if (tile + gridDim.y < tiles) stage(slot ^ 1, tile + gridDim.y);
     cp_async_commit();
-    // A shifted walk's spare last tile (a few outputs): by the direct tap loop, as the guard's.
-    const bool spare = kShiftedRows && n - j0 < Tile::kChunk;
-    bool vote = spare;
-    if (!spare) {
-      float acc[Tile::kWarpTiles][4];
-      toeplitz_tf32x3_mma_tiles<Tile::kWarpTiles>(acc, wr_hi_s, wr_lo_s, smem + slot * Smem::kInBytes, lo_s, blocks,
-                                                  warp * Tile::kWarpChunks + halo, lane);
-      vote = any_nonfinite<Tile::kWarpTiles * 4>(&acc[0][0]);
+    float acc[Tile::kWarpTiles][4];
+    toeplitz_tf32x3_mma_tiles<Tile::kWarpTiles>(acc, wr_hi_s, wr_lo_s, smem + slot * Smem::kInBytes, lo_s, blocks,
+                                                warp * Tile::kWarpChunks + halo, lane);
+    const bool vote = any_nonfinite<Tile::kWarpTiles * 4>(&acc[0][0]);
 #pragma unroll
-      for (int t = 0; t < Tile::kWarpTiles; ++t)
+    for (int t = 0; t < Tile::kWarpTiles; ++t)
 #pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int chunk = warp * Tile::kWarpChunks + 8 * t + 2 * q + (e & 1), step = g + 8 * (e >> 1);
-          const float v = acc[t][e] + bias;
-          out_s[chunk * Smem::kOutRow + step] = p.silu ? silu<float>(v) : v;
-        }
-    }
+      for (int e = 0; e < 4; ++e) {
+        const int chunk = warp * Tile::kWarpChunks + 8 * t + 2 * q + (e & 1), step = g + 8 * (e >> 1);
+        const float v = acc[t][e] + bias;
+        out_s[chunk * Smem::kOutRow + step] = p.silu ? silu<float>(v) : v;
+      }
     if (guarded_tile_barrier<true>(vote)) {
       depthwise_direct_tile<Tile::kOutputs, Tile::kThreads>(
           x, w, p.w_stride[1], width, j0 - lead, p.length, bias, p.silu,

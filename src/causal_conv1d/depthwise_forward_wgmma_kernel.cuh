@@ -177,8 +177,7 @@ constexpr int wgmma_min_blocks_per_sm(int blocks) { return blocks >= 4 ? 4 : 0; 
 
 // kShiftedRows: rows off the 16-byte boundary, each x row the same distance past one as its y row
 // (the launcher checks), are walked from the boundary before them (common/toeplitz_mma.cuh,
-// kToeplitzShiftedRows); `tiles` then counts the walk's, and a tile of fewer outputs than a chunk
-// (the walk's spare last tile) takes the direct tap loop.
+// kToeplitzShiftedRows); `tiles` then counts the walk's.
 template <typename T, int kBlocks, bool kGuard, bool kShiftedRows>
 __global__ void __launch_bounds__(WgmmaToeplitzTile::kThreads, wgmma_min_blocks_per_sm(kBlocks))
     depthwise_forward_wgmma_kernel(DepthwiseForwardParams p, int64_t tiles) {
@@ -218,18 +217,12 @@ __global__ void __launch_bounds__(WgmmaToeplitzTile::kThreads, wgmma_min_blocks_
   int slot = 0;
 #pragma unroll 1
   for (int64_t tile = blockIdx.y; tile < tiles; tile += gridDim.y, slot ^= 1) {
-    const int64_t j0 = tile * Tile::kOutputs;  // < n, but for a shifted walk's spare last tile
+    const int64_t j0 = tile * Tile::kOutputs;  // (>= n where a shifted walk ends a tile early)
     cp_async_wait<0>();                 // this thread's copies of the tile are done
     sm90::fence_proxy_async_shared();   // ... and visible to wgmma's reads (the walk's masked first unit too)
     __syncthreads();                    // every thread's; the other stage and out_s are free
     if (tile + gridDim.y < tiles) stage(slot ^ 1, tile + gridDim.y);
     cp_async_commit();
-    if (kShiftedRows && n - j0 < Tile::kChunk) {  // a shifted walk's spare last tile: its few outputs directly
-      depthwise_direct_tile<Tile::kOutputs, Tile::kThreads>(
-          x, w, p.w_stride[1], int(p.width), j0 - lead, p.length, bias, p.silu,
-          [y_walk, j0](int i, float v) { y_walk[j0 + i] = from_float<T>(v); });
-      continue;
-    }
 
     float acc[32] = {};  // (the first MMA overwrites it)
     wgmma_toeplitz_issue<T, kBlocks>(acc, a, sm90::smem_u32(stages + slot * Smem::kStageBytes));

@@ -129,15 +129,16 @@ __host__ __device__ constexpr int toeplitz_unit_values() {
 }
 
 // Rows off the 16-byte boundary (odd L in a contiguous tensor). Staged by element they ran 2.4x
-// slower than aligned rows (bf16 L8191 K9 106 us against 44, docs/performance.md session 8). With
-// this flag the depthwise row-walking Toeplitz kernels walk such a row from the 16-byte boundary
-// before it, `lead` values early, when every row they read and write lies the same distance past a
-// boundary (toeplitz_shared_lead), so the walk's units are 16-byte units of all of them. Walked step
-// s is row step s - lead: the walked row is the row behind `lead` zeros, whose causal convolution is
-// the row's own shifted by lead. Staging: 16-byte copies, the first unit loaded and masked by its
-// thread (it holds the previous row's tail); stores skip the first `lead` outputs. Written in
-// session 30 without a GPU (emulated tests); off until the H200 has timed it.
-constexpr bool kToeplitzShiftedRows = false;
+// slower than aligned rows (bf16 L8191 K9 110 us against 41). With this flag the depthwise
+// row-walking Toeplitz kernels walk such a row from the 16-byte boundary before it, `lead` values
+// early, when every row they read and write lies the same distance past a boundary
+// (toeplitz_shared_lead), so the walk's units are 16-byte units of all of them. Walked step s is row
+// step s - lead: the walked row is the row behind `lead` zeros, whose causal convolution is the
+// row's own shifted by lead. Staging: 16-byte copies, the first unit loaded and masked by its thread
+// (it holds the previous row's tail); stores skip the first `lead` outputs. Measured on the H200
+// (session 30, bf16 B1 C4096 L8191 forward): K9 110.3 -> 54.2 us, K33 110.9 -> 59.4, K128
+// 120.9 -> 71.1, K256 146.0 -> 93.1; fwd+bwd K33 288 -> 207, K128 349 -> 291. false: by element.
+constexpr bool kToeplitzShiftedRows = true;
 
 // Steps a row-walking Toeplitz kernel walks for rows of `length` values of elem_bytes bytes: up to a
 // unit's values minus one more where rows may be walked from the boundary before them.

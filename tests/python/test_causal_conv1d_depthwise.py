@@ -650,7 +650,8 @@ def test_tensor_core_rows_off_the_16_byte_boundary(dtype, k, seeded):
                                      torch.cuda.current_stream().cuda_stream)
             what = f"L={length} output row stride L+{out_pad}"
             ref = causalconv.reference.causal_conv1d(x, w, bias, 1, None, "silu")
-            assert_close_to_reference(y, ref, dtype, what)
+            mag = causalconv.reference.causal_conv1d(x.abs(), w.abs(), bias.abs(), 1, None, None)
+            assert_close_to_reference(y, ref, dtype, what, magnitude=mag)  # (fp32: the bound with the terms)
             assert torch.isnan(y.as_strided((2, 5, out_pad), (y.stride(0), y.stride(1), 1), length)).all(), \
                 f"{what}: the forward wrote between the rows"
             if dtype == torch.float32:
