@@ -173,13 +173,11 @@ bool wgmma_ring_applies(const DepthwiseForwardParams& p) {
 }
 
 // fp32 on the tensor cores (tf32 split three ways, depthwise_forward_tf32_kernel.cuh) from this
-// width on. Written in session 29 without a GPU (emulated tests only): off until the H200 has run the
-// suite on it and timed it side by side with the tiled CUDA-core kernel (docs/performance.md). Counts
-// (fp32 B1 D4096 L8192): K128 is 14 G tf32 FMAs (3 products of 144 lags an output) against 4.3 G
-// FMAs on the CUDA cores (0.60 ms measured); predicted ~0.08-0.09 ms at mma.sync rates, against a
-// 63 us byte floor.
-constexpr bool kDepthwiseTf32x3Forward = false;
-constexpr int64_t kTf32x3MinWidth = 9;
+// width on. Measured on the H200 (fp32 B1 D4096 L8192, docs/performance.md session 30): K128
+// 0.600 -> 0.223 ms, K256 1.17 -> 0.36 ms against the tiled CUDA-core kernel; it wins from K16 and
+// loses at K9 (110 against 92 us). mma.sync's tf32 rate, not the bytes, bounds it.
+constexpr bool kDepthwiseTf32x3Forward = true;
+constexpr int64_t kTf32x3MinWidth = 16;
 
 }  // namespace
 
