@@ -1,7 +1,8 @@
 // Launchers of the tensor-core depthwise forwards: on sm_90a the warpgroup-MMA forms
 // (depthwise_forward_wgmma_kernel.cuh) for 16-byte aligned rows, streamed by TMA when the rows are
 // whole 64-step chunks; the mma.sync form (depthwise_forward_tc_kernel.cuh) otherwise; fp32 by tf32
-// MMAs split three ways (depthwise_forward_tf32_kernel.cuh).
+// MMAs split three ways (depthwise_forward_tf32_kernel.cuh; on warpgroup MMA,
+// depthwise_forward_wgmma_tf32_kernel.cuh).
 #include <algorithm>
 #include <array>
 #include <atomic>
@@ -9,6 +10,7 @@
 #include "causal_conv1d/depthwise_forward_tc_kernel.cuh"
 #include "causal_conv1d/depthwise_forward_tf32_kernel.cuh"
 #include "causal_conv1d/depthwise_forward_wgmma_kernel.cuh"
+#include "causal_conv1d/depthwise_forward_wgmma_tf32_kernel.cuh"
 #include "causal_conv1d/depthwise_kernels.h"
 #include "causal_conv1d/depthwise_tiling.cuh"
 #include "common/cuda_runtime.h"
@@ -69,6 +71,27 @@ void launch_tf32x3(const DepthwiseForwardParams& p, cudaStream_t stream) {
     depthwise_forward_tf32x3_kernel<decltype(shifted)::value>
         <<<g.grid, ToeplitzTile::kThreads, kSmem, stream>>>(p, g.tiles);
   });
+}
+
+template <int kBlocks>
+void launch_wgmma_tf32x3(const DepthwiseForwardParams& p, cudaStream_t stream) {
+  using Tile = WgmmaToeplitzTile;
+  constexpr int kSmem = DepthwiseWgmmaTf32Smem<kBlocks>::kBytes;
+  const RowTileGrid g = row_tile_grid(p, Tile::kOutputs);
+  with_row_walk(rows_aligned(p), [&](auto shifted) {
+    auto* const kernel = depthwise_forward_wgmma_tf32x3_kernel<kBlocks, decltype(shifted)::value>;
+    allow_dynamic_shared_memory(kernel, kSmem, "causal_conv1d forward (depthwise, tensor cores)");
+    kernel<<<g.grid, Tile::kThreads, kSmem, stream>>>(p, g.tiles);
+  });
+}
+
+void launch_wgmma_tf32x3_width(const DepthwiseForwardParams& p, cudaStream_t stream) {
+  switch (toeplitz64_blocks(int(p.width))) {
+    case 2: launch_wgmma_tf32x3<2>(p, stream); break;  // K <= 65
+    case 3: launch_wgmma_tf32x3<3>(p, stream); break;  // K <= 129
+    case 4: launch_wgmma_tf32x3<4>(p, stream); break;  // K <= 193
+    default: launch_wgmma_tf32x3<5>(p, stream); break;  // K <= 256
+  }
 }
 
 template <typename T>
@@ -179,6 +202,11 @@ bool wgmma_ring_applies(const DepthwiseForwardParams& p) {
 constexpr bool kDepthwiseTf32x3Forward = true;
 constexpr int64_t kTf32x3MinWidth = 16;
 
+// The tf32 form on Hopper's warpgroup MMA (depthwise_forward_wgmma_tf32_kernel.cuh) for the rows the
+// 16-bit wgmma forms take (wgmma_rows_apply). Written in session 31: off until the H200 has run the
+// suite on it and timed it against the mma.sync tf32 form (docs/performance.md).
+constexpr bool kDepthwiseWgmmaTf32x3Forward = false;
+
 }  // namespace
 
 bool try_launch_depthwise_forward_tc(const DepthwiseForwardParams& p, cudaStream_t stream) {
@@ -188,7 +216,10 @@ bool try_launch_depthwise_forward_tc(const DepthwiseForwardParams& p, cudaStream
       p.y_stride[2] != 1 || p.length <= 0 || p.batch * p.channels <= 0 || p.batch * p.channels > kMaxGridX)
     return false;
   if (fp32) {
-    launch_tf32x3(p, stream);
+    if (kDepthwiseWgmmaTf32x3Forward && wgmma_rows_apply(p))
+      launch_wgmma_tf32x3_width(p, stream);
+    else
+      launch_tf32x3(p, stream);
     return true;
   }
   const bool wgmma = p.width >= kWgmmaMinWidth && wgmma_rows_apply(p);

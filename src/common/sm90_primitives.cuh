@@ -377,6 +377,24 @@ __device__ __forceinline__ void wgmma_m64n256k16_rs_bt(float (&d)[128], const ui
   wgmma_m64k16_rs<T, 1, 256>(d, a, desc_b, accumulate);
 }
 
+// D[64 x 64] (+)= A[64 x 8] * B[8 x 64] on tf32 operands (fp32 bit patterns; the tensor core reads
+// their upper 19 bits), fp32 accumulators as wgmma_m64n64k16's. A in registers: per warp w of the
+// warpgroup, rows 16w .. 16w + 15 in mma.sync's m16n8k8 tf32 A layout (lane l: a[0] = (row l/4,
+// column l%4), a[1] = (row + 8, column), a[2] = (row, column + 4), a[3] = (row + 8, column + 4)).
+// B in shared memory, K-major (tf32 has no N-major form): under the 128-byte swizzle a row holds 32
+// values, and a k8 slice is 32 bytes of it (step the start address by 32 bytes per slice, as for
+// the 16-bit k16 slices). The registers must stay unchanged until the MMA has completed.
+__device__ __forceinline__ void wgmma_m64n64k8_tf32_rs(float (&d)[32], const uint32_t (&a)[4], uint64_t desc_b,
+                                                       uint32_t accumulate) {
+#ifdef CAUSALCONV_SM90A
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+               "wgmma.mma_async.sync.aligned.m64n64k8.f32.tf32.tf32 " CAUSALCONV_ACC32_LIST ", "
+               "{%32, %33, %34, %35}, %36, p, 1, 1;\n}\n"
+               : CAUSALCONV_ACC32_OUT
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(accumulate));
+#endif
+}
+
 #undef CAUSALCONV_WGMMA_M64N256K16
 #undef CAUSALCONV_WGMMA_M64N64K16_SS
 #undef CAUSALCONV_WGMMA_M64N64K16_RS
@@ -742,6 +760,37 @@ inline void wgmma_emulated_registers(float* d, const uint32_t (&frag)[4], uint64
   wgmma_emulated_rows<T, N, kBNMajor>(d, a, desc_b, accumulate);
 }
 
+// wgmma_m64n64k8_tf32_rs: A's rows gathered from the lanes 4g .. 4g + 3 (lane 4g + q' holds (row g +
+// 8 (reg & 1), column q' + 4 (reg >> 1)) in a[reg]); B K-major under the 128-byte swizzle, 4-byte
+// values (row n at start + (n / 8) stride + (n % 8) 128, value k at 4k). Element 4j + 2h + e of d as
+// wgmma_emulated_rows's.
+inline void wgmma_emulated_tf32_registers(float* d, const uint32_t (&frag)[4], uint64_t desc_b,
+                                          uint32_t accumulate) {
+  using causalconv::emulation::tf32_operand;
+  const int l = int(threadIdx.x % 32), g = l / 4;
+  float a[2][8];
+  for (int src = 0; src < 4; ++src)
+    for (int reg = 0; reg < 4; ++reg)
+      a[reg & 1][src + 4 * (reg >> 1)] = tf32_operand(__shfl_sync(0xffffffffu, frag[reg], 4 * g + src));
+  const Descriptor db = decode_descriptor(desc_b);
+  if (!db.swizzled) emulation_fault("an unswizzled tf32 operand is not emulated");
+  for (int j = 0; j < 8; ++j)
+    for (int e = 0; e < 2; ++e) {
+      const int n = 8 * j + 2 * (l % 4) + e;
+      float b[8];
+      for (int k = 0; k < 8; ++k) {
+        uint32_t bits;
+        std::memcpy(&bits, swizzled(db.start + uint32_t(n / 8) * db.stride + uint32_t(n % 8) * 128 + 4 * k), 4);
+        b[k] = tf32_operand(bits);
+      }
+      for (int h = 0; h < 2; ++h) {
+        float sum = accumulate ? d[4 * j + 2 * h + e] : 0.0f;
+        for (int k = 0; k < 8; ++k) sum += a[h][k] * b[k];
+        d[4 * j + 2 * h + e] = sum;
+      }
+    }
+}
+
 // ---- ldmatrix / stmatrix: every lane of the warp calls them; the lanes' addresses are
 // exchanged, then each lane moves its own fragment. Addresses are used as given (they already
 // hold the swizzle's chunk permutation, as on the GPU).
@@ -838,6 +887,10 @@ inline void wgmma_m64n64k16_rs_bt(float (&d)[32], const uint32_t (&a)[4], uint64
 template <typename T>
 inline void wgmma_m64n256k16_rs_bt(float (&d)[128], const uint32_t (&a)[4], uint64_t desc_b, uint32_t accumulate) {
   wgmma_emulated_registers<T, 256, true>(d, a, desc_b, accumulate);
+}
+
+inline void wgmma_m64n64k8_tf32_rs(float (&d)[32], const uint32_t (&a)[4], uint64_t desc_b, uint32_t accumulate) {
+  wgmma_emulated_tf32_registers(d, a, desc_b, accumulate);
 }
 
 }  // namespace causalconv::detail::sm90

@@ -183,6 +183,15 @@ inline uint32_t shfl_index(uint32_t v, int src_lane) {
   return other;
 }
 
+// A tf32 operand as the tensor core reads it: the upper 19 bits of the fp32 pattern (mma.sync's
+// m16n8k8 and wgmma's tf32 forms).
+inline float tf32_operand(uint32_t bits) {
+  const uint32_t kept = bits & 0xffffe000u;
+  float v;
+  std::memcpy(&v, &kept, 4);
+  return v;
+}
+
 }  // namespace causalconv::emulation
 
 using causalconv::emulation::blockDim;

@@ -124,19 +124,12 @@ inline void mma_m16n8k16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uin
   });
 }
 
-// A tf32 operand as the tensor core reads it: the upper 19 bits of the fp32 pattern.
-inline float tf32_operand(uint32_t bits) {
-  const uint32_t kept = bits & 0xffffe000u;
-  float v;
-  std::memcpy(&v, &kept, 4);
-  return v;
-}
-
 // m16n8k8, tf32 operands: A regs (g, q), (g+8, q), (g, q+4), (g+8, q+4); B regs (k q, n g),
 // (k q+4, n g).
 inline void mma_m16n8k8_tf32(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
   emulated_mma_m16n8<8>(d, a, b0, b1, [](unsigned g, unsigned q, const uint64_t* s, float (&A)[16][8],
                                          float (&B)[8][8]) {
+    using causalconv::emulation::tf32_operand;
     for (int reg = 0; reg < 4; ++reg) A[g + 8 * (reg & 1)][q + 4 * (reg >> 1)] = tf32_operand(uint32_t(s[reg]));
     for (int reg = 0; reg < 2; ++reg) B[q + 4 * reg][g] = tf32_operand(uint32_t(s[4 + reg]));
   });

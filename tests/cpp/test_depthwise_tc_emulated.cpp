@@ -25,6 +25,9 @@
 #include "causal_conv1d/depthwise_forward_wgmma_kernel.cuh"
 #undef depthwise_forward_wgmma_kernel
 #undef depthwise_forward_wgmma_ring_kernel
+#define depthwise_forward_wgmma_tf32x3_kernel depthwise_forward_wgmma_tf32x3_kernel_emulated
+#include "causal_conv1d/depthwise_forward_wgmma_tf32_kernel.cuh"
+#undef depthwise_forward_wgmma_tf32x3_kernel
 
 #include <gtest/gtest.h>
 
@@ -215,15 +218,30 @@ void run_forward(const Case& cs, Form form = Form::mma_sync, Walk walk = {}) {
   p.y_stride[0] = y.stride_b;
   p.y_stride[1] = y.stride_c;
   p.y_stride[2] = 1;
-  if constexpr (std::is_same_v<T, float>) {  // the tf32 form (16-step chunks, as mma.sync's)
-    const int64_t tiles = toeplitz_tiles<T>(L, walk.shifted);
-    const emu::Dim3 grid{unsigned(B * C), unsigned((tiles + cs.tiles_per_block - 1) / cs.tiles_per_block), 1};
-    emu::launch(grid, detail::ToeplitzTile::kThreads, size_t(detail::DepthwiseTf32Smem::kBytes), [&] {
-      if (walk.shifted)
-        detail::depthwise_forward_tf32x3_kernel_emulated<true>(p, tiles);
-      else
-        detail::depthwise_forward_tf32x3_kernel_emulated<false>(p, tiles);
-    });
+  if constexpr (std::is_same_v<T, float>) {  // the tf32 forms: warpgroup MMA (64-step chunks) or mma.sync's
+    if (form == Form::wgmma) {
+      const int64_t tiles = toeplitz_tiles<T>(L, walk.shifted, detail::WgmmaToeplitzTile::kOutputs);
+      const emu::Dim3 grid{unsigned(B * C), unsigned((tiles + cs.tiles_per_block - 1) / cs.tiles_per_block), 1};
+      with_wgmma_blocks(K, [&](auto blocks) {
+        constexpr int kBlocks = decltype(blocks)::value;
+        emu::launch(grid, detail::WgmmaToeplitzTile::kThreads, size_t(detail::DepthwiseWgmmaTf32Smem<kBlocks>::kBytes),
+                    [&] {
+                      if (walk.shifted)
+                        detail::depthwise_forward_wgmma_tf32x3_kernel_emulated<kBlocks, true>(p, tiles);
+                      else
+                        detail::depthwise_forward_wgmma_tf32x3_kernel_emulated<kBlocks, false>(p, tiles);
+                    });
+      });
+    } else {
+      const int64_t tiles = toeplitz_tiles<T>(L, walk.shifted);
+      const emu::Dim3 grid{unsigned(B * C), unsigned((tiles + cs.tiles_per_block - 1) / cs.tiles_per_block), 1};
+      emu::launch(grid, detail::ToeplitzTile::kThreads, size_t(detail::DepthwiseTf32Smem::kBytes), [&] {
+        if (walk.shifted)
+          detail::depthwise_forward_tf32x3_kernel_emulated<true>(p, tiles);
+        else
+          detail::depthwise_forward_tf32x3_kernel_emulated<false>(p, tiles);
+      });
+    }
   } else if (form == Form::wgmma_ring) {
     const int64_t tiles_per_row = (L + detail::WgmmaToeplitzTile::kOutputs - 1) / detail::WgmmaToeplitzTile::kOutputs;
     const emu::Dim3 grid{unsigned(std::min(B * C * tiles_per_row, cs.tiles_per_block)), 1, 1};
@@ -433,6 +451,27 @@ TEST(DepthwiseTensorCoreEmulated, ForwardTf32x3) {
       {1, 1, 2500, 256, true, true},       // widest: 17 blocks
   };
   for (const Case& c : cases) run_forward<float>(c);
+}
+
+// The fp32 form on warpgroup MMA (tf32 split three ways, 64-step chunks): every block count (2-5),
+// L = 1, L < 64, L < K, partial tiles and units, both input stages, one tile per block, and rows walked
+// from the boundary before them (leads 0-3).
+TEST(DepthwiseTensorCoreEmulated, ForwardWgmmaTf32x3) {
+  const Case cases[] = {
+      {1, 1, 1, 16, true, false},         // L = 1
+      {1, 2, 15, 17, false, true},        // L < 64
+      {2, 1, 2100, 33, true, true},       // one partial tile
+      {1, 1, 4093, 65, false, false},     // 2 blocks; row end inside a unit
+      {1, 1, 9000, 128, true, true, 1},   // 3 blocks; one tile per block: 3 blocks along the row
+      {1, 1, 10237, 129, true, false},    // 3 blocks; 3 tiles walked by one block (both stages)
+      {1, 1, 5000, 193, false, true},     // 4 blocks
+      {1, 2, 300, 256, true, false},      // 5 blocks; L < K
+  };
+  for (const Case& c : cases) run_forward<float>(c, Form::wgmma);
+  run_forward<float>({1, 4, 3, 16, true, false}, Form::wgmma, {true});
+  run_forward<float>({2, 3, 4100, 65, true, true}, Form::wgmma, {true});
+  run_forward<float>({1, 3, 8190, 256, false, true, 1}, Form::wgmma, {true});
+  run_forward<float>({1, 3, 3000, 64, true, false, 8, 3}, Form::wgmma, {true});  // NaN and infinities
 }
 
 // NaN and infinities in x reach only the outputs whose terms hold them: the Toeplitz blocks'
