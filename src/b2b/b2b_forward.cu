@@ -1,7 +1,8 @@
 // Launcher of the fused b2b_causal_conv1d forward (the kernels: b2b_forward_short_kernel.cuh
 // for short filters on 16-byte rows, b2b_forward_wgmma_kernel.cuh on Hopper's warpgroup MMA for
 // wider mixers on 16-byte rows, b2b_forward_tc_kernel.cuh on the tensor cores (mma.sync) for
-// the other rows, b2b_forward_tf32_kernel.cuh for fp32 wide mixers on tf32 tensor cores,
+// the other rows, b2b_forward_tf32_kernel.cuh for fp32 wide mixers on tf32 tensor cores (on
+// warpgroup MMA: b2b_forward_wgmma_tf32_kernel.cuh),
 // b2b_forward_kernel.cuh on the CUDA cores for everything else).
 #include <algorithm>
 #include <type_traits>
@@ -11,6 +12,7 @@
 #include "b2b/b2b_forward_tc_kernel.cuh"
 #include "b2b/b2b_forward_tf32_kernel.cuh"
 #include "b2b/b2b_forward_wgmma_kernel.cuh"
+#include "b2b/b2b_forward_wgmma_tf32_kernel.cuh"
 #include "b2b/b2b_kernels.h"
 #include "b2b/b2b_tiling.cuh"
 #include "common/cuda_runtime.h"
@@ -52,11 +54,44 @@ bool try_launch_tc(const B2BForwardParams& p, const B2BTiling& tiling, cudaStrea
 // kernel (for comparisons).
 constexpr bool kB2BTf32x3Forward = true;
 
+// The fp32 mixer on Hopper's warpgroup MMA (b2b_forward_wgmma_tf32_kernel.cuh; any rows). Written in
+// session 31: off until the H200 has run the suite on it and timed it against the mma.sync form
+// (docs/performance.md).
+constexpr bool kB2BWgmmaTf32x3Forward = false;
+
+template <int kMixerBlocks>
+void launch_wgmma_tf32x3(const B2BForwardParams& p, cudaStream_t stream) {
+  constexpr int smem = B2BWgmmaTf32Layout<kMixerBlocks>::kBytes;
+  auto* const kernel = b2b_forward_wgmma_tf32x3_kernel<kMixerBlocks>;
+  allow_dynamic_shared_memory(kernel, smem, "b2b_causal_conv1d forward (shared-memory opt-in)");
+  const B2BTiling tiling = make_b2b_tiling(p.length, WgmmaToeplitzTile::kOutputs, kB2BForwardTilesPerBlock);
+  const dim3 grid(unsigned(p.batch * p.dim), unsigned(tiling.tile_blocks));
+  kernel<<<grid, WgmmaToeplitzTile::kThreads, smem, stream>>>(p, tiling.tiles);
+}
+
+bool try_launch_wgmma_tf32x3(const B2BForwardParams& p, cudaStream_t stream) {
+#ifdef CAUSALCONV_HAS_SM90A
+  if (!kB2BWgmmaTf32x3Forward || !current_device_is_sm90("b2b_causal_conv1d forward")) return false;
+  switch (toeplitz64_blocks(int(p.mixer_width))) {
+    case 2: launch_wgmma_tf32x3<2>(p, stream); break;   // Km <= 65
+    case 3: launch_wgmma_tf32x3<3>(p, stream); break;   // Km <= 129
+    case 4: launch_wgmma_tf32x3<4>(p, stream); break;   // Km <= 193
+    default: launch_wgmma_tf32x3<5>(p, stream); break;  // Km <= 256
+  }
+  return true;
+#else
+  (void)p;
+  (void)stream;
+  return false;
+#endif
+}
+
 template <typename T>
 bool try_launch_tf32(const B2BForwardParams& p, const B2BTiling& tiling, cudaStream_t stream) {
   if (!std::is_same<T, float>::value || !kB2BTf32x3Forward || p.mixer_width < kB2BTcMinMixerWidth ||
       p.mixer_width > 256)
     return false;
+  if (try_launch_wgmma_tf32x3(p, stream)) return true;
   constexpr size_t smem = B2BTf32Layout::kBytes;
   allow_dynamic_shared_memory(b2b_forward_tf32x3_kernel, smem, "b2b_causal_conv1d forward (shared-memory opt-in)");
   const dim3 grid(unsigned(p.batch * p.dim), unsigned(tiling.tile_blocks));

@@ -14,6 +14,9 @@
 //    gradients read two staged rows along time;
 //  * an unswizzled K-major B operand of 8 x 8 core matrices: the descriptor's leading byte offset
 //    steps along the reduction, its stride along N (b2b_forward_wgmma_kernel's Hankel tables).
+//  * the tf32 wgmma with A from registers in mma.sync's m16n8k8 tf32 layout and B a k8 slice of a
+//    swizzled tile of fp32 rows (32 values a 128-byte row), 32 bytes a slice, from any row
+//    (common/toeplitz_wgmma_tf32.cuh; written in session 31, not yet run on a GPU).
 // Skipped without a GPU, on other architectures, and in builds without sm_90a code.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -179,6 +182,31 @@ __global__ void transpose_kernel(const uint16_t* in, uint16_t* out, int* ran) {
 #endif
 }
 
+// D[64 x 64] = A[64 x 8] B[r0 .. r0 + 63][8 ks .. 8 ks + 7]^T on tf32: A from registers (a_value in
+// m16n8k8's tf32 A layout), B a K-major tile of 32-value fp32 rows of b_value under the 128-byte
+// swizzle, slice ks at byte 32 ks.
+__global__ void wgmma_tf32_registers_kernel(int r0, int ks, float* out, int* ran) {
+#ifdef CAUSALCONV_SM90A
+  uint8_t* const b = aligned_shared();
+  for (int i = threadIdx.x; i < kBRows * 32; i += blockDim.x) {
+    const int r = i / 32, k = i % 32;
+    *reinterpret_cast<float*>(b + r * 128 + ((k / 4) ^ (r % 8)) * 16 + (k % 4) * 4) = b_value(r, k);
+  }
+  sm90::fence_proxy_async_shared();
+  __syncthreads();
+  const int lane = int(threadIdx.x) % 32, warp = int(threadIdx.x) / 32, g = lane / 4, q = lane % 4;
+  uint32_t a[4];
+  for (int reg = 0; reg < 4; ++reg)
+    a[reg] = __float_as_uint(a_value(16 * warp + g + 8 * (reg & 1), q + 4 * (reg >> 1)));
+  float acc[32];
+  zero_accumulators(acc);
+  sm90::wgmma_fence();
+  const uint64_t db = sm90::smem_descriptor(sm90::smem_u32(b) + uint32_t(r0) * 128 + 32 * uint32_t(ks), 16, 1024);
+  sm90::wgmma_m64n64k8_tf32_rs(acc, a, db, 0);
+  store_accumulators(acc, out, ran);
+#endif
+}
+
 // Skips unless the device is compute capability 9.0.
 #define REQUIRE_SM90()                                                                       \
   REQUIRE_GPU();                                                                             \
@@ -317,6 +345,26 @@ TEST(Sm90PrimitivesCuda, WgmmaReadsAnUnswizzledOperandWithLeadingAlongKAndStride
     if (!ran) GTEST_SKIP() << "this build has no sm_90a code (CMAKE_CUDA_ARCHITECTURES without 90a)";
     EXPECT_EQ(bad, 0) << "cores " << cores.leading << " bytes apart along K, " << cores.stride << " along N";
   }
+}
+
+TEST(Sm90PrimitivesCuda, Tf32WgmmaTakesRegisterAAndASwizzledSliceOfFp32Rows) {
+  REQUIRE_SM90();
+  for (int r0 : {0, 3, 8, 13})
+    for (int ks : {0, 1, 3}) {
+      bool ran = false;
+      const int64_t bad = product_mismatches(
+          32, ran,
+          [&](float* out, int* ran_flag) {
+            wgmma_tf32_registers_kernel<<<1, 128, 1024 + kBRows * 128>>>(r0, ks, out, ran_flag);
+          },
+          [&](int m, int col) {
+            float want = 0.0f;
+            for (int k = 0; k < 8; ++k) want += a_value(m, k) * b_value(r0 + col, 8 * ks + k);
+            return want;
+          });
+      if (!ran) GTEST_SKIP() << "this build has no sm_90a code (CMAKE_CUDA_ARCHITECTURES without 90a)";
+      EXPECT_EQ(bad, 0) << "operand from row " << r0 << ", slice " << ks;
+    }
 }
 
 TEST(Sm90PrimitivesCuda, LdmatrixTransStmatrixTransposeASwizzledTile) {

@@ -1,0 +1,111 @@
+// The 64-step-chunk Toeplitz form (common/toeplitz_wgmma.cuh) on Hopper's warpgroup MMA with fp32
+// operands split in two tf32 parts (common/toeplitz_tf32.cuh: the precision, ~2^-21 of each term):
+// the tile layout, the split, the lag filter and the MMAs of the depthwise fp32 forward and the b2b
+// fp32 mixer (sm_90a).
+#pragma once
+
+#include <cstdint>
+
+#include "common/sm90_primitives.cuh"
+#include "common/toeplitz_tf32.cuh"
+#include "common/toeplitz_wgmma.cuh"
+
+namespace causalconv::detail {
+
+// The B operand's tile for kBlocks Toeplitz blocks: the outputs' 64 chunks and the kBlocks - 1 halo
+// chunks before them, each a row of 64 fp32 values (256 bytes), held as two half tiles (steps 0-31
+// and 32-63 of every row) of kRows rows of 128 bytes under the 128-byte swizzle, 1024-byte aligned.
+// kOutRow: the words a chunk row of a 64-chunk output tile takes (68: the accumulators' stores hit
+// 32 distinct banks), which fits in such a tile. kLags: lags -64 .. 64 kBlocks - 1 of a lag filter.
+template <int kBlocks>
+struct WgmmaTf32Tile {
+  static constexpr int kRows = (WgmmaToeplitzTile::kChunks + kBlocks - 1 + 7) / 8 * 8;
+  static constexpr int kHalfBytes = kRows * 128;
+  static constexpr int kBytes = 2 * kHalfBytes;
+  static constexpr int kOutRow = 68;
+  static_assert(WgmmaToeplitzTile::kChunks * kOutRow * 4 <= kBytes, "an output tile fits in a tile");
+  static constexpr int kLags = 64 * (kBlocks + 1);
+};
+
+// Byte offset of the 16-byte unit u (steps 4u' .. 4u' + 3 of chunk row u / 16, u' = u % 16) of a
+// staged tile.
+template <int kBlocks>
+__device__ __forceinline__ int wgmma_tf32_unit_offset(int u) {
+  const int h = u & 15;
+  return (h >> 3) * WgmmaTf32Tile<kBlocks>::kHalfBytes + swizzled_unit_offset(u >> 4, h & 7);
+}
+
+// Byte offset of step s (0-63) of chunk row m of a tile.
+template <int kBlocks>
+__device__ __forceinline__ int wgmma_tf32_element_offset(int m, int s) {
+  return wgmma_tf32_unit_offset<kBlocks>(16 * m + (s >> 2)) + 4 * (s & 3);
+}
+
+// wr_hi_s[64 + s], wr_lo_s[64 + s]: the tf32 parts of wr[s] = w[K-1-s] for lag s in [0, K), zero
+// elsewhere in [-64, 64 kBlocks).
+template <int kBlocks>
+__device__ __forceinline__ void wgmma_tf32_lag_filter(uint32_t* wr_hi_s, uint32_t* wr_lo_s, const float* w,
+                                                      int64_t w_stride, int width) {
+  for (int i = int(threadIdx.x); i < WgmmaTf32Tile<kBlocks>::kLags; i += WgmmaToeplitzTile::kThreads) {
+    const int s = i - 64;
+    tf32_split(s >= 0 && s < width ? w[int64_t(width - 1 - s) * w_stride] : 0.0f, wr_hi_s[i], wr_lo_s[i]);
+  }
+}
+
+// Splits the units u = threadIdx.x + k kThreads < units of a staged tile (those this thread staged):
+// hi in place, lo to the same offset of lo_s.
+template <int kBlocks>
+__device__ __forceinline__ void wgmma_tf32_split_units(unsigned char* in_s, unsigned char* lo_s, int units) {
+  for (int u = int(threadIdx.x); u < units; u += WgmmaToeplitzTile::kThreads) {
+    const int offset = wgmma_tf32_unit_offset<kBlocks>(u);
+    uint4 hi = *reinterpret_cast<const uint4*>(in_s + offset), lo;
+    tf32_split(__uint_as_float(hi.x), hi.x, lo.x);
+    tf32_split(__uint_as_float(hi.y), hi.y, lo.y);
+    tf32_split(__uint_as_float(hi.z), hi.z, lo.z);
+    tf32_split(__uint_as_float(hi.w), hi.w, lo.w);
+    *reinterpret_cast<uint4*>(in_s + offset) = hi;
+    *reinterpret_cast<uint4*>(lo_s + offset) = lo;
+  }
+}
+
+#ifdef CAUSALCONV_SM90A
+// D[r][n] = sum_i sum_c T_i[r][c] B[kBlocks - 1 + n - i][c] with T_i[r][c] = wr[64i + r - c] (the lag
+// filters wr_hi_s, wr_lo_s of wgmma_tf32_lag_filter) and B the tile split at shared addresses hi, lo:
+// per k8 slice ks of block i, A = T_i's slice in registers (m16n8k8's tf32 layout; lane (g, q) of
+// warp w holds lags base + {0, 8, -4, 4}, base = 64i - 8ks + 16w + g - q: lanes with equal g - q read
+// one word) and B's slice from half ks / 4 at byte 32 (ks % 4) of row kBlocks - 1 - i; the products
+// w_lo x_hi, w_hi x_lo, w_hi x_hi (smallest first). A slice's registers must hold until its MMAs
+// complete, so the slices alternate between two register sets, each slice's group committed and the
+// one before it waited for. acc[4j + 2h + e] = D[16 warp + g + 8h][8j + 2q + e]; complete on return.
+template <int kBlocks>
+__device__ __forceinline__ void wgmma_tf32x3_toeplitz(float (&acc)[32], const uint32_t* wr_hi_s,
+                                                      const uint32_t* wr_lo_s, uint32_t hi, uint32_t lo) {
+  using Split = WgmmaTf32Tile<kBlocks>;
+  const int lane = int(threadIdx.x) & 31, warp = int(threadIdx.x) >> 5;
+  const int base0 = 64 + 16 * warp + (lane >> 2) - (lane & 3);  // index of lag base at i = ks = 0
+  constexpr int kLag[4] = {0, 8, -4, 4};
+  uint32_t a_hi[2][4], a_lo[2][4];
+#pragma unroll
+  for (int slice = 0; slice < 8 * kBlocks; ++slice) {
+    const int i = slice >> 3, ks = slice & 7, set = slice & 1;
+#pragma unroll
+    for (int reg = 0; reg < 4; ++reg) {
+      a_hi[set][reg] = wr_hi_s[base0 + 64 * i - 8 * ks + kLag[reg]];
+      a_lo[set][reg] = wr_lo_s[base0 + 64 * i - 8 * ks + kLag[reg]];
+    }
+    const uint32_t offset = uint32_t((ks >> 2) * Split::kHalfBytes + (kBlocks - 1 - i) * 128 + 32 * (ks & 3));
+    const uint64_t b_hi = sm90::smem_descriptor(hi + offset, 16, 1024);
+    const uint64_t b_lo = sm90::smem_descriptor(lo + offset, 16, 1024);
+    sm90::wgmma_fence();
+    sm90::wgmma_m64n64k8_tf32_rs(acc, a_lo[set], b_hi, slice != 0);
+    sm90::wgmma_m64n64k8_tf32_rs(acc, a_hi[set], b_lo, 1);
+    sm90::wgmma_m64n64k8_tf32_rs(acc, a_hi[set], b_hi, 1);
+    sm90::wgmma_commit();
+    sm90::wgmma_wait<1>();  // the slice before this one is done: its register set is free
+  }
+  sm90::wgmma_wait<0>();
+  sm90::fence_registers(acc);
+}
+#endif
+
+}  // namespace causalconv::detail
