@@ -72,12 +72,7 @@ void launch_wgmma_tf32x3(const B2BForwardParams& p, cudaStream_t stream) {
 bool try_launch_wgmma_tf32x3(const B2BForwardParams& p, cudaStream_t stream) {
 #ifdef CAUSALCONV_HAS_SM90A
   if (!kB2BWgmmaTf32x3Forward || !current_device_is_sm90("b2b_causal_conv1d forward")) return false;
-  switch (toeplitz64_blocks(int(p.mixer_width))) {
-    case 2: launch_wgmma_tf32x3<2>(p, stream); break;   // Km <= 65
-    case 3: launch_wgmma_tf32x3<3>(p, stream); break;   // Km <= 129
-    case 4: launch_wgmma_tf32x3<4>(p, stream); break;   // Km <= 193
-    default: launch_wgmma_tf32x3<5>(p, stream); break;  // Km <= 256
-  }
+  with_toeplitz64_blocks(p.mixer_width, [&](auto blocks) { launch_wgmma_tf32x3<decltype(blocks)::value>(p, stream); });
   return true;
 #else
   (void)p;
@@ -131,12 +126,7 @@ bool try_launch_wgmma(const B2BForwardParams& p, cudaStream_t stream) {
     if (p.mixer_width < kB2BTcMinMixerWidth || p.mixer_width > 256 || p.proj_width > 32) return false;
     if (!vector_aligned<T>(p.x, p.x_stride, 2) || !vector_aligned<T>(p.out, p.out_stride, 2)) return false;
     if (!current_device_is_sm90("b2b_causal_conv1d forward")) return false;
-    switch (toeplitz64_blocks(int(p.mixer_width))) {
-      case 2: launch_wgmma<T, 2>(p, stream); break;   // Km <= 65
-      case 3: launch_wgmma<T, 3>(p, stream); break;   // Km <= 129
-      case 4: launch_wgmma<T, 4>(p, stream); break;   // Km <= 193
-      default: launch_wgmma<T, 5>(p, stream); break;  // Km <= 256
-    }
+    with_toeplitz64_blocks(p.mixer_width, [&](auto blocks) { launch_wgmma<T, decltype(blocks)::value>(p, stream); });
     return true;
 #else
     (void)p;

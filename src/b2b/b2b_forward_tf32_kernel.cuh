@@ -19,6 +19,7 @@
 // common/toeplitz_guard.cuh) is recomputed by the direct mixer loop over the same z.
 #pragma once
 
+#include "b2b/b2b_fp32_projections.cuh"
 #include "b2b/b2b_kernels.h"
 #include "b2b/b2b_tiling.cuh"
 #include "common/toeplitz_guard.cuh"
@@ -51,14 +52,6 @@ struct B2BTf32Layout {
   static constexpr int kWp = kWm + 2 * 4 * kFilterWords;                  // [3][32] taps in order
   static constexpr int kBytes = kWp + 4 * 3 * 32;
 };
-
-// Projection row j's value at local step s of a staged row (plain fp32, local step kReach the first
-// of the z range): sum_k wp[k] x[s - (Kp-1-k)].
-__device__ __forceinline__ float b2b_tf32_projection(const float* x_s, const float* wp, int kp, int s) {
-  float acc = 0.0f;
-  for (int k = 0; k < kp; ++k) acc = fmaf(wp[k], x_s[s - (kp - 1 - k)], acc);
-  return acc;
-}
 
 // The guard's slow path (common/toeplitz_guard.cuh): out for the tile's steps in the row by the
 // direct mixer loop over this tile's z (hi + lo) and gate. (b2b_direct.cuh's loops from global
@@ -123,11 +116,7 @@ __global__ void __launch_bounds__(ToeplitzTile::kThreads)
   cp_async_commit();
   const float* const wm = static_cast<const float*>(p.weight_mixer) + c * p.wm_stride[0];
   tf32_lag_filter<Layout::kMaxBlocks>(wm_hi_s, wm_lo_s, wm, p.wm_stride[1], km);
-  for (int i = int(threadIdx.x); i < 3 * 32; i += Tile::kThreads) {
-    const int j = i >> 5, k = i & 31;
-    wp_s[i] = k < kp ? static_cast<const float*>(p.weight_proj)[(3 * c + j) * p.wp_stride[0] + k * p.wp_stride[1]]
-                     : 0.0f;
-  }
+  b2b_stage_projection_taps(wp_s, p, c, Tile::kThreads);
   const float skip = static_cast<const float*>(p.skip_bias)[c * p.skip_stride];
 
 #pragma unroll 1
@@ -143,14 +132,14 @@ __global__ void __launch_bounds__(ToeplitzTile::kThreads)
 #pragma unroll 1
     for (int zi = int(threadIdx.x); zi < z_steps; zi += Tile::kThreads) {
       const int s = zi + Layout::kReach;
-      const float z = b2b_tf32_projection(x1_s, wp_s + 32, kp, s) * b2b_tf32_projection(v_s, wp_s + 64, kp, s);
+      const float z = b2b_staged_projection(x1_s, wp_s + 32, kp, s) * b2b_staged_projection(v_s, wp_s + 64, kp, s);
       const int offset = tf32_element_offset(zi >> 4, zi & 15);
       uint32_t hi, lo;
       tf32_split(z, hi, lo);
       *reinterpret_cast<uint32_t*>(z_hi_s + offset) = hi;
       *reinterpret_cast<uint32_t*>(z_lo_s + offset) = lo;
       const int i = zi - 16 * halo;  // output step in the tile
-      if (i >= 0) gate_s[(i >> 4) * Layout::kOutRow + (i & 15)] = b2b_tf32_projection(x0_s, wp_s, kp, s);
+      if (i >= 0) gate_s[(i >> 4) * Layout::kOutRow + (i & 15)] = b2b_staged_projection(x0_s, wp_s, kp, s);
     }
     __syncthreads();  // z and the gate in place; the stage free
     if (tile + gridDim.y < tiling.tiles) stage(tile + gridDim.y);

@@ -23,6 +23,7 @@
 // ~107 KB of shared memory at Km <= 129 (the x stage 51 KB, z 36 KB, the gate 17 KB): 2 blocks/SM.
 #pragma once
 
+#include "b2b/b2b_fp32_projections.cuh"
 #include "b2b/b2b_kernels.h"
 #include "b2b/b2b_tiling.cuh"
 #include "common/sm90_primitives.cuh"
@@ -50,13 +51,6 @@ struct B2BWgmmaTf32Layout {
   static constexpr int kWp = kWm + 2 * 4 * Split::kLags;                               // [3][32] taps
   static constexpr int kBytes = 1024 + kWp + 4 * 3 * 32;
 };
-
-// Projection value at local step s of a staged row (plain fp32): sum_k wp[k] x[s - (Kp-1-k)].
-__device__ __forceinline__ float b2b_wgmma_tf32_projection(const float* x_s, const float* wp, int kp, int s) {
-  float acc = 0.0f;
-  for (int k = 0; k < kp; ++k) acc = fmaf(wp[k], x_s[s - (kp - 1 - k)], acc);
-  return acc;
-}
 
 // Block (b*D + c, y) walks tiles y, y + gridDim.y, ... of `tiles` 4096-step tiles.
 template <int kMixerBlocks>
@@ -103,11 +97,7 @@ __global__ void __launch_bounds__(WgmmaToeplitzTile::kThreads)
   cp_async_commit();
   const float* const wm = static_cast<const float*>(p.weight_mixer) + c * p.wm_stride[0];
   wgmma_tf32_lag_filter<kMixerBlocks>(wm_hi_s, wm_lo_s, wm, p.wm_stride[1], km);
-  for (int i = int(threadIdx.x); i < 3 * 32; i += Tile::kThreads) {
-    const int j = i >> 5, k = i & 31;
-    wp_s[i] = k < kp ? static_cast<const float*>(p.weight_proj)[(3 * c + j) * p.wp_stride[0] + k * p.wp_stride[1]]
-                     : 0.0f;
-  }
+  b2b_stage_projection_taps(wp_s, p, c, Tile::kThreads);
   const float skip = static_cast<const float*>(p.skip_bias)[c * p.skip_stride];
 
 #pragma unroll 1
@@ -120,15 +110,15 @@ __global__ void __launch_bounds__(WgmmaToeplitzTile::kThreads)
 #pragma unroll 1
     for (int zi = int(threadIdx.x); zi < Layout::kZSteps; zi += Tile::kThreads) {
       const int s = zi + Layout::kReach;
-      const float z = b2b_wgmma_tf32_projection(x_stage(1), wp_s + 32, kp, s) *
-                      b2b_wgmma_tf32_projection(x_stage(2), wp_s + 64, kp, s);
+      const float z = b2b_staged_projection(x_stage(1), wp_s + 32, kp, s) *
+                      b2b_staged_projection(x_stage(2), wp_s + 64, kp, s);
       const int offset = wgmma_tf32_element_offset<kMixerBlocks>(zi >> 6, zi & 63);
       uint32_t hi, lo;
       tf32_split(z, hi, lo);
       *reinterpret_cast<uint32_t*>(z_hi_s + offset) = hi;
       *reinterpret_cast<uint32_t*>(z_lo_s + offset) = lo;
       const int i = zi - 64 * kHalo;  // output step in the tile
-      if (i >= 0) gate_s[(i >> 6) * Split::kOutRow + (i & 63)] = b2b_wgmma_tf32_projection(x_stage(0), wp_s, kp, s);
+      if (i >= 0) gate_s[(i >> 6) * Split::kOutRow + (i & 63)] = b2b_staged_projection(x_stage(0), wp_s, kp, s);
     }
     sm90::fence_proxy_async_shared();  // z's parts, before the MMAs read them
     __syncthreads();                   // z and the gate in place; the stage free

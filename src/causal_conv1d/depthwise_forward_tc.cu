@@ -86,12 +86,7 @@ void launch_wgmma_tf32x3(const DepthwiseForwardParams& p, cudaStream_t stream) {
 }
 
 void launch_wgmma_tf32x3_width(const DepthwiseForwardParams& p, cudaStream_t stream) {
-  switch (toeplitz64_blocks(int(p.width))) {
-    case 2: launch_wgmma_tf32x3<2>(p, stream); break;  // K <= 65
-    case 3: launch_wgmma_tf32x3<3>(p, stream); break;  // K <= 129
-    case 4: launch_wgmma_tf32x3<4>(p, stream); break;  // K <= 193
-    default: launch_wgmma_tf32x3<5>(p, stream); break;  // K <= 256
-  }
+  with_toeplitz64_blocks(p.width, [&](auto blocks) { launch_wgmma_tf32x3<decltype(blocks)::value>(p, stream); });
 }
 
 template <typename T>
@@ -113,12 +108,7 @@ void launch_wgmma(const DepthwiseForwardParams& p, cudaStream_t stream) {
 
 template <typename T>
 void launch_wgmma_width(const DepthwiseForwardParams& p, cudaStream_t stream) {
-  switch (toeplitz64_blocks(int(p.width))) {
-    case 2: launch_wgmma<T, 2>(p, stream); break;  // K <= 65
-    case 3: launch_wgmma<T, 3>(p, stream); break;  // K <= 129
-    case 4: launch_wgmma<T, 4>(p, stream); break;  // K <= 193
-    default: launch_wgmma<T, 5>(p, stream); break;  // K <= 256
-  }
+  with_toeplitz64_blocks(p.width, [&](auto blocks) { launch_wgmma<T, decltype(blocks)::value>(p, stream); });
 }
 
 template <typename T, int kBlocks>

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <type_traits>
 
 #include "common/sm90_primitives.cuh"
 #include "common/vector_access.cuh"
@@ -20,6 +21,18 @@ struct WgmmaToeplitzTile {
 
 // Number of Toeplitz blocks T_0..T_{nb-1} of a width-K filter at 64-step chunks.
 __host__ __device__ constexpr int toeplitz64_blocks(int width) { return (width + 62) / 64 + 1; }
+
+// Calls f(std::integral_constant<int, toeplitz64_blocks(width)>{}), 2 to 5 (K up to 256): the
+// launchers' choice of a 64-step-chunk kernel's template argument.
+template <typename F>
+void with_toeplitz64_blocks(int64_t width, F&& f) {
+  switch (toeplitz64_blocks(int(width))) {
+    case 2: f(std::integral_constant<int, 2>{}); break;   // K <= 65
+    case 3: f(std::integral_constant<int, 3>{}); break;   // K <= 129
+    case 4: f(std::integral_constant<int, 4>{}); break;   // K <= 193
+    default: f(std::integral_constant<int, 5>{}); break;  // K <= 256
+  }
+}
 
 // Byte offset of the 16-byte unit k (values 8k .. 8k + 7) of row r in a 1024-byte aligned tile
 // under the 128-byte swizzle.

@@ -128,22 +128,14 @@ void run_case(const Case& cs, Form form = Form::mma_sync) {
   const detail::B2BForwardParams f = test::b2b_forward_params(x_e, wp_e, wm_e, skip_e, out_e);
   if constexpr (std::is_same_v<T, float>) {
     if (form == Form::wgmma) {
-      switch (detail::toeplitz64_blocks(int(Km))) {
-        case 2: launch_wgmma_tf32_emulated<2>(f, cs.tiles_per_segment); break;
-        case 3: launch_wgmma_tf32_emulated<3>(f, cs.tiles_per_segment); break;
-        case 4: launch_wgmma_tf32_emulated<4>(f, cs.tiles_per_segment); break;
-        default: launch_wgmma_tf32_emulated<5>(f, cs.tiles_per_segment); break;
-      }
+      detail::with_toeplitz64_blocks(
+          Km, [&](auto blocks) { launch_wgmma_tf32_emulated<decltype(blocks)::value>(f, cs.tiles_per_segment); });
     } else {
       launch_tf32_emulated(f);
     }
   } else if (form == Form::wgmma) {
-    switch (detail::toeplitz64_blocks(int(Km))) {
-      case 2: launch_wgmma_emulated<T, 2>(f, cs.tiles_per_segment); break;
-      case 3: launch_wgmma_emulated<T, 3>(f, cs.tiles_per_segment); break;
-      case 4: launch_wgmma_emulated<T, 4>(f, cs.tiles_per_segment); break;
-      default: launch_wgmma_emulated<T, 5>(f, cs.tiles_per_segment); break;
-    }
+    detail::with_toeplitz64_blocks(
+        Km, [&](auto blocks) { launch_wgmma_emulated<T, decltype(blocks)::value>(f, cs.tiles_per_segment); });
   } else {
     detail::with_toeplitz_max_blocks(Km, [&](auto max_blocks) { launch_emulated<T, decltype(max_blocks)::value>(f); });
   }

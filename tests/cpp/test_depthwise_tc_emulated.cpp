@@ -101,17 +101,6 @@ int64_t written_outside_rows(const Activation<T>& a) {
   return written;
 }
 
-// Calls f(kBlocks) with the wgmma form's template argument for width K (as its launcher).
-template <typename F>
-void with_wgmma_blocks(int64_t width, F&& f) {
-  switch (detail::toeplitz64_blocks(int(width))) {
-    case 2: f(std::integral_constant<int, 2>{}); break;
-    case 3: f(std::integral_constant<int, 3>{}); break;
-    case 4: f(std::integral_constant<int, 4>{}); break;
-    default: f(std::integral_constant<int, 5>{}); break;
-  }
-}
-
 // Inputs of one case in storage type T: x, dy as padded activations (row_pad), w (C, K), bias (C).
 template <typename T>
 struct Data {
@@ -222,7 +211,7 @@ void run_forward(const Case& cs, Form form = Form::mma_sync, Walk walk = {}) {
     if (form == Form::wgmma) {
       const int64_t tiles = toeplitz_tiles<T>(L, walk.shifted, detail::WgmmaToeplitzTile::kOutputs);
       const emu::Dim3 grid{unsigned(B * C), unsigned((tiles + cs.tiles_per_block - 1) / cs.tiles_per_block), 1};
-      with_wgmma_blocks(K, [&](auto blocks) {
+      detail::with_toeplitz64_blocks(K, [&](auto blocks) {
         constexpr int kBlocks = decltype(blocks)::value;
         emu::launch(grid, detail::WgmmaToeplitzTile::kThreads, size_t(detail::DepthwiseWgmmaTf32Smem<kBlocks>::kBytes),
                     [&] {
@@ -245,7 +234,7 @@ void run_forward(const Case& cs, Form form = Form::mma_sync, Walk walk = {}) {
   } else if (form == Form::wgmma_ring) {
     const int64_t tiles_per_row = (L + detail::WgmmaToeplitzTile::kOutputs - 1) / detail::WgmmaToeplitzTile::kOutputs;
     const emu::Dim3 grid{unsigned(std::min(B * C * tiles_per_row, cs.tiles_per_block)), 1, 1};
-    with_wgmma_blocks(K, [&](auto blocks) {
+    detail::with_toeplitz64_blocks(K, [&](auto blocks) {
       constexpr int kBlocks = decltype(blocks)::value;
       using Smem = detail::DepthwiseWgmmaRingSmem<kBlocks>;
       const CUtensorMap x_map = row_chunks_map(p.x, B, C, L, p.x_stride, Smem::kBoxChunks);
@@ -259,7 +248,7 @@ void run_forward(const Case& cs, Form form = Form::mma_sync, Walk walk = {}) {
   } else if (form == Form::wgmma) {
     const int64_t tiles = toeplitz_tiles<T>(L, walk.shifted, detail::WgmmaToeplitzTile::kOutputs);
     const emu::Dim3 grid{unsigned(B * C), unsigned((tiles + cs.tiles_per_block - 1) / cs.tiles_per_block), 1};
-    with_wgmma_blocks(K, [&](auto blocks) {
+    detail::with_toeplitz64_blocks(K, [&](auto blocks) {
       constexpr int kBlocks = decltype(blocks)::value;
       emu::launch(grid, detail::WgmmaToeplitzTile::kThreads, size_t(detail::DepthwiseWgmmaSmem<kBlocks>::kBytes), [&] {
         if (walk.shifted)
