@@ -1,5 +1,5 @@
 """Depthwise forward time across filter widths (bf16 B1 D4096, with a bias; --fp32: fp32), or with --b2b the
-b2b_causal_conv1d forward's across mixer widths (bf16 B1 D4096, Kp 3), for the choices between
+b2b_causal_conv1d forward's across mixer widths (bf16 B1 D4096, Kp 3; --fp32: fp32), for the choices between
 kernels that depend on the width (e.g. the tensor-core forms' thresholds). Prints one line per
 width: microseconds, the share of the device-to-device copy rate measured in the same run (bytes:
 inputs read once, output written once), and the relative L2 error against the fp64 reference
@@ -30,7 +30,7 @@ def main():
     parser.add_argument("--batch", type=int, default=1)
     parser.add_argument("--backward", action="store_true", help="depthwise forward + backward instead")
     parser.add_argument("--b2b", action="store_true", help="b2b_causal_conv1d's mixer widths instead")
-    parser.add_argument("--fp32", action="store_true", help="the depthwise forward in fp32 instead of bf16")
+    parser.add_argument("--fp32", action="store_true", help="fp32 instead of bf16 (depthwise or --b2b)")
     args = parser.parse_args()
     torch.manual_seed(0)
     if args.b2b:
@@ -77,21 +77,23 @@ def sweep_backward(args, x, copy_ms):
 
 def sweep_b2b(args):
     dim, kp = 4096, 3
-    x = torch.randn(1, 3 * dim, args.length, device="cuda", dtype=torch.bfloat16)
+    dtype, name, bound = (torch.float32, "fp32", 1e-5) if args.fp32 else (torch.bfloat16, "bf16", 1e-2)
+    x = torch.randn(1, 3 * dim, args.length, device="cuda", dtype=dtype)
     copy_ms = triton.testing.do_bench(lambda: x.clone())
-    wp = torch.randn(3 * dim, kp, device="cuda", dtype=torch.bfloat16) / kp
-    skip = torch.randn(dim, device="cuda", dtype=torch.bfloat16)
+    wp = torch.randn(3 * dim, kp, device="cuda", dtype=dtype) / kp
+    skip = torch.randn(dim, device="cuda", dtype=dtype)
     for width in args.widths:
-        wm = torch.randn(dim, width, device="cuda", dtype=torch.bfloat16) / width
+        wm = torch.randn(dim, width, device="cuda", dtype=dtype) / width
         out = causalconv.b2b_causal_conv1d(x, wp, wm, skip).double()
         ref = reference.b2b_causal_conv1d(x.double(), wp.double(), wm.double(), skip.double())
         rel_l2 = ((out - ref).norm() / ref.norm()).item()
         del out, ref
         ms = triton.testing.do_bench(lambda: causalconv.b2b_causal_conv1d(x, wp, wm, skip))
         floor_ms = copy_ms * 4 / 6  # x read and out written: 4 rows against the clone's 3 + 3
-        verdict = "ok" if rel_l2 < 1e-2 else "WRONG"
-        print(f"b2b bf16 B1 D{dim} L{args.length} Kp{kp} Km{width:3d}: {ms * 1e3:7.1f} us"
+        verdict = "ok" if rel_l2 < bound else "WRONG"
+        print(f"b2b {name} B1 D{dim} L{args.length} Kp{kp} Km{width:3d}: {ms * 1e3:7.1f} us"
               f"  {100 * floor_ms / ms:5.1f} % of copy  rel_l2 {rel_l2:.1e} {verdict}")
+
 
 if __name__ == "__main__":
     main()
