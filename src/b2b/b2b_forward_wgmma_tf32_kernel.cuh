@@ -118,7 +118,7 @@ __global__ void __launch_bounds__(WgmmaToeplitzTile::kThreads)
       *reinterpret_cast<uint32_t*>(z_hi_s + offset) = hi;
       *reinterpret_cast<uint32_t*>(z_lo_s + offset) = lo;
       const int i = zi - 64 * kHalo;  // output step in the tile
-      if (i >= 0) gate_s[(i >> 6) * Split::kOutRow + (i & 63)] = b2b_staged_projection(x_stage(0), wp_s, kp, s);
+      if (i >= 0) gate_s[Split::output_offset(i)] = b2b_staged_projection(x_stage(0), wp_s, kp, s);
     }
     sm90::fence_proxy_async_shared();  // z's parts, before the MMAs read them
     __syncthreads();                   // z and the gate in place; the stage free
@@ -136,7 +136,7 @@ __global__ void __launch_bounds__(WgmmaToeplitzTile::kThreads)
 #pragma unroll
           for (int e = 0; e < 2; ++e) {
             const int chunk = 8 * j + 2 * q + e, step = 16 * warp + g + 8 * hh;
-            const int o = chunk * Split::kOutRow + step;
+            const int o = Split::output_offset(64 * chunk + step);
             gate_s[o] *= fmaf(skip, z_at(chunk + kHalo, step), h[4 * j + 2 * hh + e]);
           }
     } else {  // the guard's slow path: the direct mixer loop over this tile's z, fp32 FMAs in tap order
@@ -149,14 +149,11 @@ __global__ void __launch_bounds__(WgmmaToeplitzTile::kThreads)
           const int src = zi - (km - 1 - k);
           hd = fmaf(wm[int64_t(k) * p.wm_stride[1]], z_at(src >> 6, src & 63), hd);
         }
-        gate_s[(i >> 6) * Split::kOutRow + (i & 63)] *= fmaf(skip, z_at(zi >> 6, zi & 63), hd);
+        gate_s[Split::output_offset(i)] *= fmaf(skip, z_at(zi >> 6, zi & 63), hd);
       }
     }
     __syncthreads();  // the output tile in place
-#pragma unroll
-    for (int half = 0; half < Tile::kOutputs / ToeplitzTile::kOutputs; ++half)
-      toeplitz_store_outputs(out, gate_s, j0 + half * ToeplitzTile::kOutputs, n,
-                             [half](int u) { return (half * 32 + (u >> 4)) * Split::kOutRow + 4 * (u & 15); });
+    wgmma_tf32_store_outputs<kMixerBlocks>(out, gate_s, j0, n);
   }
 #endif
 }

@@ -73,7 +73,8 @@ __global__ void __launch_bounds__(ToeplitzTile::kThreads)
   for (int64_t tile = blockIdx.y; tile < tiles; tile += gridDim.y, slot ^= 1) {
     const int64_t j0 = tile * Tile::kOutputs;  // (>= n where a shifted walk ends a tile early)
     cp_async_wait<0>();  // this thread's copies of this tile are done
-    tf32_split_units(smem + slot * Smem::kInBytes, lo_s, units);  // (lo_s: every thread is past the last MMAs)
+    tf32_split_units(smem + slot * Smem::kInBytes, lo_s, units,  // (lo_s: every thread is past the last MMAs)
+                     [](int u) { return tf32_unit_offset(u >> 2, u & 3); });
     __syncthreads();     // every thread's units split; the filter is in place, the other stage and out_s free
     if (tile + gridDim.y < tiles) stage(slot ^ 1, tile + gridDim.y);
     cp_async_commit();

@@ -81,7 +81,8 @@ __global__ void __launch_bounds__(WgmmaToeplitzTile::kThreads)
     const int64_t j0 = tile * Tile::kOutputs;  // (>= n where a shifted walk ends a tile early)
     unsigned char* const in_s = stages + slot * Split::kBytes;
     cp_async_wait<0>();                                  // this thread's copies of the tile are done
-    wgmma_tf32_split_units<kBlocks>(in_s, lo_s, units);  // (lo_s: every thread is past the last MMAs)
+    tf32_split_units(in_s, lo_s, units,  // (lo_s: every thread is past the last MMAs)
+                     [](int u) { return wgmma_tf32_unit_offset<kBlocks>(u); });
     sm90::fence_proxy_async_shared();  // the split parts (and the walk's masked first unit) to wgmma's reads
     __syncthreads();                   // every thread's; the filter is in place, the other stage free
     if (tile + gridDim.y < tiles) stage(slot ^ 1, tile + gridDim.y);
@@ -106,14 +107,10 @@ __global__ void __launch_bounds__(WgmmaToeplitzTile::kThreads)
     if (guarded_tile_barrier<true>(vote)) {
       depthwise_direct_tile<Tile::kOutputs, Tile::kThreads>(
           x, w, p.w_stride[1], int(p.width), j0 - lead, p.length, bias, p.silu,
-          [out_s](int i, float v) { out_s[(i >> 6) * Split::kOutRow + (i & 63)] = v; });
+          [out_s](int i, float v) { out_s[Split::output_offset(i)] = v; });
       __syncthreads();
     }
-#pragma unroll
-    for (int half = 0; half < Tile::kOutputs / ToeplitzTile::kOutputs; ++half)
-      toeplitz_store_outputs(
-          y_walk, out_s, j0 + half * ToeplitzTile::kOutputs,
-          n, [half](int u) { return (half * 32 + (u >> 4)) * Split::kOutRow + 4 * (u & 15); }, lead);
+    wgmma_tf32_store_outputs<kBlocks>(y_walk, out_s, j0, n, lead);
   }
 #endif
 }

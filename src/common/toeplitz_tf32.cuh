@@ -48,22 +48,31 @@ __device__ __forceinline__ int tf32_element_offset(int m, int step) {
   return tf32_unit_offset(m, step >> 2) + 4 * (step & 3);
 }
 
-// wr_hi_s[16 + s], wr_lo_s[16 + s]: the tf32 parts of wr[s] = w[K-1-s] for lag s in [0, K), zero
-// elsewhere in [-16, 16 * (kMaxBlocks + 1)) (as toeplitz_lag_filter).
-template <int kMaxBlocks>
-__device__ __forceinline__ void tf32_lag_filter(uint32_t* wr_hi_s, uint32_t* wr_lo_s, const float* w,
-                                                int64_t w_stride, int width) {
-  for (int i = int(threadIdx.x); i < toeplitz_lag_filter_size<kMaxBlocks>(); i += ToeplitzTile::kThreads) {
-    const int s = i - 16;
+// wr_hi_s[kPad + s], wr_lo_s[kPad + s]: the tf32 parts of wr[s] = w[K-1-s] for lag s in [0, K), zero
+// elsewhere in [-kPad, kCount - kPad).
+template <int kPad, int kCount>
+__device__ __forceinline__ void tf32_split_lag_filter(uint32_t* wr_hi_s, uint32_t* wr_lo_s, const float* w,
+                                                      int64_t w_stride, int width) {
+  for (int i = int(threadIdx.x); i < kCount; i += ToeplitzTile::kThreads) {
+    const int s = i - kPad;
     tf32_split(s >= 0 && s < width ? w[int64_t(width - 1 - s) * w_stride] : 0.0f, wr_hi_s[i], wr_lo_s[i]);
   }
 }
 
-// Splits the units u = threadIdx.x + k kThreads < units of a staged tile (those this thread staged):
-// the hi parts stay in in_s, the lo parts go to the same offsets of lo_s.
-__device__ __forceinline__ void tf32_split_units(unsigned char* in_s, unsigned char* lo_s, int units) {
+// The 16-step form's: lags [-16, 16 * (kMaxBlocks + 1)) (as toeplitz_lag_filter).
+template <int kMaxBlocks>
+__device__ __forceinline__ void tf32_lag_filter(uint32_t* wr_hi_s, uint32_t* wr_lo_s, const float* w,
+                                                int64_t w_stride, int width) {
+  tf32_split_lag_filter<16, toeplitz_lag_filter_size<kMaxBlocks>()>(wr_hi_s, wr_lo_s, w, w_stride, width);
+}
+
+// Splits the units u = threadIdx.x + k kThreads < units of a staged tile (those this thread staged),
+// unit u at byte unit_offset(u): the hi parts stay in in_s, the lo parts go to the same offsets of lo_s.
+template <typename UnitOffset>
+__device__ __forceinline__ void tf32_split_units(unsigned char* in_s, unsigned char* lo_s, int units,
+                                                 UnitOffset unit_offset) {
   for (int u = int(threadIdx.x); u < units; u += ToeplitzTile::kThreads) {
-    const int offset = tf32_unit_offset(u >> 2, u & 3);
+    const int offset = unit_offset(u);
     uint4 hi = *reinterpret_cast<const uint4*>(in_s + offset), lo;
     tf32_split(__uint_as_float(hi.x), hi.x, lo.x);
     tf32_split(__uint_as_float(hi.y), hi.y, lo.y);

@@ -1,7 +1,7 @@
 // The 64-step-chunk Toeplitz form (common/toeplitz_wgmma.cuh) on Hopper's warpgroup MMA with fp32
 // operands split in two tf32 parts (common/toeplitz_tf32.cuh: the precision, ~2^-21 of each term):
-// the tile layout, the split, the lag filter and the MMAs of the depthwise fp32 forward and the b2b
-// fp32 mixer (sm_90a).
+// the tile layout, the lag filter, the MMAs and the output tile's stores of the depthwise fp32 forward
+// and the b2b fp32 mixer (sm_90a; the split itself: tf32_split_units, tf32_split).
 #pragma once
 
 #include <cstdint>
@@ -25,6 +25,8 @@ struct WgmmaTf32Tile {
   static constexpr int kOutRow = 68;
   static_assert(WgmmaToeplitzTile::kChunks * kOutRow * 4 <= kBytes, "an output tile fits in a tile");
   static constexpr int kLags = 64 * (kBlocks + 1);
+  // Word offset of output i (chunk i / 64, step i % 64) of an output tile.
+  static __host__ __device__ constexpr int output_offset(int i) { return (i >> 6) * kOutRow + (i & 63); }
 };
 
 // Byte offset of the 16-byte unit u (steps 4u' .. 4u' + 3 of chunk row u / 16, u' = u % 16) of a
@@ -41,31 +43,25 @@ __device__ __forceinline__ int wgmma_tf32_element_offset(int m, int s) {
   return wgmma_tf32_unit_offset<kBlocks>(16 * m + (s >> 2)) + 4 * (s & 3);
 }
 
-// wr_hi_s[64 + s], wr_lo_s[64 + s]: the tf32 parts of wr[s] = w[K-1-s] for lag s in [0, K), zero
-// elsewhere in [-64, 64 kBlocks).
+// The lag filter's tf32 parts at wr_hi_s[64 + s], wr_lo_s[64 + s] for lags s in [-64, 64 kBlocks).
 template <int kBlocks>
 __device__ __forceinline__ void wgmma_tf32_lag_filter(uint32_t* wr_hi_s, uint32_t* wr_lo_s, const float* w,
                                                       int64_t w_stride, int width) {
-  for (int i = int(threadIdx.x); i < WgmmaTf32Tile<kBlocks>::kLags; i += WgmmaToeplitzTile::kThreads) {
-    const int s = i - 64;
-    tf32_split(s >= 0 && s < width ? w[int64_t(width - 1 - s) * w_stride] : 0.0f, wr_hi_s[i], wr_lo_s[i]);
-  }
+  tf32_split_lag_filter<64, WgmmaTf32Tile<kBlocks>::kLags>(wr_hi_s, wr_lo_s, w, w_stride, width);
 }
 
-// Splits the units u = threadIdx.x + k kThreads < units of a staged tile (those this thread staged):
-// hi in place, lo to the same offset of lo_s.
+// row[j0 + i] = output i of a 64-chunk output tile out_s (WgmmaTf32Tile::output_offset) for
+// lead <= j0 + i < n, i < 4096: toeplitz_store_outputs's 16-byte stores, over its 2048 outputs twice
+// (unit u of a half: chunk 32 half + u / 16, steps 4 (u % 16) .. + 3; written out so, as the offset of
+// output 2048 half + 4u cost ptxas 16-46 registers).
 template <int kBlocks>
-__device__ __forceinline__ void wgmma_tf32_split_units(unsigned char* in_s, unsigned char* lo_s, int units) {
-  for (int u = int(threadIdx.x); u < units; u += WgmmaToeplitzTile::kThreads) {
-    const int offset = wgmma_tf32_unit_offset<kBlocks>(u);
-    uint4 hi = *reinterpret_cast<const uint4*>(in_s + offset), lo;
-    tf32_split(__uint_as_float(hi.x), hi.x, lo.x);
-    tf32_split(__uint_as_float(hi.y), hi.y, lo.y);
-    tf32_split(__uint_as_float(hi.z), hi.z, lo.z);
-    tf32_split(__uint_as_float(hi.w), hi.w, lo.w);
-    *reinterpret_cast<uint4*>(in_s + offset) = hi;
-    *reinterpret_cast<uint4*>(lo_s + offset) = lo;
-  }
+__device__ __forceinline__ void wgmma_tf32_store_outputs(float* row, const float* out_s, int64_t j0, int64_t n,
+                                                         int lead = 0) {
+#pragma unroll
+  for (int half = 0; half < WgmmaToeplitzTile::kOutputs / ToeplitzTile::kOutputs; ++half)
+    toeplitz_store_outputs(
+        row, out_s, j0 + half * ToeplitzTile::kOutputs, n,
+        [half](int u) { return (half * 32 + (u >> 4)) * WgmmaTf32Tile<kBlocks>::kOutRow + 4 * (u & 15); }, lead);
 }
 
 #ifdef CAUSALCONV_SM90A
