@@ -28,6 +28,7 @@
 #undef __grid_constant__
 #define __grid_constant__
 
+#include <atomic>
 #include <condition_variable>
 #include <cstddef>
 #include <cstdint>
@@ -115,11 +116,17 @@ inline void run_threads(std::vector<std::function<void()>>& bodies) {
   for (pthread_t id : ids) pthread_join(id, nullptr);
 }
 
+// Blocks run one after another, in grid order at one launch and in reverse order at the next: a
+// block that writes outside its own part of an output (which the block that owns it overwrites
+// when it runs later) is caught at one of the two.
 inline void launch(Dim3 grid, unsigned threads, size_t shared_bytes, const std::function<void()>& kernel) {
+  static std::atomic<unsigned> launches{0};
+  const bool reverse = (launches++ & 1) != 0;
   gridDim = grid;
   blockDim = Dim3{threads, 1, 1};
-  for (unsigned by = 0; by < grid.y; ++by)
-    for (unsigned bx = 0; bx < grid.x; ++bx) {
+  for (unsigned i = 0; i < grid.y; ++i)
+    for (unsigned j = 0; j < grid.x; ++j) {
+      const unsigned by = reverse ? grid.y - 1 - i : i, bx = reverse ? grid.x - 1 - j : j;
       BlockState state;
       state.block = std::make_unique<Barrier>(int(threads));
       for (unsigned w = 0; w < (threads + 31) / 32; ++w) state.warps.push_back(std::make_unique<Barrier>(32));
