@@ -101,22 +101,29 @@ bool try_launch_tf32(const B2BForwardParams& p, const B2BTiling& tiling, cudaStr
 constexpr int64_t kB2BWgmmaMaxTilesPerSegment = 32;
 constexpr int64_t kB2BWgmmaMinBlocks = 1024;
 
-template <typename T, int kMixerBlocks>
+// Rows off the 16-byte grid (odd L: x's three rows and the output row each at their own distance
+// past a boundary) on the wgmma form, copied by 16-byte units from each row's grid and shifted into
+// place in shared memory (kRealigned). Written in session 32 (the mma.sync form they take otherwise
+// ran bf16 Km128 L8191 at 0.160 ms against 0.092 aligned, session 8): off until the H200 has run
+// the suite on it and timed it (docs/performance.md).
+constexpr bool kB2BWgmmaRealignedRows = false;
+
+template <typename T, int kMixerBlocks, bool kRealigned>
 void launch_wgmma(const B2BForwardParams& p, cudaStream_t stream) {
-  constexpr int smem = B2BWgmmaLayout<kMixerBlocks>::kBytes;
-  allow_dynamic_shared_memory(b2b_forward_wgmma_kernel<T, kMixerBlocks, kToeplitzNonFiniteGuard>, smem,
-                              "b2b_causal_conv1d forward (shared-memory opt-in)");
+  constexpr int smem = B2BWgmmaLayout<kMixerBlocks, kRealigned>::kBytes;
+  auto* const kernel = b2b_forward_wgmma_kernel<T, kMixerBlocks, kToeplitzNonFiniteGuard, kRealigned>;
+  allow_dynamic_shared_memory(kernel, smem, "b2b_causal_conv1d forward (shared-memory opt-in)");
   const int64_t tiles = (p.length + WgmmaToeplitzTile::kOutputs - 1) / WgmmaToeplitzTile::kOutputs;
   const int64_t rows = p.batch * p.dim;
   int64_t per_segment = std::min((tiles * rows + kB2BWgmmaMinBlocks - 1) / kB2BWgmmaMinBlocks, kB2BWgmmaMaxTilesPerSegment);
   per_segment = std::max(per_segment, (tiles + kB2BMaxGridY - 1) / kB2BMaxGridY);
   const dim3 grid(unsigned(rows), unsigned((tiles + per_segment - 1) / per_segment));
-  b2b_forward_wgmma_kernel<T, kMixerBlocks, kToeplitzNonFiniteGuard>
-      <<<grid, WgmmaToeplitzTile::kThreads, smem, stream>>>(p, tiles, per_segment);
+  kernel<<<grid, WgmmaToeplitzTile::kThreads, smem, stream>>>(p, tiles, per_segment);
 }
 
-// fp16/bf16 with kB2BTcMinMixerWidth <= Km <= 256 and Kp <= 32 on rows of 16-byte vectors, on a
-// compute capability 9.0 device with an sm_90a image: the warpgroup-MMA form.
+// fp16/bf16 with kB2BTcMinMixerWidth <= Km <= 256 and Kp <= 32 on rows of 16-byte vectors (any rows
+// with kB2BWgmmaRealignedRows), on a compute capability 9.0 device with an sm_90a image: the
+// warpgroup-MMA form.
 template <typename T>
 bool try_launch_wgmma(const B2BForwardParams& p, cudaStream_t stream) {
   if constexpr (std::is_same<T, float>::value) {
@@ -124,9 +131,16 @@ bool try_launch_wgmma(const B2BForwardParams& p, cudaStream_t stream) {
   } else {
 #ifdef CAUSALCONV_HAS_SM90A
     if (p.mixer_width < kB2BTcMinMixerWidth || p.mixer_width > 256 || p.proj_width > 32) return false;
-    if (!vector_aligned<T>(p.x, p.x_stride, 2) || !vector_aligned<T>(p.out, p.out_stride, 2)) return false;
+    const bool aligned = vector_aligned<T>(p.x, p.x_stride, 2) && vector_aligned<T>(p.out, p.out_stride, 2);
+    if (!aligned && !kB2BWgmmaRealignedRows) return false;
     if (!current_device_is_sm90("b2b_causal_conv1d forward")) return false;
-    with_toeplitz64_blocks(p.mixer_width, [&](auto blocks) { launch_wgmma<T, decltype(blocks)::value>(p, stream); });
+    with_toeplitz64_blocks(p.mixer_width, [&](auto blocks) {
+      constexpr int kBlocks = decltype(blocks)::value;
+      if constexpr (kB2BWgmmaRealignedRows) {
+        if (!aligned) return launch_wgmma<T, kBlocks, true>(p, stream);
+      }
+      launch_wgmma<T, kBlocks, false>(p, stream);
+    });
     return true;
 #else
     (void)p;

@@ -1,6 +1,7 @@
 // Fused b2b_causal_conv1d forward on Hopper's warpgroup MMA (sm_90a; fp16/bf16, Kp <= 32,
-// 9 <= Km <= 256, every x and out row 16-byte aligned): all four filters, the three
-// projections and the mixer, as wgmma products with both operands in shared memory.
+// 9 <= Km <= 256, every x and out row 16-byte aligned, or with kRealigned any rows): all four
+// filters, the three projections and the mixer, as wgmma products with both operands in shared
+// memory.
 //
 // Form. Time is cut into 64-step chunks; a tile is 64 chunks (4096 steps) of one (b, c) row.
 // For a filter with lag-ordered taps wr[s] = w[K-1-s] and nb = toeplitz64_blocks(K) blocks,
@@ -18,7 +19,8 @@
 //
 // Per tile of a block (b, c), walking the consecutive tiles of its segment of the row:
 //   1. x rows 3c, 3c+1, 3c+2 over chunks [J - 1, J + 64) are in this stage (cp.async, zero
-//      outside [0, L)); the next tile's go into the other stage meanwhile;
+//      outside [0, L); kRealigned: copied from each row's 16-byte grid, then shifted into place);
+//      the next tile's go into the other stage meanwhile;
 //   2. u = P1 x1, v = P2 x2 and gate = P0 x0 (15 MMAs, one commit group);
 //   3. z = u v, rounded to the storage type, into the z tile's rows Hm .. Hm + 63 (rows
 //      0 .. Hm - 1 hold the Hm chunks before J: carried from the previous tile, or computed
@@ -45,8 +47,9 @@ namespace causalconv::detail {
 
 // Shared memory, in 128-byte rows from the 1024-byte aligned start: two stages of the three
 // x rows (65 chunk rows each), the z tile (Hm + 64 rows), then the three projection tables and
-// the mixer table (bytes), plus 1024 bytes to align the start.
-template <int kMixerBlocks>
+// the mixer table (bytes), (kRealigned) the x rows' raw units past their 65 chunks, plus 1024
+// bytes to align the start.
+template <int kMixerBlocks, bool kRealigned = false>
 struct B2BWgmmaLayout {
   using Tile = WgmmaToeplitzTile;
   static constexpr int kProjBlocks = 2;  // Kp <= 65
@@ -57,17 +60,20 @@ struct B2BWgmmaLayout {
   static constexpr int kProjTable = Tile::kRowBytes * (kZRow + kHalo + Tile::kChunks);  // bytes
   static constexpr int kProjTableBytes = 128 * hankel_cores(kProjBlocks);
   static constexpr int kMixerTable = kProjTable + 3 * kProjTableBytes;
-  static constexpr int kBytes = 1024 + kMixerTable + 128 * hankel_cores(kMixerBlocks);
+  static constexpr int kSpill = kMixerTable + 128 * hankel_cores(kMixerBlocks);  // 16 bytes per (stage, row)
+  static constexpr int kBytes = 1024 + kSpill + (kRealigned ? 128 : 0);
 };
 
 // Block (b*D + c, segment) walks tiles [segment * tiles_per_segment, + tiles_per_segment) of its
-// row (fewer at the row's end).
-template <typename T, int kMixerBlocks, bool kGuard>
+// row (fewer at the row's end). kRealigned: rows off the 16-byte grid (odd L), each at its own
+// lead, staged as raw 16-byte units and realigned in shared memory (common/toeplitz_wgmma.cuh);
+// the output row stored from its own grid.
+template <typename T, int kMixerBlocks, bool kGuard, bool kRealigned = false>
 __global__ void __launch_bounds__(WgmmaToeplitzTile::kThreads, 3)
     b2b_forward_wgmma_kernel(B2BForwardParams p, int64_t tiles, int64_t tiles_per_segment) {
 #ifdef CAUSALCONV_SM90A
   using Tile = WgmmaToeplitzTile;
-  using Layout = B2BWgmmaLayout<kMixerBlocks>;
+  using Layout = B2BWgmmaLayout<kMixerBlocks, kRealigned>;
   constexpr int kHalo = Layout::kHalo;
   unsigned char* const smem = sm90::aligned_dynamic_shared();
   const uint32_t smem_base = sm90::smem_u32(smem);
@@ -88,9 +94,24 @@ __global__ void __launch_bounds__(WgmmaToeplitzTile::kThreads, 3)
   // cp.async of a tile's three x rows: unit u (steps 64 (J - 1) + 8u .. + 7, zero outside [0, n))
   // to unit u % 8 of row x_row + u / 8. A thread's units are the same in every row and tile.
   const int64_t x_stride = p.x_stride[1];
+  // kRealigned: x row j's and the output row's values past the 16-byte boundary before them.
+  auto lead_of = [](const T* row) { return kRealigned ? int((reinterpret_cast<uintptr_t>(row) & 15) / sizeof(T)) : 0; };
+  const int lead0 = lead_of(x0), lead1 = lead_of(x0 + x_stride), lead2 = lead_of(x0 + 2 * x_stride);
+  auto x_lead = [=](int j) { return j == 0 ? lead0 : j == 1 ? lead1 : lead2; };
   auto stage = [&](int slot, int64_t tile) {
     constexpr int kUnits = 8 * Layout::kXRows, kThreads = Tile::kThreads;
     const int64_t first_step = (tile * Tile::kChunks - 1) * Tile::kChunk;
+    if constexpr (kRealigned) {  // raw units 0 .. kUnits of each row's 16-byte grid (unit kUnits: the spill)
+      const bool interior = first_step >= 8 && first_step + 8 * (kUnits + 1) <= n;
+      for (int u = int(threadIdx.x); u <= kUnits; u += kThreads)
+#pragma unroll
+        for (int j = 0; j < 3; ++j) {
+          unsigned char* const dst = u < kUnits ? smem + swizzled_unit_offset(x_row(slot, j) + (u >> 3), u & 7)
+                                                : smem + Layout::kSpill + 16 * (3 * slot + j);
+          wgmma_stage_raw_unit(dst, x0 + j * x_stride - x_lead(j), first_step, u, x_lead(j), n, interior);
+        }
+      return;
+    }
     auto copy_units = [&](auto interior) {
 #pragma unroll
       for (int k = 0; k < (kUnits + kThreads - 1) / kThreads; ++k) {
@@ -138,6 +159,13 @@ __global__ void __launch_bounds__(WgmmaToeplitzTile::kThreads, 3)
     __syncthreads();                   // every thread's; the other stage is free
     if (tile + 1 < last) stage(slot ^ 1, tile + 1);
     cp_async_commit();
+    if constexpr (kRealigned) {  // the raw units of this stage's rows into their chunks
+      wgmma_realign_rows<3, Layout::kXRows>(
+          smem, [&](int j) { return x_row(slot, j); }, [&](int j) { return 2 * x_lead(j); },
+          [&](int j) { return smem + Layout::kSpill + 16 * (3 * slot + j); });
+      sm90::fence_proxy_async_shared();
+      __syncthreads();
+    }
 
     // 2. The three projections.
     float u[32], v[32], gate[32];
@@ -211,7 +239,10 @@ __global__ void __launch_bounds__(WgmmaToeplitzTile::kThreads, 3)
           [smem, out_row](int i, float v) { wgmma_toeplitz_output<T>(smem, out_row, i) = from_float<T>(v); });
       __syncthreads();
     }
-    wgmma_toeplitz_store_tile(out, smem, out_row, j0, n);
+    if constexpr (kRealigned)
+      wgmma_toeplitz_store_tile_realigned(out, smem, out_row, j0, n, lead_of(out));
+    else
+      wgmma_toeplitz_store_tile(out, smem, out_row, j0, n);
   }
 #endif
 }

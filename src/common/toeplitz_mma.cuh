@@ -39,6 +39,7 @@
 #if defined(__CUDACC__) || defined(CAUSALCONV_CUDA_EMULATION)
 #include "common/async_copy.cuh"
 #include "common/cuda_math.cuh"
+#include "common/vector_access.cuh"
 #include "common/warp_mma.cuh"
 
 namespace causalconv::detail {
@@ -168,20 +169,6 @@ __device__ __forceinline__ int toeplitz_shared_lead(const void* a, const void* b
   const bool shared = (reinterpret_cast<uintptr_t>(b) & 15) == offset &&
                       (c == nullptr || (reinterpret_cast<uintptr_t>(c) & 15) == offset);
   return shared ? int(offset / sizeof(T)) : 0;
-}
-
-// The 16-byte unit at `unit` (aligned) with its bytes outside [lo, hi) zeroed.
-__device__ __forceinline__ uint4 masked_unit(const void* unit, int lo, int hi) {
-  uint4 v = *reinterpret_cast<const uint4*>(unit);
-  uint32_t* word = reinterpret_cast<uint32_t*>(&v);
-#pragma unroll
-  for (int k = 0; k < 4; ++k) {
-    const int from = lo - 4 * k, to = hi - 4 * k;  // kept bytes of word k: [from, to)
-    const uint32_t keep_from = from <= 0 ? ~0u : from >= 4 ? 0u : ~0u << (8 * from);
-    const uint32_t keep_to = to >= 4 ? ~0u : to <= 0 ? 0u : ~0u >> (8 * (4 - to));
-    word[k] &= keep_from & keep_to;
-  }
-  return v;
 }
 
 // v[e] = row[first_step + V u .. + V - 1] for u = threadIdx.x + e * kThreads < units (V values of T

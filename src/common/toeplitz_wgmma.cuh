@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "common/async_copy.cuh"
 #include "common/sm90_primitives.cuh"
 #include "common/vector_access.cuh"
 
@@ -64,6 +65,100 @@ __device__ __forceinline__ void wgmma_toeplitz_store_tile(T* row, const unsigned
       store_raw16(row + t, *reinterpret_cast<const uint4*>(src));
     } else {
       for (int k = 0; k < 8 && t + k < n; ++k) row[t + k] = reinterpret_cast<const T*>(src)[k];
+    }
+  }
+}
+
+// Rows of 16-bit values off the 16-byte grid (odd L: each row its own `lead` values past a
+// boundary), staged for the wgmma forms in two steps. First, raw unit u of a staged row is the 16
+// bytes at grid_row + first_step + 8u (grid_row = row - lead, 16-byte aligned), i.e. steps
+// first_step + 8u - lead .. + 7 - lead, zero outside [0, n): a cp.async (zero-filled past n by the
+// copy), or, for the unit holding step 0 after the previous row's tail, loaded and masked by its
+// thread and stored before the block's barrier. interior: the caller knows every step of the unit
+// lies in [0, n). Then wgmma_realign_rows turns raw units u and u + 1 into unit u (steps
+// first_step + 8u .. + 7) in place, so the MMAs read the rows as the aligned forms stage them.
+template <typename T>
+__device__ __forceinline__ void wgmma_stage_raw_unit(unsigned char* dst, const T* grid_row, int64_t first_step, int u,
+                                                     int lead, int64_t n, bool interior) {
+  static_assert(sizeof(T) == 2, "16-bit rows");
+  const T* const src = grid_row + first_step + 8 * u;
+  if (interior) {
+    cp_async16(dst, src, 16);
+    return;
+  }
+  const int64_t s0 = first_step + 8 * int64_t(u) - lead;  // the unit's first step
+  if (s0 < 0 && s0 + 8 > 0) {
+    const int64_t end = n - s0 < 8 ? n - s0 : 8;
+    *reinterpret_cast<uint4*>(dst) = masked_unit(src, int(-2 * s0), int(2 * end));
+    return;
+  }
+  const int64_t valid = s0 < 0 ? 0 : n - s0;
+  const int bytes = valid >= 8 ? 16 : valid > 0 ? int(2 * valid) : 0;
+  cp_async16(dst, bytes > 0 ? src : grid_row, bytes);
+}
+
+// Realigns kRows staged rows of kChunkRows swizzled chunk rows in place (after a barrier that follows
+// every thread's raw copies; wgmma_stage_raw_unit): row j from chunk row first_row(j), its units
+// read at byte shift(j) = 2 lead of the raw unit pair (u, u + 1), raw unit 8 kChunkRows at spill(j).
+// A task is one chunk row: its 8 units in order, each written after the raw unit after it is read;
+// the next chunk row's first raw unit is read by every task before a barrier. Rows with shift 0
+// are left as they are. The caller fences (async proxy) and synchronizes before the MMAs read them.
+template <int kRows, int kChunkRows, typename FirstRow, typename Shift, typename Spill>
+__device__ __forceinline__ void wgmma_realign_rows(unsigned char* smem, FirstRow first_row, Shift shift,
+                                                   Spill spill) {
+  constexpr int kTasks = kRows * kChunkRows, kThreads = WgmmaToeplitzTile::kThreads;
+  constexpr int kPasses = (kTasks + kThreads - 1) / kThreads;
+  uint4 next[kPasses];
+#pragma unroll
+  for (int pass = 0; pass < kPasses; ++pass) {
+    const int f = int(threadIdx.x) + pass * kThreads, j = f / kChunkRows, m = f - j * kChunkRows;
+    if (f < kTasks && shift(j) != 0) {
+      const unsigned char* const after =
+          m + 1 < kChunkRows ? smem + swizzled_unit_offset(first_row(j) + m + 1, 0) : spill(j);
+      next[pass] = *reinterpret_cast<const uint4*>(after);
+    }
+  }
+  __syncthreads();
+#pragma unroll
+  for (int pass = 0; pass < kPasses; ++pass) {
+    const int f = int(threadIdx.x) + pass * kThreads, j = f / kChunkRows, m = f - j * kChunkRows;
+    if (f >= kTasks || shift(j) == 0) continue;
+    const int r = first_row(j) + m, by = shift(j);
+    uint4 unit = *reinterpret_cast<const uint4*>(smem + swizzled_unit_offset(r, 0));
+#pragma unroll
+    for (int k = 0; k < 8; ++k) {
+      const uint4 after = k < 7 ? *reinterpret_cast<const uint4*>(smem + swizzled_unit_offset(r, k + 1)) : next[pass];
+      *reinterpret_cast<uint4*>(smem + swizzled_unit_offset(r, k)) = unit_at_byte(unit, after, by);
+      unit = after;
+    }
+  }
+}
+
+// row[j0 + i] = the output tile's step i (as wgmma_toeplitz_store_tile) for a row `lead` values past
+// the 16-byte boundary before it: the row's 16-byte units (steps j0 + 8v - lead .. + 7, v <= 512),
+// each from tile units v - 1 and v, by 16-byte stores where the unit's steps all lie in this tile
+// and before n, by element at the tile's two ends and the row's end.
+template <typename T>
+__device__ __forceinline__ void wgmma_toeplitz_store_tile_realigned(T* row, const unsigned char* tile, int first_row,
+                                                                    int64_t j0, int64_t n, int lead) {
+  using Tile = WgmmaToeplitzTile;
+  static_assert(sizeof(T) == 2, "16-bit rows");
+  if (lead == 0) {
+    wgmma_toeplitz_store_tile(row, tile, first_row, j0, n);
+    return;
+  }
+  auto unit = [&](int u) { return tile + swizzled_unit_offset(first_row + (u >> 3), u & 7); };
+  const int64_t end = j0 + Tile::kOutputs < n ? j0 + Tile::kOutputs : n;
+  for (int v = int(threadIdx.x); v <= Tile::kOutputs / 8; v += Tile::kThreads) {
+    const int64_t t = j0 + 8 * int64_t(v) - lead;
+    if (t >= j0 && t + 8 <= end) {
+      store_raw16(row + t, unit_at_byte(*reinterpret_cast<const uint4*>(unit(v - 1)),
+                                        *reinterpret_cast<const uint4*>(unit(v)), 2 * (8 - lead)));
+    } else {
+      for (int k = 0; k < 8; ++k) {
+        const int64_t s = t + k;
+        if (s >= j0 && s < end) row[s] = reinterpret_cast<const T*>(unit(int(s - j0) >> 3))[(s - j0) & 7];
+      }
     }
   }
 }

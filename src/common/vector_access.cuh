@@ -97,6 +97,35 @@ __device__ __forceinline__ void store_raw16(void* dst, const uint4& v) {
 #endif
 }
 
+// The 16-byte unit at `unit` (aligned) with its bytes outside [lo, hi) zeroed.
+__device__ __forceinline__ uint4 masked_unit(const void* unit, int lo, int hi) {
+  uint4 v = *reinterpret_cast<const uint4*>(unit);
+  uint32_t* word = reinterpret_cast<uint32_t*>(&v);
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {
+    const int from = lo - 4 * k, to = hi - 4 * k;  // kept bytes of word k: [from, to)
+    const uint32_t keep_from = from <= 0 ? ~0u : from >= 4 ? 0u : ~0u << (8 * from);
+    const uint32_t keep_to = to >= 4 ? ~0u : to <= 0 ? 0u : ~0u >> (8 * (4 - to));
+    word[k] &= keep_from & keep_to;
+  }
+  return v;
+}
+
+// The 16 bytes at byte `shift` (0 <= shift < 16) of the 32 bytes lo, hi (lo first): a unit of a row
+// read as two 16-byte units of the row's 16-byte grid. Selects, not an indexed array, so the words
+// stay in registers.
+__device__ __forceinline__ uint4 unit_at_byte(const uint4& lo, const uint4& hi, int shift) {
+  const uint32_t w[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
+  const int words = shift >> 2, bits = 8 * (shift & 3);
+  uint32_t a[6], b[5];
+#pragma unroll
+  for (int i = 0; i < 6; ++i) a[i] = (words & 2) ? w[i + 2] : w[i];
+#pragma unroll
+  for (int i = 0; i < 5; ++i) b[i] = (words & 1) ? a[i + 1] : a[i];
+  auto word = [bits](uint32_t low, uint32_t high) { return uint32_t(((uint64_t(high) << 32) | low) >> bits); };
+  return make_uint4(word(b[0], b[1]), word(b[1], b[2]), word(b[2], b[3]), word(b[3], b[4]));
+}
+
 // The vector as four 32-bit words.
 template <typename T>
 __device__ __forceinline__ uint4 encode16(const float* in) {

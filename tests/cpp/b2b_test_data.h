@@ -49,6 +49,18 @@ struct Activation {
   }
 };
 
+// Elements of a that are no (b, c, t) position (the pads after the rows and after each batch):
+// they hold NaN from the start, so a kernel that wrote outside its rows leaves some that do not.
+template <typename T>
+int64_t written_outside_rows(const Activation<T>& a) {
+  int64_t written = 0;
+  for (size_t i = 0; i < a.data.size(); ++i) {
+    const int64_t in_batch = int64_t(i) % a.stride_b, c = in_batch / a.stride_c, t = in_batch % a.stride_c;
+    if ((c >= a.channels || t >= a.length) && !std::isnan(widen(a.data[i]))) ++written;
+  }
+  return written;
+}
+
 // A (rows, cols) weight stored transposed (column-major): stride (1, rows).
 template <typename T>
 struct Weight {

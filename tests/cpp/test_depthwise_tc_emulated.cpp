@@ -89,18 +89,6 @@ int64_t toeplitz_tiles(int64_t length, bool shifted, int64_t tile_outputs = deta
   return (walk + tile_outputs - 1) / tile_outputs;
 }
 
-// Elements of a that are no (b, c, t) position (the pads after the rows and after each batch):
-// they hold NaN from the start, so a kernel that wrote outside its rows leaves some that do not.
-template <typename T>
-int64_t written_outside_rows(const Activation<T>& a) {
-  int64_t written = 0;
-  for (size_t i = 0; i < a.data.size(); ++i) {
-    const int64_t in_batch = int64_t(i) % a.stride_b, c = in_batch / a.stride_c, t = in_batch % a.stride_c;
-    if ((c >= a.channels || t >= a.length) && !std::isnan(widen(a.data[i]))) ++written;
-  }
-  return written;
-}
-
 // Inputs of one case in storage type T: x, dy as padded activations (row_pad), w (C, K), bias (C).
 template <typename T>
 struct Data {

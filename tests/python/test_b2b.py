@@ -374,6 +374,30 @@ def test_tensor_core_mixer(dtype, km, seeded):
 
 
 @requires_cuda
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("km", [9, 65, 129, 256])
+def test_tensor_core_mixer_rows_off_the_16_byte_boundary(dtype, km, seeded):
+    # Rows of x and out at different distances past a 16-byte boundary (x at row stride L + 3 after a
+    # 1-element offset, out at L + 5 after 2, with NaN between the rows): the mma.sync form, or the wgmma
+    # form copying each row's 16-byte grid and shifting it into place (kB2BWgmmaRealignedRows). Lengths:
+    # under one unit, a tile less one step, two tiles less one (tile ends inside a unit), and a third
+    # tile of 5 steps. Every element between the rows of out must stay NaN.
+    for kp, length in ((3, 3), (32, 4095), (3, 8191), (4, 8197)):
+        _, wp, wm, skip = make_inputs(2, 3, length, kp, km, dtype)
+        x_buf = torch.full((2, 10, length + 3), float("nan"), device="cuda", dtype=dtype).view(-1)
+        x = x_buf[1:].as_strided((2, 9, length), (10 * (length + 3), length + 3, 1))
+        x.copy_(torch.randn(2, 9, length, device="cuda", dtype=dtype))
+        out_buf = torch.full((2 * 4 * (length + 5),), float("nan"), device="cuda", dtype=dtype)
+        out = out_buf[2:].as_strided((2, 3, length), (4 * (length + 5), length + 5, 1))
+        _C.b2b_causal_conv1d_forward(view(x), view(wp), view(wm), view(skip), view(out), None,
+                                     torch.cuda.current_stream().cuda_stream)
+        assert_forward_close(out, x, wp, wm, skip, f"Kp={kp} L={length}")
+        written = torch.ones_like(out_buf, dtype=torch.bool)
+        written[2:].as_strided((2, 3, length), (4 * (length + 5), length + 5, 1)).fill_(False)
+        assert torch.isnan(out_buf[written]).all(), f"L={length}: elements between the rows of out were written"
+
+
+@requires_cuda
 @pytest.mark.parametrize("km", [8, 9, 16, 33, 128, 129, 255, 256])
 def test_fp32_wide_mixers(km, seeded):
     # fp32 with Km >= 9: the mixer on tf32 tensor cores split three ways when kB2BTf32x3Forward is on
