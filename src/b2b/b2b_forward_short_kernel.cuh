@@ -13,37 +13,60 @@
 
 namespace causalconv::detail {
 
+// kRealigned: rows off the 16-byte grid (odd L; each x row and the output row at its own lead,
+// the values past the boundary before it). Lane l copies unit l of each x row's grid, lane 0 the
+// unit after the step too, and each lane takes its vector from units l and l + 1 (after a warp
+// barrier: they are other lanes' copies). The output row is stored by its own grid: unit l from
+// this lane's outputs and the lane before's (lane 0: lane 31's at the previous step, so the
+// priming step computes outputs too, over one more lane). The walk runs kVec - 1 steps past the
+// row's end (its last grid unit).
+//
 // At most 96 registers, i.e. 5 or more blocks of 4 warps per SM: unbounded, ptxas gives the
 // (4, 8) instantiation up to 114 (4 blocks), and the (3, 7) one 96 where it takes 80 here.
-template <typename T, typename W>
+template <typename T, typename W, bool kRealigned = false>
 __global__ void __launch_bounds__(kB2BShortThreads, 5)
     b2b_forward_short_kernel(B2BForwardParams p, int64_t spans_per_row, int64_t spans) {
   using S = B2BShortShape<T, W>;
   const int lane = threadIdx.x % 32;
   const int64_t span = int64_t(blockIdx.x) * (kB2BShortThreads / 32) + threadIdx.x / 32;
   if (span >= spans) return;  // whole warps: the shuffles below see full warps
-  const B2BShortSpan w = b2b_short_span_of<T>(span, spans_per_row, p.dim, p.length);
   const int64_t n = p.length;
+  const B2BShortSpan w = b2b_short_span_of<T>(span, spans_per_row, p.dim, n + (kRealigned ? S::kVec - 1 : 0));
   const T* x0 = static_cast<const T*>(p.x) + w.b * p.x_stride[0] + 3 * w.c * p.x_stride[1];
   const T* x1 = x0 + p.x_stride[1];
   const T* x2 = x1 + p.x_stride[1];
   T* out = static_cast<T*>(p.out) + w.b * p.out_stride[0] + w.c * p.out_stride[1];
   const int steps = w.steps;
+  auto lead_of = [](const T* row) { return kRealigned ? row_lead(row) : 0; };
+  const int lead0 = lead_of(x0), lead1 = lead_of(x1), lead2 = lead_of(x2), lead_out = lead_of(out);
+  constexpr int kPrimingLanes = S::kPrimingLanes + (kRealigned ? 1 : 0);
 
   // Step s's vectors of the three rows into the warp's ring, as one group of copies (s = -1:
   // the priming step, where only the lanes whose tails reach step 0 copy; time before 0 is
   // zero). Past the last step the group is empty (the wait below counts groups).
-  __shared__ B2BShortRing<3> rings[kB2BShortThreads / 32];
-  B2BShortRing<3>& ring = rings[threadIdx.x / 32];
+  using Ring = B2BShortRing<3, kRealigned ? 1 : 0>;
+  __shared__ Ring rings[kB2BShortThreads / 32];
+  Ring& ring = rings[threadIdx.x / 32];
   auto issue_step = [&](int s, auto interior) {
     constexpr bool kInterior = decltype(interior)::value;
     if (kInterior || s < steps) {
       const int64_t t = w.start + s * S::kStep + int64_t(lane) * S::kVec;  // a multiple of kVec
-      const bool wanted = s >= 0 || lane >= 32 - S::kPrimingLanes;
-      uint4(&stage)[3][32] = ring.v[(s + 1) % kB2BShortStages];
-      b2b_short_copy<T, kInterior>(&stage[0][lane], x0, t, n, wanted);
-      b2b_short_copy<T, kInterior>(&stage[1][lane], x1, t, n, wanted);
-      b2b_short_copy<T, kInterior>(&stage[2][lane], x2, t, n, wanted);
+      const bool wanted = s >= 0 || lane >= 32 - kPrimingLanes;
+      auto& stage = ring.v[(s + 1) % kB2BShortStages];
+      if constexpr (kRealigned) {
+        auto copy = [&](int j, const T* row, int lead) {
+          if (kInterior || wanted) cp_async_raw_unit(&stage[j][lane], row - lead, t, lead, n, kInterior);
+          else cp_async16(&stage[j][lane], row - lead, 0);
+          if (lane == 0) cp_async_raw_unit(&stage[j][32], row - lead, t + S::kStep, lead, n, kInterior);
+        };
+        copy(0, x0, lead0);
+        copy(1, x1, lead1);
+        copy(2, x2, lead2);
+      } else {
+        b2b_short_copy<T, kInterior>(&stage[0][lane], x0, t, n, wanted);
+        b2b_short_copy<T, kInterior>(&stage[1][lane], x1, t, n, wanted);
+        b2b_short_copy<T, kInterior>(&stage[2][lane], x2, t, n, wanted);
+      }
     }
     cp_async_commit();
   };
@@ -53,38 +76,70 @@ __global__ void __launch_bounds__(kB2BShortThreads, 5)
 
   uint32_t x_carry[3][4] = {};                // lane 0: words of lane 31's vectors at the previous step
   float z_carry[S::kZVectors][S::kVec] = {};  // lanes below s: z of lane 32 - s + lane at the previous step
+  uint32_t y_carry[4] = {};                   // kRealigned, lane 0: lane 31's outputs at the previous step
 
   // Step s of the walk. `interior` (compile time) holds for the steps 0 <= s < steps - kStages + 1
   // of a span that lies wholly inside its row: every lane copies a later step's whole vectors
   // and stores a whole vector, so that copy of the body has no guards.
   auto walk_step = [&](int s, auto interior) {
     constexpr bool kInterior = decltype(interior)::value;
+    if constexpr (kRealigned) __syncwarp();  // every lane's reads of the stage refilled next
     issue_step(s + kB2BShortStages - 1, interior);  // into the stage step s - 1 left
     cp_async_wait<kB2BShortStages - 1>();   // step s has landed
-    const uint4(&stage)[3][32] = ring.v[(s + 1) % kB2BShortStages];
-    const uint4 raw[3] = {stage[0][lane], stage[1][lane], stage[2][lane]};
+    if constexpr (kRealigned) __syncwarp();  // ... every lane's copies of it
+    const auto& stage = ring.v[(s + 1) % kB2BShortStages];
+    uint4 raw[3];
+#pragma unroll
+    for (int j = 0; j < 3; ++j) {
+      if constexpr (kRealigned) {
+        const int lead = j == 0 ? lead0 : j == 1 ? lead1 : lead2;
+        raw[j] = unit_at_byte(stage[j][lane], stage[j][lane + 1], lead * int(sizeof(T)));
+      } else {
+        raw[j] = stage[j][lane];
+      }
+    }
 
     float win[3][S::kXHalo + S::kVec], p1[S::kVec], p2[S::kVec], z[S::kZ + S::kVec], h[S::kVec];
     b2b_short_x_windows<T, W>(raw, x_carry, lane, win);
     b2b_short_projection<T, W::kP>(f.proj[1], win[1], p1);
     b2b_short_projection<T, W::kP>(f.proj[2], win[2], p2);
     b2b_short_mixer<T, W>(f, p1, p2, z_carry, lane, z, h);
-    if (!kInterior && s < 0) return;  // priming: the carries are set
+    if (!kRealigned && !kInterior && s < 0) return;  // priming: the carries are set
 
     float gate[S::kVec], y[S::kVec];
     b2b_short_projection<T, W::kP>(f.proj[0], win[0], gate);
 #pragma unroll
     for (int i = 0; i < S::kVec; ++i) y[i] = gate[i] * h[i];
     const int64_t t = w.start + s * S::kStep + int64_t(lane) * S::kVec;
-    if constexpr (kInterior)
+    if constexpr (kRealigned) {  // the output grid's unit at t: steps t - lead_out ..
+      uint4 own = encode16<T>(y), before;
+#pragma unroll
+      for (int i = 0; i < 4; ++i)
+        vec16_word(before, i) = b2b_short_value_before(vec16_word(own, i), y_carry[i], 1, lane);
+      if (!kInterior && s < 0) return;  // priming: the carries are set
+      const uint4 unit = lead_out == 0 ? own : unit_at_byte(before, own, (S::kVec - lead_out) * int(sizeof(T)));
+      const int64_t first = t - lead_out;
+      if constexpr (kInterior) {
+        store_raw16(out + first, unit);
+      } else {
+        const T* const values = reinterpret_cast<const T*>(&unit);
+#pragma unroll
+        for (int i = 0; i < S::kVec; ++i)
+          if (first + i >= 0 && first + i < n) out[first + i] = values[i];
+      }
+    } else if constexpr (kInterior) {
       store_vec16(out + t, y);
-    else
+    } else {
       store_span_vector(out, t, n, y);
+    }
   };
-  const bool whole_span = w.start + int64_t(steps) * S::kStep <= n;
+  // kRealigned: the copies reach a unit past the span, and the row's first output unit starts
+  // before step 0.
+  const bool whole_span = w.start + int64_t(steps) * S::kStep + (kRealigned ? S::kVec : 0) <= n;
   const int interior_end = whole_span ? steps - kB2BShortStages + 1 : 0;  // the interior steps: [0, interior_end)
   int s = -1;
   walk_step(s++, std::false_type{});  // priming
+  if (kRealigned && w.start == 0) walk_step(s++, std::false_type{});
 #pragma unroll 1
   for (; s < interior_end; ++s) walk_step(s, std::true_type{});
 #pragma unroll 1

@@ -95,7 +95,7 @@ __global__ void __launch_bounds__(WgmmaToeplitzTile::kThreads, 3)
   // to unit u % 8 of row x_row + u / 8. A thread's units are the same in every row and tile.
   const int64_t x_stride = p.x_stride[1];
   // kRealigned: x row j's and the output row's values past the 16-byte boundary before them.
-  auto lead_of = [](const T* row) { return kRealigned ? int((reinterpret_cast<uintptr_t>(row) & 15) / sizeof(T)) : 0; };
+  auto lead_of = [](const T* row) { return kRealigned ? row_lead(row) : 0; };
   const int lead0 = lead_of(x0), lead1 = lead_of(x0 + x_stride), lead2 = lead_of(x0 + 2 * x_stride);
   auto x_lead = [=](int j) { return j == 0 ? lead0 : j == 1 ? lead1 : lead2; };
   auto stage = [&](int slot, int64_t tile) {
@@ -108,7 +108,7 @@ __global__ void __launch_bounds__(WgmmaToeplitzTile::kThreads, 3)
         for (int j = 0; j < 3; ++j) {
           unsigned char* const dst = u < kUnits ? smem + swizzled_unit_offset(x_row(slot, j) + (u >> 3), u & 7)
                                                 : smem + Layout::kSpill + 16 * (3 * slot + j);
-          wgmma_stage_raw_unit(dst, x0 + j * x_stride - x_lead(j), first_step, u, x_lead(j), n, interior);
+          cp_async_raw_unit(dst, x0 + j * x_stride - x_lead(j), first_step + 8 * u, x_lead(j), n, interior);
         }
       return;
     }

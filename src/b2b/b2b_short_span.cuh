@@ -58,10 +58,12 @@ constexpr int kB2BShortSteps = 16;
 constexpr int kB2BShortStages = 4;
 
 // A warp's ring: step s (from -1, the priming step) in stage (s + 1) % kB2BShortStages, lane
-// l's vector of row j at [j][l]. Each lane reads only what it copied itself.
-template <int kRows>
+// l's vector of row j at [j][l]. Each lane reads only what it copied itself. kExtra 1: rows
+// realigned from their 16-byte grid, where lane l reads units l and l + 1, the unit after the step
+// at [j][32].
+template <int kRows, int kExtra = 0>
 struct B2BShortRing {
-  uint4 v[kB2BShortStages][kRows][32];
+  uint4 v[kB2BShortStages][kRows][32 + kExtra];
 };
 
 // The lane's vector at time t (a multiple of the vector width) of a row into its ring slot:

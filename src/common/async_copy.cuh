@@ -7,6 +7,8 @@
 
 #include <cstdint>
 
+#include "common/vector_access.cuh"
+
 namespace causalconv::detail {
 
 #ifndef CAUSALCONV_CUDA_EMULATION
@@ -33,5 +35,33 @@ __device__ __forceinline__ void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending) : "memory");
 }
 #endif
+
+// One 16-byte unit of a row that lies `lead` values of T past the 16-byte boundary before it, copied
+// raw from the row's 16-byte grid (grid_row = row - lead, 16-byte aligned): the unit at grid_row + t
+// (t a multiple of the unit's values), i.e. steps t - lead .. of the row, zero outside [0, n). A
+// cp.async (zero-filled past n by the copy itself), except the unit holding step 0 after the
+// previous row's tail: loaded and masked by this thread and stored at once (cp.async zero-fills
+// only a tail), so it is visible after the same barrier as the copies. interior: the caller knows
+// the unit's steps all lie in [0, n).
+template <typename T>
+__device__ __forceinline__ void cp_async_raw_unit(void* dst_shared, const T* grid_row, int64_t t, int lead, int64_t n,
+                                                  bool interior) {
+  constexpr int kValues = 16 / int(sizeof(T));
+  const T* const src = grid_row + t;
+  if (interior) {
+    cp_async16(dst_shared, src, 16);
+    return;
+  }
+  const int64_t first = t - lead;  // the unit's first step
+  if (first < 0 && first + kValues > 0) {
+    const int64_t end = n - first < kValues ? n - first : kValues;
+    constexpr int kBytes = int(sizeof(T));
+    *reinterpret_cast<uint4*>(dst_shared) = masked_unit(src, int(-first) * kBytes, int(end) * kBytes);
+    return;
+  }
+  const int64_t valid = first < 0 ? 0 : n - first;
+  const int bytes = valid >= kValues ? 16 : valid > 0 ? int(valid * int64_t(sizeof(T))) : 0;
+  cp_async16(dst_shared, bytes > 0 ? src : grid_row, bytes);
+}
 
 }  // namespace causalconv::detail

@@ -69,36 +69,13 @@ __device__ __forceinline__ void wgmma_toeplitz_store_tile(T* row, const unsigned
   }
 }
 
-// Rows of 16-bit values off the 16-byte grid (odd L: each row its own `lead` values past a
-// boundary), staged for the wgmma forms in two steps. First, raw unit u of a staged row is the 16
-// bytes at grid_row + first_step + 8u (grid_row = row - lead, 16-byte aligned), i.e. steps
-// first_step + 8u - lead .. + 7 - lead, zero outside [0, n): a cp.async (zero-filled past n by the
-// copy), or, for the unit holding step 0 after the previous row's tail, loaded and masked by its
-// thread and stored before the block's barrier. interior: the caller knows every step of the unit
-// lies in [0, n). Then wgmma_realign_rows turns raw units u and u + 1 into unit u (steps
-// first_step + 8u .. + 7) in place, so the MMAs read the rows as the aligned forms stage them.
-template <typename T>
-__device__ __forceinline__ void wgmma_stage_raw_unit(unsigned char* dst, const T* grid_row, int64_t first_step, int u,
-                                                     int lead, int64_t n, bool interior) {
-  static_assert(sizeof(T) == 2, "16-bit rows");
-  const T* const src = grid_row + first_step + 8 * u;
-  if (interior) {
-    cp_async16(dst, src, 16);
-    return;
-  }
-  const int64_t s0 = first_step + 8 * int64_t(u) - lead;  // the unit's first step
-  if (s0 < 0 && s0 + 8 > 0) {
-    const int64_t end = n - s0 < 8 ? n - s0 : 8;
-    *reinterpret_cast<uint4*>(dst) = masked_unit(src, int(-2 * s0), int(2 * end));
-    return;
-  }
-  const int64_t valid = s0 < 0 ? 0 : n - s0;
-  const int bytes = valid >= 8 ? 16 : valid > 0 ? int(2 * valid) : 0;
-  cp_async16(dst, bytes > 0 ? src : grid_row, bytes);
-}
+// Rows off the 16-byte grid (odd L: each row its own `lead` values past a boundary) are staged
+// for the wgmma forms in two steps: raw units copied from each row's 16-byte grid
+// (cp_async_raw_unit, common/async_copy.cuh), raw unit u at unit u's place, then realigned in place
+// by wgmma_realign_rows, so the MMAs read the rows as the aligned forms stage them.
 
 // Realigns kRows staged rows of kChunkRows swizzled chunk rows in place (after a barrier that follows
-// every thread's raw copies; wgmma_stage_raw_unit): row j from chunk row first_row(j), its units
+// every thread's raw copies, cp_async_raw_unit): row j from chunk row first_row(j), its units
 // read at byte shift(j) = 2 lead of the raw unit pair (u, u + 1), raw unit 8 kChunkRows at spill(j).
 // A task is one chunk row: its 8 units in order, each written after the raw unit after it is read;
 // the next chunk row's first raw unit is read by every task before a barrier. Rows with shift 0

@@ -15,7 +15,9 @@
 #define __host__
 #define __device__
 #define __global__
-#define __shared__
+// A kernel's static __shared__ arrays: one copy that all threads of a block see (blocks run one
+// after another), as on the device. (Dynamic shared memory comes from the launch, below.)
+#define __shared__ static
 #define __noinline__  // (empty: libstdc++'s own __attribute__((__noinline__)) stays valid)
 
 #include <math.h>  // fmaf, expf: the host versions

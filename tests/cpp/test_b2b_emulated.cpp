@@ -236,12 +236,15 @@ TEST(B2BKernelsEmulated, ShortBackward16BitMatchesReference) {
 // Rows padded to the next multiple of the vector width (at least one NaN slot between
 // rows), so every x and out row is made of whole 16-byte vectors, as the kernel's
 // dispatch requires; the last vector of a row is full when kVec | L, partial otherwise.
+// realigned: rows off the 16-byte grid instead (x at row stride L + 3, out at L + 5: every pair of
+// leads), on the kernel's kRealigned form.
 template <typename T>
-void run_short_forward(int64_t B, int64_t D, int64_t L, int64_t kp, int64_t km, double bound, bool zero_skip = false) {
+void run_short_forward(int64_t B, int64_t D, int64_t L, int64_t kp, int64_t km, double bound, bool zero_skip = false,
+                       bool realigned = false) {
   SCOPED_TRACE(::testing::Message() << "short forward B" << B << " D" << D << " L" << L << " Kp" << kp << " Km"
-                                    << km << (zero_skip ? " skip=0" : ""));
+                                    << km << (zero_skip ? " skip=0" : "") << (realigned ? " realigned" : ""));
   constexpr int64_t kVec = detail::Vec16<T>::kElems;
-  const int64_t pad = kVec - L % kVec;
+  const int64_t pad = realigned ? 3 : kVec - L % kVec, out_pad = realigned ? 5 : pad;
   HostTensor x({B, 3 * D, L}), wp({3 * D, kp}), wm({D, km}), skip({D});
   std::random_device seed;
   x.fill_uniform(seed());
@@ -250,7 +253,7 @@ void run_short_forward(int64_t B, int64_t D, int64_t L, int64_t kp, int64_t km, 
   skip.fill_uniform(seed());
   if (zero_skip)
     for (int64_t c = 0; c < D; ++c) skip(c) = 0.0;
-  Activation<T> x_e(B, 3 * D, L, pad), out_e(B, D, L, pad);
+  Activation<T> x_e(B, 3 * D, L, pad), out_e(B, D, L, out_pad);
   Weight<T> wp_e(3 * D, kp), wm_e(D, km), skip_e(D, 1);
   x_e.load(x);
   wp_e.load(wp);
@@ -260,14 +263,19 @@ void run_short_forward(int64_t B, int64_t D, int64_t L, int64_t kp, int64_t km, 
   ASSERT_EQ(reinterpret_cast<uintptr_t>(out_e.data.data()) % 16, 0u);
 
   const detail::B2BForwardParams f = test::b2b_forward_params(x_e, wp_e, wm_e, skip_e, out_e);
-  ASSERT_TRUE(detail::vector_aligned<T>(f.x, f.x_stride, 2) && detail::vector_aligned<T>(f.out, f.out_stride, 2));
-  const int64_t spans_per_row = (L + detail::b2b_short_span<T>() - 1) / detail::b2b_short_span<T>();
+  ASSERT_EQ(detail::vector_aligned<T>(f.x, f.x_stride, 2) && detail::vector_aligned<T>(f.out, f.out_stride, 2),
+            !realigned);
+  const int64_t walk = L + (realigned ? kVec - 1 : 0);  // as the launcher: the output grid's last unit
+  const int64_t spans_per_row = (walk + detail::b2b_short_span<T>() - 1) / detail::b2b_short_span<T>();
   const int64_t spans = B * D * spans_per_row;
   constexpr int64_t kWarps = detail::kB2BShortThreads / 32;
   emu::launch({unsigned((spans + kWarps - 1) / kWarps), 1, 1}, detail::kB2BShortThreads, 0,
               [&] {
                 detail::with_b2b_short_widths(kp, km, [&](auto widths) {
-                  detail::b2b_forward_short_kernel_emulated<T, decltype(widths)>(f, spans_per_row, spans);
+                  if (realigned)
+                    detail::b2b_forward_short_kernel_emulated<T, decltype(widths), true>(f, spans_per_row, spans);
+                  else
+                    detail::b2b_forward_short_kernel_emulated<T, decltype(widths)>(f, spans_per_row, spans);
                 });
               });
 
@@ -292,12 +300,7 @@ void run_short_forward(int64_t B, int64_t D, int64_t L, int64_t kp, int64_t km, 
         ASSERT_LE(std::fabs(got(b, c, t) - out_ref(b, c, t)),
                   rounding * (std::fabs(out_ref(b, c, t)) + magnitude(b, c, t)) + 1e-5 * scale + subnormal)
             << "out at b" << b << " c" << c << " t" << t << ": " << got(b, c, t) << " vs " << out_ref(b, c, t);
-  // Every padding slot between and after rows stays NaN (nothing written past a row's end).
-  for (int64_t b = 0; b < B; ++b)
-    for (int64_t c = 0; c <= D; ++c)
-      for (int64_t t = (c < D ? L : 0); t < out_e.stride_c; ++t)
-        ASSERT_TRUE(std::isnan(widen(out_e.data[size_t(b * out_e.stride_b + c * out_e.stride_c + t)])))
-            << "wrote outside a row of out at b" << b << " c" << c << " t" << t;
+  EXPECT_EQ(test::written_outside_rows(out_e), 0) << "elements of out written outside its rows";
 }
 
 // Widths up to 4 x 8 (padded with leading zero taps; width 1, below the op's envelope,
@@ -328,6 +331,19 @@ TEST(B2BKernelsEmulated, ShortForwardFloat16MatchesReference) {
   for (int64_t length : {1, 8, 9, 1000, 1032, 4100})
     run_short_forward<__half>(2, 3, length, 4, 8, 2e-3);
   run_short_forward<__half>(1, 2, 700, 2, 3, 2e-3, true);
+}
+
+// Rows off the 16-byte grid (kRealigned): lengths under one unit, around the warp's step and its
+// span (the priming step's outputs carried into a span's first unit), a walk one unit past the
+// row's end, both padded widths, skip = 0, every dtype.
+TEST(B2BKernelsEmulated, ShortForwardRealignedRowsMatchReference) {
+  for (int64_t length : {1, 2, 5, 9, 255, 257, 4095, 4097, 8191})
+    run_short_forward<__nv_bfloat16>(2, 3, length, 3, 7, 1e-2, false, true);
+  run_short_forward<__nv_bfloat16>(1, 3, 4100, 4, 8, 1e-2, false, true);  // full reach across spans
+  for (int64_t length : {1, 3, 127, 2047, 2049})
+    run_short_forward<float>(2, 3, length, 3, 7, 1e-6, false, true);
+  run_short_forward<float>(1, 3, 2050, 4, 8, 1e-6, true, true);
+  run_short_forward<__half>(2, 3, 4103, 4, 8, 2e-3, false, true);
 }
 
 }  // namespace

@@ -374,15 +374,16 @@ def test_tensor_core_mixer(dtype, km, seeded):
 
 
 @requires_cuda
-@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
-@pytest.mark.parametrize("km", [9, 65, 129, 256])
-def test_tensor_core_mixer_rows_off_the_16_byte_boundary(dtype, km, seeded):
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("km", [2, 7, 8, 9, 65, 129, 256])
+def test_forward_rows_off_the_16_byte_boundary(dtype, km, seeded):
     # Rows of x and out at different distances past a 16-byte boundary (x at row stride L + 3 after a
-    # 1-element offset, out at L + 5 after 2, with NaN between the rows): the mma.sync form, or the wgmma
-    # form copying each row's 16-byte grid and shifting it into place (kB2BWgmmaRealignedRows). Lengths:
-    # under one unit, a tile less one step, two tiles less one (tile ends inside a unit), and a third
+    # 1-element offset, out at L + 5 after 2, with NaN between the rows). Km <= 8: v1, or the short kernel
+    # realigning each row from its 16-byte grid (kB2BShortRealignedRows); 16-bit Km >= 9: the mma.sync
+    # form, or the wgmma form realigning likewise (kB2BWgmmaRealignedRows); fp32 Km >= 9: the tf32 form.
+    # Lengths: under one unit, a tile less one step, two tiles less one (tile ends inside a unit), a third
     # tile of 5 steps. Every element between the rows of out must stay NaN.
-    for kp, length in ((3, 3), (32, 4095), (3, 8191), (4, 8197)):
+    for kp, length in ((3, 3), (32 if km > 8 else 4, 4095), (3, 8191), (4, 8197)):
         _, wp, wm, skip = make_inputs(2, 3, length, kp, km, dtype)
         x_buf = torch.full((2, 10, length + 3), float("nan"), device="cuda", dtype=dtype).view(-1)
         x = x_buf[1:].as_strided((2, 9, length), (10 * (length + 3), length + 3, 1))
