@@ -19,7 +19,8 @@
 namespace causalconv::detail {
 
 // Off: the Toeplitz forms keep their measured instruction streams (and the bug above). Written in
-// session 29 without a GPU; the emulated tests run the guarded forms. On once the H200 has run the
+// session 29 without a GPU; the emulated tests run the guarded forms on inputs with NaN or infinities
+// (tests/cpp/toeplitz_guard_choice.h), the unguarded ones otherwise. On once the H200 has run the
 // suite on it and timed it against the unguarded forms (docs/performance.md).
 constexpr bool kToeplitzNonFiniteGuard = false;
 

@@ -38,6 +38,7 @@
 #include "b2b_kernel_params.h"
 #include "b2b_test_data.h"
 #include "host_tensor.h"
+#include "toeplitz_guard_choice.h"
 
 namespace causalconv {
 namespace {
@@ -61,13 +62,13 @@ struct Case {
 // wgmma form on rows off the 16-byte grid (kRealigned; x's rows at stride L + 3, out's at L + 5).
 enum class Form { mma_sync, wgmma, wgmma_realigned };
 
-template <typename T, int kMaxBlocks>
+template <typename T, int kMaxBlocks, bool kGuard>
 void launch_emulated(const detail::B2BForwardParams& f) {
   const detail::B2BTiling tiling =
       detail::make_b2b_tiling(f.length, detail::B2BForwardTile::kOutputs, detail::kB2BForwardTilesPerBlock);
   const emu::Dim3 grid{unsigned(f.batch * f.dim), unsigned(tiling.tile_blocks), 1};
   emu::launch(grid, detail::ToeplitzTile::kThreads, size_t(detail::B2BTcLayout<kMaxBlocks>::kBytes),
-              [&] { detail::b2b_forward_tc_kernel_emulated<T, kMaxBlocks, true>(f, tiling); });
+              [&] { detail::b2b_forward_tc_kernel_emulated<T, kMaxBlocks, kGuard>(f, tiling); });
 }
 
 void launch_tf32_emulated(const detail::B2BForwardParams& f) {
@@ -87,8 +88,6 @@ void launch_wgmma_tf32_emulated(const detail::B2BForwardParams& f, int64_t tiles
               [&] { detail::b2b_forward_wgmma_tf32x3_kernel_emulated<kMixerBlocks>(f, tiles); });
 }
 
-// kGuard: only for the cases with NaN or infinities (the guard's recomputation would hide a kernel
-// that reads the NaN between the rows).
 template <typename T, int kMixerBlocks, bool kRealigned, bool kGuard>
 void launch_wgmma_emulated(const detail::B2BForwardParams& f, int64_t tiles_per_segment) {
   using Tile = detail::WgmmaToeplitzTile;
@@ -138,18 +137,22 @@ void run_case(const Case& cs, Form form = Form::mma_sync) {
     } else {
       launch_tf32_emulated(f);
     }
-  } else if (form != Form::mma_sync) {
-    detail::with_toeplitz64_blocks(Km, [&](auto blocks) {
-      constexpr int kBlocks = decltype(blocks)::value;
-      const bool realigned = form == Form::wgmma_realigned, guard = cs.nonfinite_at >= 0;
-      auto launch = realigned ? (guard ? launch_wgmma_emulated<T, kBlocks, true, true>
-                                       : launch_wgmma_emulated<T, kBlocks, true, false>)
-                              : (guard ? launch_wgmma_emulated<T, kBlocks, false, true>
-                                       : launch_wgmma_emulated<T, kBlocks, false, false>);
-      launch(f, cs.tiles_per_segment);
+  } else {  // the 16-bit forms at the guard the library builds, except for cases with NaN (toeplitz_guard_choice.h)
+    test::with_guard_for(cs.nonfinite_at >= 0, [&](auto guard) {
+      constexpr bool kGuard = decltype(guard)::value;
+      if (form == Form::mma_sync) {
+        detail::with_toeplitz_max_blocks(
+            Km, [&](auto max_blocks) { launch_emulated<T, decltype(max_blocks)::value, kGuard>(f); });
+        return;
+      }
+      detail::with_toeplitz64_blocks(Km, [&](auto blocks) {
+        constexpr int kBlocks = decltype(blocks)::value;
+        if (form == Form::wgmma_realigned)
+          launch_wgmma_emulated<T, kBlocks, true, kGuard>(f, cs.tiles_per_segment);
+        else
+          launch_wgmma_emulated<T, kBlocks, false, kGuard>(f, cs.tiles_per_segment);
+      });
     });
-  } else {
-    detail::with_toeplitz_max_blocks(Km, [&](auto max_blocks) { launch_emulated<T, decltype(max_blocks)::value>(f); });
   }
 
   // fp64 brute force with error magnitudes: z is rounded to T for the MMA (relative ulp/2); fp32:

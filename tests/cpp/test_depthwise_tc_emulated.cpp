@@ -43,6 +43,7 @@
 #include "error_tally.h"
 #include "host_tensor.h"
 #include "storage_types.h"
+#include "toeplitz_guard_choice.h"
 
 namespace causalconv {
 namespace {
@@ -227,22 +228,26 @@ void run_forward(const Case& cs, Form form = Form::mma_sync, Walk walk = {}) {
       using Smem = detail::DepthwiseWgmmaRingSmem<kBlocks>;
       const CUtensorMap x_map = row_chunks_map(p.x, B, C, L, p.x_stride, Smem::kBoxChunks);
       const CUtensorMap y_map = row_chunks_map(p.y, B, C, L, p.y_stride, detail::WgmmaToeplitzTile::kChunks);
-      emu::launch(grid, Smem::kThreads, size_t(Smem::kBytes),
-                  [&] {
-                    detail::depthwise_forward_wgmma_ring_kernel_emulated<T, kBlocks, true>(x_map, y_map, p,
-                                                                                           tiles_per_row);
-                  });
+      test::with_guard_for(cs.nonfinite_at >= 0, [&](auto guard) {
+        emu::launch(grid, Smem::kThreads, size_t(Smem::kBytes), [&] {
+          detail::depthwise_forward_wgmma_ring_kernel_emulated<T, kBlocks, decltype(guard)::value>(x_map, y_map, p,
+                                                                                                  tiles_per_row);
+        });
+      });
     });
   } else if (form == Form::wgmma) {
     const int64_t tiles = toeplitz_tiles<T>(L, walk.shifted, detail::WgmmaToeplitzTile::kOutputs);
     const emu::Dim3 grid{unsigned(B * C), unsigned((tiles + cs.tiles_per_block - 1) / cs.tiles_per_block), 1};
     detail::with_toeplitz64_blocks(K, [&](auto blocks) {
       constexpr int kBlocks = decltype(blocks)::value;
-      emu::launch(grid, detail::WgmmaToeplitzTile::kThreads, size_t(detail::DepthwiseWgmmaSmem<kBlocks>::kBytes), [&] {
-        if (walk.shifted)
-          detail::depthwise_forward_wgmma_kernel_emulated<T, kBlocks, true, true>(p, tiles);
-        else
-          detail::depthwise_forward_wgmma_kernel_emulated<T, kBlocks, true, false>(p, tiles);
+      test::with_guard_for(cs.nonfinite_at >= 0, [&](auto guard) {
+        constexpr bool kGuard = decltype(guard)::value;
+        emu::launch(grid, detail::WgmmaToeplitzTile::kThreads, size_t(detail::DepthwiseWgmmaSmem<kBlocks>::kBytes), [&] {
+          if (walk.shifted)
+            detail::depthwise_forward_wgmma_kernel_emulated<T, kBlocks, kGuard, true>(p, tiles);
+          else
+            detail::depthwise_forward_wgmma_kernel_emulated<T, kBlocks, kGuard, false>(p, tiles);
+        });
       });
     });
   } else {
@@ -250,11 +255,14 @@ void run_forward(const Case& cs, Form form = Form::mma_sync, Walk walk = {}) {
     const emu::Dim3 grid{unsigned(B * C), unsigned((tiles + cs.tiles_per_block - 1) / cs.tiles_per_block), 1};
     detail::with_toeplitz_max_blocks(K, [&](auto max_blocks) {
       constexpr int kMaxBlocks = decltype(max_blocks)::value;
-      emu::launch(grid, detail::ToeplitzTile::kThreads, size_t(detail::depthwise_tc_smem_bytes<kMaxBlocks>()), [&] {
-        if (walk.shifted)
-          detail::depthwise_forward_tc_kernel_emulated<T, kMaxBlocks, true, true>(p, tiles);
-        else
-          detail::depthwise_forward_tc_kernel_emulated<T, kMaxBlocks, true, false>(p, tiles);
+      test::with_guard_for(cs.nonfinite_at >= 0, [&](auto guard) {
+        constexpr bool kGuard = decltype(guard)::value;
+        emu::launch(grid, detail::ToeplitzTile::kThreads, size_t(detail::depthwise_tc_smem_bytes<kMaxBlocks>()), [&] {
+          if (walk.shifted)
+            detail::depthwise_forward_tc_kernel_emulated<T, kMaxBlocks, kGuard, true>(p, tiles);
+          else
+            detail::depthwise_forward_tc_kernel_emulated<T, kMaxBlocks, kGuard, false>(p, tiles);
+        });
       });
     });
   }
@@ -319,14 +327,17 @@ void run_backward(const Case& cs, bool want_dx = true, bool want_dw = true, Walk
   const int64_t tile_blocks = (tiles + cs.tiles_per_block - 1) / cs.tiles_per_block;
   detail::with_toeplitz_max_blocks(K, [&](auto max_blocks) {
     constexpr int kMaxBlocks = decltype(max_blocks)::value;
-    emu::launch({unsigned(B * C), unsigned(tile_blocks), 1}, detail::ToeplitzTile::kThreads,
-                size_t(detail::DepthwiseTcBackwardSmem<kMaxBlocks>::kBytes), [&] {
-                  float* const parts = want_dw ? partials.data() : nullptr;
-                  if (walk.shifted)
-                    detail::depthwise_backward_tc_kernel_emulated<T, kMaxBlocks, true, true>(p, tiles, parts);
-                  else
-                    detail::depthwise_backward_tc_kernel_emulated<T, kMaxBlocks, true, false>(p, tiles, parts);
-                });
+    test::with_guard_for(cs.nonfinite_at >= 0, [&](auto guard) {
+      constexpr bool kGuard = decltype(guard)::value;
+      emu::launch({unsigned(B * C), unsigned(tile_blocks), 1}, detail::ToeplitzTile::kThreads,
+                  size_t(detail::DepthwiseTcBackwardSmem<kMaxBlocks>::kBytes), [&] {
+                    float* const parts = want_dw ? partials.data() : nullptr;
+                    if (walk.shifted)
+                      detail::depthwise_backward_tc_kernel_emulated<T, kMaxBlocks, kGuard, true>(p, tiles, parts);
+                    else
+                      detail::depthwise_backward_tc_kernel_emulated<T, kMaxBlocks, kGuard, false>(p, tiles, parts);
+                  });
+    });
   });
 
   // fp64 reference: g = dy * silu'(pre), dx[t] = sum_k w[k] g[t + K-1-k], dw, db.
