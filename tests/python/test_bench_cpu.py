@@ -168,7 +168,9 @@ def test_b2b_cases_are_registered():
         for shape in ("B1 D4096 L8192 Kp3 Km7", "B4 D4096 L8192 Kp3 Km128", "B4 D4096 L8192 Kp4 Km256",
                       "B1 D8192 L8192 Kp3 Km7", "B1 D4096 L131072 Kp3 Km128"):
             assert f"b2b {dtype} {shape}" in names and f"b2b {dtype} {shape} fwd+bwd" in names
-    assert len(names) == 2 * 2 * 8
+    for shape in ("B1 D4096 L8191 Kp3 Km7", "B1 D4096 L8191 Kp3 Km128"):  # odd lengths, bf16
+        assert f"b2b bf16 {shape}" in names and f"b2b bf16 {shape} fwd+bwd" in names
+    assert len(names) == 2 * 2 * 8 + 2 * 2
     assert {c.name for c in cases.CASES if c.family == "b2b" and c.quick} == {
         "b2b bf16 B1 D4096 L8192 Kp3 Km7", "b2b bf16 B1 D4096 L8192 Kp3 Km7 fwd+bwd"}
 

@@ -262,6 +262,11 @@ for _dtype in (torch.bfloat16, torch.float32):
             register(depthwise(_b, _c, _l, _k, _dtype, backward=_backward,
                                quick=(_b, _c, _l, _k) == (8, 2048, 2048, 4) and _dtype == torch.bfloat16))
         register(depthwise(4, 4096, 8192, 4, _dtype, backward=_backward, channel_last=True))
+# Odd lengths (prompts): rows off the 16-byte boundary, which the kernels walk from the boundary
+# before each row; bf16.
+for _backward in (False, True):
+    for _k in (4, 128):
+        register(depthwise(1, 4096, 8191, _k, torch.bfloat16, backward=_backward))
 # The Mamba block's call (bias and silu, both layouts): the activation is per output, on the
 # kernels' critical path, and what users compare against Dao with.
 for _backward in (False, True):
@@ -313,6 +318,11 @@ for _dtype in (torch.bfloat16, torch.float32):
         for _shape in B2B_SHAPES:
             register(b2b(*_shape, _dtype, backward=_backward,
                          quick=_shape == (1, 4096, 8192, 3, 7) and _dtype == torch.bfloat16))
+# Odd lengths (prompts): x's three rows and the output row each at their own distance past a 16-byte
+# boundary; bf16.
+for _backward in (False, True):
+    for _kp, _km in ((3, 7), (3, 128)):
+        register(b2b(1, 4096, 8191, _kp, _km, torch.bfloat16, backward=_backward))
 
 # ---- dense and grouped causal_conv1d -------------------------------------------------
 
