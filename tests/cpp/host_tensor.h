@@ -171,8 +171,6 @@ inline double max_abs_diff(const HostTensor& a, const HostTensor& b) {
   return worst;
 }
 
-// ||a - ref||_2 / ||ref||_2 over logical elements (the plain ||a - ref||_2 when ref is
-// all zero); NaN if any element of either is NaN.
 // ||a - b|| over logical elements (NaN if any difference is NaN).
 inline double l2_distance(const HostTensor& a, const HostTensor& b) {
   HostTensor::require_same_sizes(a, b, "l2_distance");
@@ -187,6 +185,8 @@ inline double l2_norm(const HostTensor& a) {
   return std::sqrt(sum2);
 }
 
+// ||a - ref||_2 / ||ref||_2 over logical elements (the plain ||a - ref||_2 when ref is
+// all zero); NaN if any element of either is NaN.
 inline double rel_l2(const HostTensor& a, const HostTensor& ref) {
   HostTensor::require_same_sizes(a, ref, "rel_l2");
   double diff2 = 0.0, ref2 = 0.0;

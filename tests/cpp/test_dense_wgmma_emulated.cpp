@@ -27,9 +27,9 @@
 #include <type_traits>
 #include <vector>
 
-#include "b2b_test_data.h"
 #include "causalconv/reference.h"
 #include "host_tensor.h"
+#include "padded_tensors.h"
 
 namespace causalconv {
 namespace {

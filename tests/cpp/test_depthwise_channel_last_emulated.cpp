@@ -28,7 +28,6 @@
 #include <type_traits>
 #include <vector>
 
-#include "b2b_test_data.h"
 #include "depthwise_emulated_checks.h"
 #include "storage_types.h"
 #include "causalconv/reference.h"

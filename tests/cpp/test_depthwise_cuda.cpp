@@ -9,10 +9,10 @@
 #include <random>
 #include <vector>
 
-#include "b2b_test_data.h"  // absolute, expect_close
 #include "causalconv/causalconv.h"
 #include "device_tensor.h"
 #include "host_tensor.h"
+#include "padded_tensors.h"  // absolute, expect_close
 
 namespace causalconv {
 namespace {

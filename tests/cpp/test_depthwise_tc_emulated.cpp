@@ -38,10 +38,10 @@
 #include <random>
 #include <vector>
 
-#include "b2b_test_data.h"
 #include "depthwise_emulated_checks.h"
 #include "error_tally.h"
 #include "host_tensor.h"
+#include "padded_tensors.h"
 #include "storage_types.h"
 #include "toeplitz_guard_choice.h"
 
