@@ -77,6 +77,11 @@ bool wgmma_backward_applies(const B2BBackwardParams& p) {
 #endif
 }
 
+// The short backward on rows off the 16-byte grid (odd L), each row realigned from its own 16-byte
+// grid (b2b_backward_short_kernel's kRealigned). Written in session 32 (such rows take the chunked
+// kernel otherwise): off until the H200 has run the suite on it and timed it.
+constexpr bool kB2BShortBackwardRealignedRows = false;
+
 int64_t short_span_steps(DType t) { return t == DType::f32 ? b2b_short_span<float>() : b2b_short_span<__half>(); }
 
 template <typename T>
@@ -93,9 +98,13 @@ void launch_typed(const B2BBackwardParams& p, const B2BBackwardPlan& plan, float
         constexpr int kWarps = kB2BShortThreads / 32;
         const int64_t spans = p.batch * p.dim * plan.tiling.tile_blocks;
         with_b2b_short_widths(p.proj_width, p.mixer_width, [&](auto widths) {
-          b2b_backward_short_kernel<T, decltype(widths)>
-              <<<unsigned((spans + kWarps - 1) / kWarps), kB2BShortThreads, 0, stream>>>(p, plan.tiling.tile_blocks,
-                                                                                        spans, partials);
+          using W = decltype(widths);
+          auto* kernel = b2b_backward_short_kernel<T, W, false>;
+          if constexpr (kB2BShortBackwardRealignedRows) {
+            if (plan.realigned) kernel = b2b_backward_short_kernel<T, W, true>;
+          }
+          kernel<<<unsigned((spans + kWarps - 1) / kWarps), kB2BShortThreads, 0, stream>>>(p, plan.tiling.tile_blocks,
+                                                                                         spans, partials);
         });
         break;
       }
@@ -149,6 +158,10 @@ void launch_typed(const B2BBackwardParams& p, const B2BBackwardPlan& plan, float
 }  // namespace
 
 B2BBackwardPlan plan_b2b_backward(const B2BBackwardParams& p) {
+  return plan_b2b_backward(p, kB2BShortBackwardRealignedRows);
+}
+
+B2BBackwardPlan plan_b2b_backward(const B2BBackwardParams& p, bool realign_short_rows) {
   static_assert(B2BBackwardChunkTile::kThreads == Tile::kThreads, "one block size for every path");
   B2BBackwardPlan plan{};
   if (wgmma_backward_applies(p)) {
@@ -170,13 +183,17 @@ B2BBackwardPlan plan_b2b_backward(const B2BBackwardParams& p) {
     plan.smem_bytes = b2b_tc_backward_smem_bytes(plan.tc_max_blocks);
     return plan;
   }
-  const int64_t spans_per_row = (p.length + short_span_steps(p.dtype) - 1) / short_span_steps(p.dtype);
+  const int64_t unit_values = 16 / int64_t(elem_bytes(p.dtype));
+  const bool vector_rows = rows_in_groups(p, unit_values);
+  // Realigned rows are walked a unit's values minus one past n (the dx grids' last units).
+  const int64_t walk = p.length + (vector_rows ? 0 : unit_values - 1);
+  const int64_t spans_per_row = (walk + short_span_steps(p.dtype) - 1) / short_span_steps(p.dtype);
   const int64_t short_blocks = p.batch * p.dim * spans_per_row / (kB2BShortThreads / 32) + 1;  // its 1-D grid
-  if (p.proj_width <= kB2BShortMaxProj && p.mixer_width <= kB2BShortMaxMixer &&
-      rows_in_groups(p, 16 / int64_t(elem_bytes(p.dtype))) &&
+  if (p.proj_width <= kB2BShortMaxProj && p.mixer_width <= kB2BShortMaxMixer && (vector_rows || realign_short_rows) &&
       short_blocks <= int64_t(0x7fffffff)) {
     plan.path = B2BBackwardPath::short_span;
     plan.tiling = {spans_per_row, spans_per_row};
+    plan.realigned = !vector_rows;
     return plan;
   }
   if (p.proj_width > kB2BChunkProjTaps || p.mixer_width > kB2BChunkMaxMixerWidth) {

@@ -21,7 +21,13 @@
 
 namespace causalconv::detail {
 
-template <typename T, typename W>
+// kRealigned: rows off the 16-byte grid (odd L), as the forward's kRealigned
+// (b2b_forward_short_kernel.cuh): x's and dout's rows taken from units l and l + 1 of their grids
+// (the priming and draining steps over one more lane each), each dx row stored by its own grid from
+// this lane's values and the lane before's. Lane 0 takes lane 31's of the previous step: stage B
+// runs over the priming step too (its look-ahead is step 0's stage A), for that carry alone. The
+// walk runs kVec - 1 steps past the row's end (the dx grids' last units; spans_per_row counts it).
+template <typename T, typename W, bool kRealigned = false>
 __global__ void __launch_bounds__(kB2BShortThreads)
     b2b_backward_short_kernel(B2BBackwardParams p, int64_t spans_per_row, int64_t spans, float* partials) {
   using S = B2BShortShape<T, W>;
@@ -33,28 +39,49 @@ __global__ void __launch_bounds__(kB2BShortThreads)
   const int lane = threadIdx.x % 32;
   const int64_t span = int64_t(blockIdx.x) * (kB2BShortThreads / 32) + threadIdx.x / 32;
   if (span >= spans) return;  // whole warps: the shuffles below see full warps
-  const B2BShortSpan w = b2b_short_span_of<T>(span, spans_per_row, p.dim, p.length);
   const int64_t n = p.length;
+  const B2BShortSpan w = b2b_short_span_of<T>(span, spans_per_row, p.dim, n + (kRealigned ? kVec - 1 : 0));
   const T* x0 = static_cast<const T*>(p.x) + w.b * p.x_stride[0] + 3 * w.c * p.x_stride[1];
   const T* g = static_cast<const T*>(p.dout) + w.b * p.dout_stride[0] + w.c * p.dout_stride[1];
   T* dx0 = static_cast<T*>(p.dx) + w.b * p.dx_stride[0] + 3 * w.c * p.dx_stride[1];
   const int steps = w.steps;
+  auto lead_of = [](const T* row) { return kRealigned ? row_lead(row) : 0; };
+  // Leads of the rows read (x0, x1, x2, dout) and written (dx0, dx1, dx2).
+  const int in_lead[4] = {lead_of(x0), lead_of(x0 + p.x_stride[1]), lead_of(x0 + 2 * p.x_stride[1]), lead_of(g)};
+  const int dx_lead[3] = {lead_of(dx0), lead_of(dx0 + p.dx_stride[1]), lead_of(dx0 + 2 * p.dx_stride[1])};
+  constexpr int kPrimingLanes = S::kPrimingLanes + (kRealigned ? 1 : 0);
+  constexpr int kDrainCopyLanes = kDrainLanes + (kRealigned ? 1 : 0);
 
   // Step s's vectors of the three x rows and dout into the warp's ring, as one group of
   // copies: every lane for 0 <= s < steps; the priming step (s = -1) the last lanes, the
   // draining step (s = steps) the first; zero before time 0. Past the draining step the group
   // is empty (the wait below counts groups).
-  __shared__ B2BShortRing<4> rings[kB2BShortThreads / 32];
-  B2BShortRing<4>& ring = rings[threadIdx.x / 32];
+  using Ring = B2BShortRing<4, kRealigned ? 1 : 0>;
+  __shared__ Ring rings[kB2BShortThreads / 32];
+  Ring& ring = rings[threadIdx.x / 32];
   auto issue_step = [&](int s, auto interior) {
     constexpr bool kInterior = decltype(interior)::value;
     if (kInterior || s <= steps) {
       const int64_t t = w.start + s * S::kStep + int64_t(lane) * kVec;
-      const bool wanted = s < 0 ? lane >= 32 - S::kPrimingLanes : (s < steps || lane < kDrainLanes);
-      uint4(&stage)[4][32] = ring.v[(s + 1) % kB2BShortStages];
+      const bool wanted = s < 0 ? lane >= 32 - kPrimingLanes : (s < steps || lane < kDrainCopyLanes);
+      auto& stage = ring.v[(s + 1) % kB2BShortStages];
+      if constexpr (kRealigned) {  // dout too at the priming step: its outputs feed the dx carry
 #pragma unroll
-      for (int j = 0; j < 3; ++j) b2b_short_copy<T, kInterior>(&stage[j][lane], x0 + j * p.x_stride[1], t, n, wanted);
-      b2b_short_copy<T, kInterior>(&stage[3][lane], g, t, n, wanted && s >= 0);
+        for (int j = 0; j < 4; ++j) {
+          const T* const row = j < 3 ? x0 + j * p.x_stride[1] : g;
+          const int lead = in_lead[j];
+          if (kInterior || wanted)
+            cp_async_raw_unit(&stage[j][lane], row - lead, t, lead, n, kInterior);
+          else
+            cp_async16(&stage[j][lane], row - lead, 0);
+          if (lane == 0) cp_async_raw_unit(&stage[j][32], row - lead, t + S::kStep, lead, n, kInterior);
+        }
+      } else {
+#pragma unroll
+        for (int j = 0; j < 3; ++j)
+          b2b_short_copy<T, kInterior>(&stage[j][lane], x0 + j * p.x_stride[1], t, n, wanted);
+        b2b_short_copy<T, kInterior>(&stage[3][lane], g, t, n, wanted && s >= 0);
+      }
     }
     cp_async_commit();
   };
@@ -68,16 +95,27 @@ __global__ void __launch_bounds__(kB2BShortThreads)
   float prev_dh[kVec] = {}, prev_dp0[kVec] = {}, prev_p1[kVec] = {}, prev_p2[kVec] = {};
   uint4 prev_x[3] = {};
   float dwp[3][kP] = {}, dwm[kM] = {};  // this lane's tap sums over the span
+  uint32_t dx_carry[3][4] = {};         // kRealigned, lane 0: lane 31's dx at the previous stage B
 
   // Step s of the walk. `interior` (compile time) holds for the steps 1 <= s <= steps - kStages
   // of a span that lies wholly inside its row: there every lane copies a later step's whole
   // vectors, runs both stages and stores whole vectors, so that copy of the body has no guards.
   auto walk_step = [&](int s, auto interior) {
     constexpr bool kInterior = decltype(interior)::value;
+    if constexpr (kRealigned) __syncwarp();  // every lane's reads of the stage refilled next
     issue_step(s + kB2BShortStages - 1, interior);  // into the stage step s - 1 left
     cp_async_wait<kB2BShortStages - 1>();   // step s has landed
-    const uint4(&stage)[4][32] = ring.v[(s + 1) % kB2BShortStages];
-    const uint4 raw[3] = {stage[0][lane], stage[1][lane], stage[2][lane]}, raw_g = stage[3][lane];
+    if constexpr (kRealigned) __syncwarp();  // ... every lane's copies of it
+    const auto& stage = ring.v[(s + 1) % kB2BShortStages];
+    uint4 in[4];
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      if constexpr (kRealigned)
+        in[j] = unit_at_byte(stage[j][lane], stage[j][lane + 1], in_lead[j] * int(sizeof(T)));
+      else
+        in[j] = stage[j][lane];
+    }
+    const uint4 raw[3] = {in[0], in[1], in[2]}, raw_g = in[3];
 
     // Stage A over this step's vectors.
     float win[3][S::kXHalo + kVec], p0[kVec], p1[kVec], p2[kVec], z[S::kZ + kVec], h[kVec], gv[kVec];
@@ -102,7 +140,9 @@ __global__ void __launch_bounds__(kB2BShortThreads)
 
     // Stage B over the previous step's vectors: r[i] = the value at t + i, i >= kVec from the
     // lanes after (this step's for the last lanes).
-    if (kInterior || s >= 1) {
+    // kRealigned: also over the priming step's vectors (s = 0), for the dx carry alone.
+    if (kInterior || s >= (kRealigned ? 0 : 1)) {
+      const bool own_vectors = !kRealigned || kInterior || s >= 1;  // not the priming step's
       float dhw[kVec + kDhAhead], p1w[kD], p2w[kD], dp0w[kD];
 #pragma unroll
       for (int i = 0; i < kVec + kDhAhead; ++i)
@@ -134,14 +174,32 @@ __global__ void __launch_bounds__(kB2BShortThreads)
 #pragma unroll
           for (int k = 0; k < kP; ++k) {
             o = fmaf(f.proj[j][k], dp[i + kP - 1 - k], o);
-            dwp[j][k] = fmaf(xo[i], dp[i + kP - 1 - k], dwp[j][k]);
+            if (own_vectors) dwp[j][k] = fmaf(xo[i], dp[i + kP - 1 - k], dwp[j][k]);
           }
           dxv[i] = o;
         }
-        if constexpr (kInterior)
-          store_vec16(dx0 + j * p.dx_stride[1] + t, dxv);
-        else
-          store_span_vector(dx0 + j * p.dx_stride[1], t, n, dxv);
+        T* const dx_row = dx0 + j * p.dx_stride[1];
+        if constexpr (kRealigned) {  // dx_row's grid unit at t: steps t - lead ..
+          uint4 own = encode16<T>(dxv), before;
+#pragma unroll
+          for (int i = 0; i < 4; ++i)
+            vec16_word(before, i) = b2b_short_value_before(vec16_word(own, i), dx_carry[j][i], 1, lane);
+          const int lead = dx_lead[j];
+          const uint4 unit = lead == 0 ? own : unit_at_byte(before, own, (kVec - lead) * int(sizeof(T)));
+          const int64_t first = t - lead;
+          if (kInterior) {
+            store_raw16(dx_row + first, unit);
+          } else if (own_vectors) {
+            const T* const values = reinterpret_cast<const T*>(&unit);
+#pragma unroll
+            for (int i = 0; i < kVec; ++i)
+              if (first + i >= 0 && first + i < n) dx_row[first + i] = values[i];
+          }
+        } else if constexpr (kInterior) {
+          store_vec16(dx_row + t, dxv);
+        } else {
+          store_span_vector(dx_row, t, n, dxv);
+        }
       }
     }
 
@@ -155,11 +213,14 @@ __global__ void __launch_bounds__(kB2BShortThreads)
 #pragma unroll
     for (int j = 0; j < 3; ++j) prev_x[j] = raw[j];
   };
-  const bool whole_span = w.start + int64_t(steps) * S::kStep <= n;
-  const int interior_end = whole_span ? steps - kB2BShortStages + 1 : 1;  // the interior steps: [1, interior_end)
+  // kRealigned: the copies reach a unit past the span, and a row's first dx unit (stage B at s = 1)
+  // starts before step 0.
+  const bool whole_span = w.start + int64_t(steps) * S::kStep + (kRealigned ? kVec : 0) <= n;
+  const int interior_begin = kRealigned && w.start == 0 ? 2 : 1;
+  const int interior_end = whole_span ? steps - kB2BShortStages + 1 : 1;  // the interior steps: [begin, end)
   int s = -1;
 #pragma unroll 1
-  for (; s < 1; ++s) walk_step(s, std::false_type{});
+  for (; s < interior_begin; ++s) walk_step(s, std::false_type{});
 #pragma unroll 1
   for (; s < interior_end; ++s) walk_step(s, std::true_type{});
 #pragma unroll 1

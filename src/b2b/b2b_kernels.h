@@ -61,8 +61,12 @@ struct B2BBackwardPlan {
   size_t smem_bytes;
   bool vectorised;    // chunked paths: x, dout and dx rows take 4-element vector accesses
   int tc_max_blocks;  // tensor_core: the kernel's mixer-block capacity (3, 5, 9 or 17); wgmma: its mixer blocks
+  bool realigned;     // short_span: rows off the 16-byte grid, realigned (b2b_backward_short_kernel's kRealigned)
 };
 B2BBackwardPlan plan_b2b_backward(const B2BBackwardParams& p);
+// The same with the short kernel taking rows off the 16-byte grid or not, whatever the build's
+// kB2BShortBackwardRealignedRows (the emulated tests' way to its realigned form).
+B2BBackwardPlan plan_b2b_backward(const B2BBackwardParams& p, bool realign_short_rows);
 
 // Scratch for the per-block fp32 partials of the weight gradients (reduced in a
 // fixed order by a second kernel, so the weight gradients are deterministic).

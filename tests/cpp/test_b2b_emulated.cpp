@@ -53,12 +53,15 @@ struct Case {
   Path path;               // the backward kernel the plan must pick (short_span instead when it applies)
   bool vectorised = false; // chunked paths: rows padded to L + 3 take vector accesses when 4 | L + 3
   int64_t pad = 3;         // NaN slots after each row
+  // The short kernel on rows off the 16-byte grid (its kRealigned form, whatever the build's flag):
+  // x and dout rows at stride L + pad, dx's at L + pad + 2.
+  bool realigned = false;
 };
 
 template <typename T>
 void run_case(const Case& cs, double bound, double reduction_bound) {
   SCOPED_TRACE(::testing::Message() << "B" << cs.batch << " D" << cs.dim << " L" << cs.length << " Kp" << cs.kp
-                                    << " Km" << cs.km);
+                                    << " Km" << cs.km << (cs.realigned ? " realigned" : ""));
   const int64_t B = cs.batch, D = cs.dim, L = cs.length;
   HostTensor x({B, 3 * D, L}), wp({3 * D, cs.kp}), wm({D, cs.km}), skip({D}), dout({B, D, L});
   std::random_device seed;
@@ -68,7 +71,8 @@ void run_case(const Case& cs, double bound, double reduction_bound) {
   skip.fill_uniform(seed());
   dout.fill_uniform(seed());
 
-  Activation<T> x_e(B, 3 * D, L, cs.pad), dout_e(B, D, L, cs.pad), out_e(B, D, L, cs.pad), dx_e(B, 3 * D, L, cs.pad);
+  Activation<T> x_e(B, 3 * D, L, cs.pad), dout_e(B, D, L, cs.pad), out_e(B, D, L, cs.pad),
+      dx_e(B, 3 * D, L, cs.pad + (cs.realigned ? 2 : 0));
   Weight<T> wp_e(3 * D, cs.kp), wm_e(D, cs.km), skip_e(D, 1), dwp_e(3 * D, cs.kp), dwm_e(D, cs.km), dskip_e(D, 1);
   x_e.load(x);
   dout_e.load(dout);
@@ -85,13 +89,15 @@ void run_case(const Case& cs, double bound, double reduction_bound) {
 
   const detail::B2BBackwardParams g =
       test::b2b_backward_params(x_e, wp_e, wm_e, skip_e, dout_e, dx_e, &dwp_e, &dwm_e, &dskip_e);
-  const detail::B2BBackwardPlan plan = detail::plan_b2b_backward(g);
+  const detail::B2BBackwardPlan plan =
+      cs.realigned ? detail::plan_b2b_backward(g, true) : detail::plan_b2b_backward(g);
   // Kp <= 4 and Km <= 8 on rows of whole 16-byte vectors take the short kernel.
   const bool vector_rows = (L + cs.pad) % detail::Vec16<T>::kElems == 0 &&
                            reinterpret_cast<uintptr_t>(x_e.data.data()) % 16 == 0 &&
                            reinterpret_cast<uintptr_t>(dout_e.data.data()) % 16 == 0 &&
                            reinterpret_cast<uintptr_t>(dx_e.data.data()) % 16 == 0;
-  EXPECT_EQ(plan.path, cs.kp <= 4 && cs.km <= 8 && vector_rows ? Path::short_span : cs.path);
+  EXPECT_EQ(plan.path, cs.kp <= 4 && cs.km <= 8 && (vector_rows || cs.realigned) ? Path::short_span : cs.path);
+  EXPECT_EQ(plan.realigned, cs.realigned);
   if (plan.path == detail::B2BBackwardPath::tensor_core) {
     // The dispatch is what this case checks; the tensor-core backward kernel has its own
     // emulated test (test_b2b_tc_backward_emulated.cpp).
@@ -101,14 +107,18 @@ void run_case(const Case& cs, double bound, double reduction_bound) {
   }
   if (plan.path != Path::general && plan.path != Path::short_span) EXPECT_EQ(plan.vectorised, cs.vectorised);
   const detail::B2BTiling bt = plan.tiling;
-  std::vector<float> partials(detail::b2b_backward_workspace_bytes(g) / sizeof(float),
-                              std::numeric_limits<float>::quiet_NaN());
-  ASSERT_EQ(partials.size(), size_t(D * B * bt.tile_blocks * (3 * cs.kp + cs.km + 1)));
+  const size_t partial_count = size_t(D * B * bt.tile_blocks * (3 * cs.kp + cs.km + 1));
+  if (!cs.realigned) ASSERT_EQ(detail::b2b_backward_workspace_bytes(g), sizeof(float) * partial_count);
+  std::vector<float> partials(partial_count, std::numeric_limits<float>::quiet_NaN());
   if (plan.path == Path::short_span) {  // a warp per (row, span); tile_blocks: spans per row
     const int64_t spans = B * D * bt.tile_blocks, warps = detail::kB2BShortThreads / 32;
     emu::launch({unsigned((spans + warps - 1) / warps), 1, 1}, detail::kB2BShortThreads, 0, [&] {
       detail::with_b2b_short_widths(cs.kp, cs.km, [&](auto widths) {
-        detail::b2b_backward_short_kernel_emulated<T, decltype(widths)>(g, bt.tile_blocks, spans, partials.data());
+        if (plan.realigned)
+          detail::b2b_backward_short_kernel_emulated<T, decltype(widths), true>(g, bt.tile_blocks, spans,
+                                                                                partials.data());
+        else
+          detail::b2b_backward_short_kernel_emulated<T, decltype(widths)>(g, bt.tile_blocks, spans, partials.data());
       });
     });
   } else {
@@ -153,8 +163,8 @@ void run_case(const Case& cs, double bound, double reduction_bound) {
   test::expect_close(dwm_e.to_host(), ref.dwm, mag.dwm, reduction_bound, 0.0, "dweight_mixer");
   test::expect_close(dskip_e.to_host(true), ref.dskip, mag.dskip, reduction_bound, 0.0, "dskip_bias");
   // Padding between rows stays untouched (NaN).
-  EXPECT_TRUE(std::isnan(widen(out_e.data[size_t(L)]))) << "wrote past the end of a row of out";
-  EXPECT_TRUE(std::isnan(widen(dx_e.data[size_t(L)]))) << "wrote past the end of a row of dx";
+  EXPECT_EQ(test::written_outside_rows(out_e), 0) << "elements of out written outside its rows";
+  EXPECT_EQ(test::written_outside_rows(dx_e), 0) << "elements of dx written outside its rows";
 }
 
 // Tile walks (several tiles per block, a partial last tile), L < Km, L = 1, widths
@@ -229,6 +239,22 @@ TEST(B2BKernelsEmulated, ShortBackward16BitMatchesReference) {
   run_case<__nv_bfloat16>(short_case<__nv_bfloat16>(1, 1, 8200, 4, 8), 1e-2, 1e-2);
   run_case<__half>(short_case<__half>(2, 3, 4100, 3, 7), 2e-3, 2e-3);
   run_case<__half>(short_case<__half>(1, 2, 300, 2, 3), 2e-3, 2e-3);
+}
+
+// Rows off the 16-byte grid (the short kernel's kRealigned form): x and dout at row stride L + 3,
+// dx at L + 5; lengths around the vector, the step, the span (one more span where the walk's extra
+// steps cross it: 4095 at 16-bit, 2047 at fp32), both padded widths.
+TEST(B2BKernelsEmulated, ShortBackwardRealignedRowsMatchReference) {
+  auto realigned = [](int64_t batch, int64_t dim, int64_t length, int64_t kp, int64_t km) {
+    return Case{batch, dim, length, kp, km, Path::short_span, false, 3, true};
+  };
+  for (int64_t length : {1, 5, 9, 257, 4095, 4097, 8191})
+    run_case<__nv_bfloat16>(realigned(2, 2, length, 3, 7), 1e-2, 1e-2);
+  run_case<__nv_bfloat16>(realigned(1, 3, 4100, 4, 8), 1e-2, 1e-2);
+  for (int64_t length : {1, 3, 129, 2047, 2049})
+    run_case<float>(realigned(2, 3, length, 3, 7), 1e-6, 5e-5);
+  run_case<float>(realigned(1, 2, 2050, 4, 8), 1e-6, 5e-5);
+  run_case<__half>(realigned(2, 3, 4103, 2, 3), 2e-3, 2e-3);
 }
 
 // ---- the short-filter forward (Kp <= 4, Km <= 8, rows of whole 16-byte vectors) ----
