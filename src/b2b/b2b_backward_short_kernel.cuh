@@ -67,15 +67,9 @@ __global__ void __launch_bounds__(kB2BShortThreads)
       auto& stage = ring.v[(s + 1) % kB2BShortStages];
       if constexpr (kRealigned) {  // dout too at the priming step: its outputs feed the dx carry
 #pragma unroll
-        for (int j = 0; j < 4; ++j) {
-          const T* const row = j < 3 ? x0 + j * p.x_stride[1] : g;
-          const int lead = in_lead[j];
-          if (kInterior || wanted)
-            cp_async_raw_unit(&stage[j][lane], row - lead, t, lead, n, kInterior);
-          else
-            cp_async16(&stage[j][lane], row - lead, 0);
-          if (lane == 0) cp_async_raw_unit(&stage[j][32], row - lead, t + S::kStep, lead, n, kInterior);
-        }
+        for (int j = 0; j < 4; ++j)
+          b2b_short_copy_realigned<T, kInterior>(stage[j], j < 3 ? x0 + j * p.x_stride[1] : g, in_lead[j], t, n,
+                                                 wanted, lane);
       } else {
 #pragma unroll
         for (int j = 0; j < 3; ++j)
@@ -111,7 +105,7 @@ __global__ void __launch_bounds__(kB2BShortThreads)
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
       if constexpr (kRealigned)
-        in[j] = unit_at_byte(stage[j][lane], stage[j][lane + 1], in_lead[j] * int(sizeof(T)));
+        in[j] = b2b_short_realigned_vector<T>(stage[j], in_lead[j], lane);
       else
         in[j] = stage[j][lane];
     }
@@ -179,22 +173,8 @@ __global__ void __launch_bounds__(kB2BShortThreads)
           dxv[i] = o;
         }
         T* const dx_row = dx0 + j * p.dx_stride[1];
-        if constexpr (kRealigned) {  // dx_row's grid unit at t: steps t - lead ..
-          uint4 own = encode16<T>(dxv), before;
-#pragma unroll
-          for (int i = 0; i < 4; ++i)
-            vec16_word(before, i) = b2b_short_value_before(vec16_word(own, i), dx_carry[j][i], 1, lane);
-          const int lead = dx_lead[j];
-          const uint4 unit = lead == 0 ? own : unit_at_byte(before, own, (kVec - lead) * int(sizeof(T)));
-          const int64_t first = t - lead;
-          if (kInterior) {
-            store_raw16(dx_row + first, unit);
-          } else if (own_vectors) {
-            const T* const values = reinterpret_cast<const T*>(&unit);
-#pragma unroll
-            for (int i = 0; i < kVec; ++i)
-              if (first + i >= 0 && first + i < n) dx_row[first + i] = values[i];
-          }
+        if constexpr (kRealigned) {
+          b2b_short_store_realigned<T, kInterior>(dx_row, dx_lead[j], t, n, dxv, dx_carry[j], lane, own_vectors);
         } else if constexpr (kInterior) {
           store_vec16(dx_row + t, dxv);
         } else {

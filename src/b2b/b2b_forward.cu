@@ -69,16 +69,19 @@ void launch_wgmma_tf32x3(const B2BForwardParams& p, cudaStream_t stream) {
   kernel<<<grid, WgmmaToeplitzTile::kThreads, smem, stream>>>(p, tiling.tiles);
 }
 
-bool try_launch_wgmma_tf32x3(const B2BForwardParams& p, cudaStream_t stream) {
+// The warpgroup-MMA forms need an sm_90a image in this build and a compute capability 9.0 device.
+bool wgmma_forms_available() {
 #ifdef CAUSALCONV_HAS_SM90A
-  if (!kB2BWgmmaTf32x3Forward || !current_device_is_sm90("b2b_causal_conv1d forward")) return false;
-  with_toeplitz64_blocks(p.mixer_width, [&](auto blocks) { launch_wgmma_tf32x3<decltype(blocks)::value>(p, stream); });
-  return true;
+  return current_device_is_sm90("b2b_causal_conv1d forward");
 #else
-  (void)p;
-  (void)stream;
   return false;
 #endif
+}
+
+bool try_launch_wgmma_tf32x3(const B2BForwardParams& p, cudaStream_t stream) {
+  if (!kB2BWgmmaTf32x3Forward || !wgmma_forms_available()) return false;
+  with_toeplitz64_blocks(p.mixer_width, [&](auto blocks) { launch_wgmma_tf32x3<decltype(blocks)::value>(p, stream); });
+  return true;
 }
 
 template <typename T>
@@ -129,11 +132,10 @@ bool try_launch_wgmma(const B2BForwardParams& p, cudaStream_t stream) {
   if constexpr (std::is_same<T, float>::value) {
     return false;
   } else {
-#ifdef CAUSALCONV_HAS_SM90A
     if (p.mixer_width < kB2BTcMinMixerWidth || p.mixer_width > 256 || p.proj_width > 32) return false;
     const bool aligned = vector_aligned<T>(p.x, p.x_stride, 2) && vector_aligned<T>(p.out, p.out_stride, 2);
     if (!aligned && !kB2BWgmmaRealignedRows) return false;
-    if (!current_device_is_sm90("b2b_causal_conv1d forward")) return false;
+    if (!wgmma_forms_available()) return false;
     with_toeplitz64_blocks(p.mixer_width, [&](auto blocks) {
       constexpr int kBlocks = decltype(blocks)::value;
       if constexpr (kB2BWgmmaRealignedRows) {
@@ -142,11 +144,6 @@ bool try_launch_wgmma(const B2BForwardParams& p, cudaStream_t stream) {
       launch_wgmma<T, kBlocks, false>(p, stream);
     });
     return true;
-#else
-    (void)p;
-    (void)stream;
-    return false;
-#endif
   }
 }
 

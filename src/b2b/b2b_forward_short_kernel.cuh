@@ -54,14 +54,9 @@ __global__ void __launch_bounds__(kB2BShortThreads, 5)
       const bool wanted = s >= 0 || lane >= 32 - kPrimingLanes;
       auto& stage = ring.v[(s + 1) % kB2BShortStages];
       if constexpr (kRealigned) {
-        auto copy = [&](int j, const T* row, int lead) {
-          if (kInterior || wanted) cp_async_raw_unit(&stage[j][lane], row - lead, t, lead, n, kInterior);
-          else cp_async16(&stage[j][lane], row - lead, 0);
-          if (lane == 0) cp_async_raw_unit(&stage[j][32], row - lead, t + S::kStep, lead, n, kInterior);
-        };
-        copy(0, x0, lead0);
-        copy(1, x1, lead1);
-        copy(2, x2, lead2);
+        b2b_short_copy_realigned<T, kInterior>(stage[0], x0, lead0, t, n, wanted, lane);
+        b2b_short_copy_realigned<T, kInterior>(stage[1], x1, lead1, t, n, wanted, lane);
+        b2b_short_copy_realigned<T, kInterior>(stage[2], x2, lead2, t, n, wanted, lane);
       } else {
         b2b_short_copy<T, kInterior>(&stage[0][lane], x0, t, n, wanted);
         b2b_short_copy<T, kInterior>(&stage[1][lane], x1, t, n, wanted);
@@ -92,8 +87,7 @@ __global__ void __launch_bounds__(kB2BShortThreads, 5)
 #pragma unroll
     for (int j = 0; j < 3; ++j) {
       if constexpr (kRealigned) {
-        const int lead = j == 0 ? lead0 : j == 1 ? lead1 : lead2;
-        raw[j] = unit_at_byte(stage[j][lane], stage[j][lane + 1], lead * int(sizeof(T)));
+        raw[j] = b2b_short_realigned_vector<T>(stage[j], j == 0 ? lead0 : j == 1 ? lead1 : lead2, lane);
       } else {
         raw[j] = stage[j][lane];
       }
@@ -111,22 +105,8 @@ __global__ void __launch_bounds__(kB2BShortThreads, 5)
 #pragma unroll
     for (int i = 0; i < S::kVec; ++i) y[i] = gate[i] * h[i];
     const int64_t t = w.start + s * S::kStep + int64_t(lane) * S::kVec;
-    if constexpr (kRealigned) {  // the output grid's unit at t: steps t - lead_out ..
-      uint4 own = encode16<T>(y), before;
-#pragma unroll
-      for (int i = 0; i < 4; ++i)
-        vec16_word(before, i) = b2b_short_value_before(vec16_word(own, i), y_carry[i], 1, lane);
-      if (!kInterior && s < 0) return;  // priming: the carries are set
-      const uint4 unit = lead_out == 0 ? own : unit_at_byte(before, own, (S::kVec - lead_out) * int(sizeof(T)));
-      const int64_t first = t - lead_out;
-      if constexpr (kInterior) {
-        store_raw16(out + first, unit);
-      } else {
-        const T* const values = reinterpret_cast<const T*>(&unit);
-#pragma unroll
-        for (int i = 0; i < S::kVec; ++i)
-          if (first + i >= 0 && first + i < n) out[first + i] = values[i];
-      }
+    if constexpr (kRealigned) {  // (priming: only the carry)
+      b2b_short_store_realigned<T, kInterior>(out, lead_out, t, n, y, y_carry, lane, kInterior || s >= 0);
     } else if constexpr (kInterior) {
       store_vec16(out + t, y);
     } else {

@@ -77,7 +77,6 @@ __global__ void __launch_bounds__(WgmmaToeplitzTile::kThreads)
            __uint_as_float(*reinterpret_cast<const uint32_t*>(z_lo_s + offset));
   };
 
-  const int lane = int(threadIdx.x) & 31, warp = int(threadIdx.x) >> 5, g = lane >> 2, q = lane & 3;
   const int64_t b = div_nonneg(int64_t(blockIdx.x), p.dim);
   const int64_t c = int64_t(blockIdx.x) - b * p.dim;
   const int64_t n = p.length;
@@ -129,16 +128,9 @@ __global__ void __launch_bounds__(WgmmaToeplitzTile::kThreads)
     float h[32];
     wgmma_tf32x3_toeplitz<kMixerBlocks>(h, wm_hi_s, wm_lo_s, sm90::smem_u32(z_hi_s), sm90::smem_u32(z_lo_s));
     if (!__syncthreads_or(any_nonfinite<32>(h))) {
-#pragma unroll
-      for (int j = 0; j < 8; ++j)
-#pragma unroll
-        for (int hh = 0; hh < 2; ++hh)
-#pragma unroll
-          for (int e = 0; e < 2; ++e) {
-            const int chunk = 8 * j + 2 * q + e, step = 16 * warp + g + 8 * hh;
-            const int o = Split::output_offset(64 * chunk + step);
-            gate_s[o] *= fmaf(skip, z_at(chunk + kHalo, step), h[4 * j + 2 * hh + e]);
-          }
+      for_each_wgmma_tf32_output([&](int i, int chunk, int step) {
+        gate_s[Split::output_offset(64 * chunk + step)] *= fmaf(skip, z_at(chunk + kHalo, step), h[i]);
+      });
     } else {  // the guard's slow path: the direct mixer loop over this tile's z, fp32 FMAs in tap order
 #pragma unroll 1
       for (int i = int(threadIdx.x); i < Tile::kOutputs && j0 + i < n; i += Tile::kThreads) {

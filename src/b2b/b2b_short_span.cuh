@@ -141,6 +141,53 @@ __device__ __forceinline__ V b2b_short_value_after(V prev, V cur, int a, int lan
   return __shfl_sync(0xffffffffu, lane < a ? cur : prev, (lane + a) & 31);
 }
 
+// kRealigned (rows off the 16-byte grid, `lead` values past the boundary before them): the lane's
+// raw unit at grid offset t of the row's 16-byte grid into stage_row[lane], and lane 0's the unit
+// after the step's last into stage_row[32] (B2BShortRing's kExtra); zeros when !wanted.
+template <typename T, bool kInterior>
+__device__ __forceinline__ void b2b_short_copy_realigned(uint4* stage_row, const T* row, int lead, int64_t t,
+                                                         int64_t n, bool wanted, int lane) {
+  constexpr int64_t kStep = 32 * Vec16<T>::kElems;
+  if (kInterior || wanted)
+    cp_async_raw_unit(&stage_row[lane], row - lead, t, lead, n, kInterior);
+  else
+    cp_async16(&stage_row[lane], row - lead, 0);
+  if (lane == 0) cp_async_raw_unit(&stage_row[32], row - lead, t + kStep, lead, n, kInterior);
+}
+
+// The lane's vector of a realigned row: units lane and lane + 1 of its stage (after a warp barrier:
+// the second is another lane's copy), at the row's lead.
+template <typename T>
+__device__ __forceinline__ uint4 b2b_short_realigned_vector(const uint4* stage_row, int lead, int lane) {
+  return unit_at_byte(stage_row[lane], stage_row[lane + 1], lead * int(sizeof(T)));
+}
+
+// kRealigned: a row of outputs stored by its own 16-byte grid. The grid unit at t (steps t - lead ..)
+// is the lane before's last `lead` values and this lane's first kVec - lead (lane 0: lane 31's of the
+// previous step, in `carry`, which this call replaces). store: false only updates the carry (a
+// priming step's lanes are another span's). By element unless kInterior (the whole unit in the row).
+template <typename T, bool kInterior>
+__device__ __forceinline__ void b2b_short_store_realigned(T* row, int lead, int64_t t, int64_t n,
+                                                          const float (&values)[Vec16<T>::kElems],
+                                                          uint32_t (&carry)[4], int lane, bool store) {
+  constexpr int kVec = Vec16<T>::kElems;
+  uint4 own = encode16<T>(values), before;
+#pragma unroll
+  for (int i = 0; i < 4; ++i)
+    vec16_word(before, i) = b2b_short_value_before(vec16_word(own, i), carry[i], 1, lane);
+  if (!kInterior && !store) return;
+  const uint4 unit = lead == 0 ? own : unit_at_byte(before, own, (kVec - lead) * int(sizeof(T)));
+  const int64_t first = t - lead;
+  if constexpr (kInterior) {
+    store_raw16(row + first, unit);
+  } else {
+    const T* const unit_values = reinterpret_cast<const T*>(&unit);
+#pragma unroll
+    for (int i = 0; i < kVec; ++i)
+      if (first + i >= 0 && first + i < n) row[first + i] = unit_values[i];
+  }
+}
+
 // Taps of a filter of runtime width `width` <= kPadded, right-aligned (leading zeros).
 template <typename T, int kPadded>
 __device__ __forceinline__ void b2b_short_taps(const T* w, int64_t tap_stride, int width, float (&taps)[kPadded]) {

@@ -73,7 +73,6 @@ __global__ void __launch_bounds__(WgmmaToeplitzTile::kThreads)
   const float* const w = static_cast<const float*>(p.weight) + c * p.w_stride[0];
   wgmma_tf32_lag_filter<kBlocks>(wr_hi_s, wr_lo_s, w, p.w_stride[1], int(p.width));
   const float bias = p.bias ? static_cast<const float*>(p.bias)[c * p.bias_stride] : 0.0f;
-  const int lane = int(threadIdx.x) & 31, warp = int(threadIdx.x) >> 5, g = lane >> 2, q = lane & 3;
 
   int slot = 0;
 #pragma unroll 1
@@ -91,19 +90,14 @@ __global__ void __launch_bounds__(WgmmaToeplitzTile::kThreads)
     float acc[32];
     wgmma_tf32x3_toeplitz<kBlocks>(acc, wr_hi_s, wr_lo_s, sm90::smem_u32(in_s), sm90::smem_u32(lo_s));
     __syncthreads();  // every warp's MMAs have read the stage (a warp's wait covers its own)
-    // acc[4j + 2h + e] = D[r][n], r = 16 warp + g + 8h, n = 8j + 2q + e, into chunk row n of the
-    // output tile (the consumed stage): banks 8q + g + const, distinct across the warp.
+    // Each accumulator into its chunk row of the output tile (the consumed stage): lane (g, q) stores
+    // at banks 8q + g + const, distinct across the warp.
     float* const out_s = reinterpret_cast<float*>(in_s);
     const bool vote = any_nonfinite<32>(acc);
-#pragma unroll
-    for (int j = 0; j < 8; ++j)
-#pragma unroll
-      for (int h = 0; h < 2; ++h)
-#pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          const float v = acc[4 * j + 2 * h + e] + bias;
-          out_s[(8 * j + 2 * q + e) * Split::kOutRow + 16 * warp + g + 8 * h] = p.silu ? silu<float>(v) : v;
-        }
+    for_each_wgmma_tf32_output([&](int i, int chunk, int step) {
+      const float v = acc[i] + bias;
+      out_s[chunk * Split::kOutRow + step] = p.silu ? silu<float>(v) : v;
+    });
     if (guarded_tile_barrier<true>(vote)) {
       depthwise_direct_tile<Tile::kOutputs, Tile::kThreads>(
           x, w, p.w_stride[1], int(p.width), j0 - lead, p.length, bias, p.silu,

@@ -104,4 +104,17 @@ __device__ __forceinline__ void wgmma_tf32x3_toeplitz(float (&acc)[32], const ui
 }
 #endif
 
+// f(i, chunk, step) for this thread's 32 accumulators of wgmma_tf32x3_toeplitz: acc[i] is the output at
+// step `step` of output chunk `chunk` (D[step][chunk]).
+template <typename F>
+__device__ __forceinline__ void for_each_wgmma_tf32_output(F&& f) {
+  const int lane = int(threadIdx.x) & 31, warp = int(threadIdx.x) >> 5, g = lane >> 2, q = lane & 3;
+#pragma unroll
+  for (int j = 0; j < 8; ++j)
+#pragma unroll
+    for (int h = 0; h < 2; ++h)
+#pragma unroll
+      for (int e = 0; e < 2; ++e) f(4 * j + 2 * h + e, 8 * j + 2 * q + e, 16 * warp + g + 8 * h);
+}
+
 }  // namespace causalconv::detail
