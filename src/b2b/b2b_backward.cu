@@ -78,8 +78,9 @@ bool wgmma_backward_applies(const B2BBackwardParams& p) {
 }
 
 // The short backward on rows off the 16-byte grid (odd L), each row realigned from its own 16-byte
-// grid (b2b_backward_short_kernel's kRealigned). Written in session 32 (such rows take the chunked
-// kernel otherwise): off until the H200 has run the suite on it and timed it.
+// grid (b2b_backward_short_kernel's kRealigned). Off: measured in session 33 (H100, bf16 B1 D4096
+// L8191 Kp3 Km7) it takes 0.77 ms against 0.37 on the chunked kernel these rows take (the aligned
+// short backward: 0.17 at L8192), 4.5x its count's prediction; to be profiled before it is kept.
 constexpr bool kB2BShortBackwardRealignedRows = false;
 
 int64_t short_span_steps(DType t) { return t == DType::f32 ? b2b_short_span<float>() : b2b_short_span<__half>(); }
@@ -186,7 +187,7 @@ B2BBackwardPlan plan_b2b_backward(const B2BBackwardParams& p, bool realign_short
   const int64_t unit_values = 16 / int64_t(elem_bytes(p.dtype));
   const bool vector_rows = rows_in_groups(p, unit_values);
   // Realigned rows are walked a unit's values minus one past n (the dx grids' last units).
-  const int64_t walk = p.length + (vector_rows ? 0 : unit_values - 1);
+  const int64_t walk = p.length + (vector_rows || p.length == 0 ? 0 : unit_values - 1);
   const int64_t spans_per_row = (walk + short_span_steps(p.dtype) - 1) / short_span_steps(p.dtype);
   const int64_t short_blocks = p.batch * p.dim * spans_per_row / (kB2BShortThreads / 32) + 1;  // its 1-D grid
   if (p.proj_width <= kB2BShortMaxProj && p.mixer_width <= kB2BShortMaxMixer && (vector_rows || realign_short_rows) &&

@@ -106,10 +106,10 @@ constexpr int64_t kB2BWgmmaMinBlocks = 1024;
 
 // Rows off the 16-byte grid (odd L: x's three rows and the output row each at their own distance
 // past a boundary) on the wgmma form, copied by 16-byte units from each row's grid and shifted into
-// place in shared memory (kRealigned). Written in session 32 (the mma.sync form they take otherwise
-// ran bf16 Km128 L8191 at 0.160 ms against 0.092 aligned, session 8): off until the H200 has run
-// the suite on it and timed it (docs/performance.md).
-constexpr bool kB2BWgmmaRealignedRows = false;
+// place in shared memory (kRealigned). Measured in session 33 (H100, bf16 B1 D4096 L8191 Kp3,
+// docs/performance.md): Km9 265 -> 174 us, Km128 285 -> 176, Km256 340 -> 190 against the mma.sync
+// form these rows took before.
+constexpr bool kB2BWgmmaRealignedRows = true;
 
 template <typename T, int kMixerBlocks, bool kRealigned>
 void launch_wgmma(const B2BForwardParams& p, cudaStream_t stream) {
@@ -148,10 +148,10 @@ bool try_launch_wgmma(const B2BForwardParams& p, cudaStream_t stream) {
 }
 
 // The short forward on rows off the 16-byte grid (odd L), each x row and the output row realigned
-// from its own 16-byte grid (b2b_forward_short_kernel's kRealigned). Written in session 32 (they
-// take the v1 kernel otherwise: bf16 B1 D4096 L8192 Kp3 Km7 0.228 ms there against 0.073 on the
-// short kernel, session 2 and 10): off until the H200 has run the suite on it and timed it.
-constexpr bool kB2BShortRealignedRows = false;
+// from its own 16-byte grid (b2b_forward_short_kernel's kRealigned). Measured in session 33 (H100,
+// bf16 B1 D4096 L8191 Kp3 Km7): 255 -> 181 us against the v1 kernel these rows took before (the
+// aligned short kernel: 100 us at L8192; the realigning costs more than session 32's count).
+constexpr bool kB2BShortRealignedRows = true;
 
 // Kp <= 4 and Km <= 8 with every x and out row made of whole 16-byte vectors (aligned bases, batch
 // and channel strides multiples of the vector width), or any rows with kB2BShortRealignedRows.

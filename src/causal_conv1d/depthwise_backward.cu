@@ -328,7 +328,7 @@ void launch_typed(const DepthwiseBackwardParams& p, float* partials, cudaStream_
   }
   const DepthwiseTiling tiling =
       make_depthwise_tiling(p.batch, p.channels, p.length, p.width, p.dilation, kBackwardTilesPerBlock);
-  const bool register_window = tiled_register_window_applies(tiling, p.width);
+  const bool register_window = tiled_register_window_applies(tiling, p.width, true);
   const size_t smem =
       sizeof(float) * size_t(tiled_backward_smem(int(p.width), int(tiling.halo), register_window).total_words());
   if (tiling.sequences > kMaxGridX)

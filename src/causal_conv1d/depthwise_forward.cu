@@ -157,7 +157,7 @@ void launch_typed(const DepthwiseForwardParams& p, cudaStream_t stream) {
   const DepthwiseTiling tiling =
       make_depthwise_tiling(p.batch, p.channels, p.length, p.width, p.dilation, kForwardTilesPerBlock);
   if (unit_time_stride && !channel_last && tiling.sequences <= kMaxGridX) {
-    const bool register_window = tiled_register_window_applies(tiling, p.width);
+    const bool register_window = tiled_register_window_applies(tiling, p.width, false);
     const size_t smem =
         sizeof(float) * size_t(tiled_forward_smem(int(p.width), int(tiling.halo), register_window).total_words());
     const dim3 grid(unsigned(tiling.sequences), unsigned(tiling.tile_blocks));

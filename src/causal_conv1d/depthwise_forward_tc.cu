@@ -193,9 +193,12 @@ constexpr bool kDepthwiseTf32x3Forward = true;
 constexpr int64_t kTf32x3MinWidth = 16;
 
 // The tf32 form on Hopper's warpgroup MMA (depthwise_forward_wgmma_tf32_kernel.cuh) for the rows the
-// 16-bit wgmma forms take (wgmma_rows_apply). Written in session 31: off until the H200 has run the
-// suite on it and timed it against the mma.sync tf32 form (docs/performance.md).
-constexpr bool kDepthwiseWgmmaTf32x3Forward = false;
+// 16-bit wgmma forms take (wgmma_rows_apply), from this width on. Measured in session 33 (H100, fp32
+// B1 D4096 L8192, docs/performance.md) against the mma.sync tf32 form: K65 158 -> 147 us, K128
+// 232 -> 180, K256 360 -> 256; it loses below (K16 111 -> 145, K33 126 -> 145: ~145 us at any width
+// up to 65, where the mma.sync form grows by ~1 us a tap).
+constexpr bool kDepthwiseWgmmaTf32x3Forward = true;
+constexpr int64_t kWgmmaTf32x3MinWidth = 65;
 
 }  // namespace
 
@@ -206,7 +209,7 @@ bool try_launch_depthwise_forward_tc(const DepthwiseForwardParams& p, cudaStream
       p.y_stride[2] != 1 || p.length <= 0 || p.batch * p.channels <= 0 || p.batch * p.channels > kMaxGridX)
     return false;
   if (fp32) {
-    if (kDepthwiseWgmmaTf32x3Forward && wgmma_rows_apply(p))
+    if (kDepthwiseWgmmaTf32x3Forward && p.width >= kWgmmaTf32x3MinWidth && wgmma_rows_apply(p))
       launch_wgmma_tf32x3_width(p, stream);
     else
       launch_tf32x3(p, stream);

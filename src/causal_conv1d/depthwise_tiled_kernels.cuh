@@ -25,18 +25,19 @@ namespace causalconv::detail {
 
 using TiledForwardTile = ForwardTile;
 
-// The register windows (forward and backward) from this width on (below, the tap loops' loads are
-// cheap), when kDepthwiseTiledRegisterWindow. Off until measured on the H200: written in session 28
-// after the device time ran out; emulated tests pass (tests/cpp/test_depthwise_tiled_emulated.cpp;
-// the forward bitwise equal to the tap loop). Predicted: fp32 B1 C4096 L8192 K128 forward 0.60 ->
-// ~0.18 ms (FMA-bound: 4.3 G FMAs at 70 % of the 33 T/s peak), fwd+bwd 2.75 -> ~0.8 ms; fp32 K9-K32
-// forward at the copy rate.
-constexpr bool kDepthwiseTiledRegisterWindow = false;
+// The register windows: the forward's from kRegisterWindowMinWidth, the backward's from
+// kRegisterWindowMinBackwardWidth (below, the tap loops' loads are cheap). Measured in session 33
+// (H100, fp32 B1 C4096 L8192, docs/performance.md) against the tap loops: forward K9 108 -> 105 us;
+// forward+backward K9 348 -> 394 us, K33 715 -> 507, K128 2379 -> 935. The backward alone grows by
+// ~14.5 us a tap on the tap loop and ~3.9 on the window, 49 us apart at K9: even near K13.
+constexpr bool kDepthwiseTiledRegisterWindow = true;
 constexpr int64_t kRegisterWindowMinWidth = 9;
+constexpr int64_t kRegisterWindowMinBackwardWidth = 16;
 
-// Whether the tiled kernels (forward and backward) take the register window for this cut.
-inline bool tiled_register_window_applies(const DepthwiseTiling& tiling, int64_t width) {
-  return kDepthwiseTiledRegisterWindow && tiling.dilation == 1 && width >= kRegisterWindowMinWidth;
+// Whether the tiled forward (backward: backward = true) takes the register window for this cut.
+inline bool tiled_register_window_applies(const DepthwiseTiling& tiling, int64_t width, bool backward) {
+  return kDepthwiseTiledRegisterWindow && tiling.dilation == 1 &&
+         width >= (backward ? kRegisterWindowMinBackwardWidth : kRegisterWindowMinWidth);
 }
 
 // Calls f(unit_stride, register_window) as std::bool_constant values: the tiled kernels' template
@@ -222,7 +223,7 @@ __global__ void __launch_bounds__(TiledForwardTile::kThreads, 4)
 // depthwise_weight_grad_reduce). Two ways again:
 //  * the tap loops (any dilation, silu): 8 outputs a thread interleaved by 256; dx one shared load
 //    per FMA, dweight per tap 8 FMAs, 8 loads and a 5-shuffle warp sum;
-//  * the register window (dilation 1 within the sequence, K >= kRegisterWindowMinWidth): 8
+//  * the register window (dilation 1 within the sequence, K >= kRegisterWindowMinBackwardWidth): 8
 //    consecutive positions a thread. With silu, the silu input over the tile and its look-ahead is
 //    the forward's window over x; dx is the forward's window over g with the filter reversed;
 //    dweight keeps the thread's 8 g values in registers and slides a window of x: per 8 taps 64
