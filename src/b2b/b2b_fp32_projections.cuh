@@ -1,6 +1,5 @@
-// The b2b fp32 tensor-core forwards' projections on the CUDA cores (b2b_forward_tf32_kernel.cuh,
-// b2b_forward_wgmma_tf32_kernel.cuh): the three rows' taps staged in shared memory, and a
-// projection's value over a staged x row.
+// The b2b fp32 tensor-core forward's projections on the CUDA cores (b2b_forward_tf32_kernel.cuh):
+// the three rows' taps staged in shared memory, and a projection's value over a staged x row.
 #pragma once
 
 #include <cstdint>

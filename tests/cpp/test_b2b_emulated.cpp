@@ -257,6 +257,18 @@ TEST(B2BKernelsEmulated, ShortBackwardRealignedRowsMatchReference) {
   run_case<__half>(realigned(2, 3, 4103, 2, 3), 2e-3, 2e-3);
 }
 
+// Empty rows off the 16-byte grid plan no span: the realigned walk's extra unit belongs to rows
+// with steps (session 33's GPU run faulted on L = 0 with the realigned short backward on).
+TEST(B2BKernelsEmulated, ShortBackwardRealignedPlansNothingForEmptyRows) {
+  Activation<float> x(2, 3, 0), dout(2, 1, 0), dx(2, 3, 0);  // row stride 3: off the grid
+  Weight<float> wp(3, 3), wm(1, 7), skip(1, 1);
+  const detail::B2BBackwardParams g = test::b2b_backward_params(x, wp, wm, skip, dout, dx);
+  const detail::B2BBackwardPlan plan = detail::plan_b2b_backward(g, true);
+  EXPECT_EQ(plan.path, Path::short_span);
+  EXPECT_TRUE(plan.realigned);
+  EXPECT_EQ(plan.tiling.tiles, 0);
+}
+
 // ---- the short-filter forward (Kp <= 4, Km <= 8, rows of whole 16-byte vectors) ----
 
 // Rows padded to the next multiple of the vector width (at least one NaN slot between

@@ -16,7 +16,7 @@
 //    steps along the reduction, its stride along N (b2b_forward_wgmma_kernel's Hankel tables).
 //  * the tf32 wgmma with A from registers in mma.sync's m16n8k8 tf32 layout and B a k8 slice of a
 //    swizzled tile of fp32 rows (32 values a 128-byte row), 32 bytes a slice, from any row
-//    (common/toeplitz_wgmma_tf32.cuh; written in session 31, not yet run on a GPU).
+//    (common/toeplitz_wgmma_tf32.cuh; passed on the H100 in session 33).
 // Skipped without a GPU, on other architectures, and in builds without sm_90a code.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
