@@ -9,9 +9,10 @@ kernel, ours and torch's).
 Cases: dw-k4 (bf16 B4 C4096 L8192 K4), dw-k7 (bf16 B1 C4096 L8192 K7), dw-small (bf16 B8 C2048
 L2048 K4), dw-cl (bf16 B4 C4096 L8192 K4 channel-last), dw-k33 / dw-k128 (bf16 B1 C4096 L8192 K33 / K128),
 dw-k4-odd / dw-k7-odd (as dw-k4 / dw-k7 at L8191: rows that do not start 16-byte aligned),
+dw-k65-fp32 (fp32 B1 C4096 L8192 K65),
 dense-seed (bf16 B32 C256->256 L8192 K4), dense-seed-fp32, dense-d8 (bf16 B16 C64->64 L16000 K2
 dilation 8), b2b-km7 / b2b-km128 / b2b-km256
-(bf16 B1 D4096 L8192, Kp 3 / 3 / 4). A "+bias" suffix on a causal_conv1d case adds a bias (as
+(bf16 B1 D4096 L8192, Kp 3 / 3 / 4), b2b-km7-odd (as b2b-km7 at L8191). A "+bias" suffix on a causal_conv1d case adds a bias (as
 the benchmark's cases have), "+silu" the activation (the Mamba block's call: dw-k4+bias+silu).
 """
 
@@ -30,6 +31,7 @@ CASES = {  # name: (dtype, batch, c_in, c_out or None for depthwise, length, wid
     "dw-k4-odd": (torch.bfloat16, 4, 4096, None, 8191, 4, False),  # rows off the 16-byte boundaries
     "dw-k7-odd": (torch.bfloat16, 1, 4096, None, 8191, 7, False),
     "dw-k128": (torch.bfloat16, 1, 4096, None, 8192, 128, False),
+    "dw-k65-fp32": (torch.float32, 1, 4096, None, 8192, 65, False),  # the fp32 wgmma form's fixed cost
     "dense-seed": (torch.bfloat16, 32, 256, 256, 8192, 4, False),
     "dense-seed-fp32": (torch.float32, 32, 256, 256, 8192, 4, False),
     "dense-d8": (torch.bfloat16, 16, 64, 64, 16000, 2, False, 8),  # 0.09 ms of GPU time for 15 us of bytes
@@ -38,6 +40,7 @@ CASES = {  # name: (dtype, batch, c_in, c_out or None for depthwise, length, wid
 
 B2B_CASES = {  # name: (dtype, batch, dim, length, kp, km)
     "b2b-km7": (torch.bfloat16, 1, 4096, 8192, 3, 7),
+    "b2b-km7-odd": (torch.bfloat16, 1, 4096, 8191, 3, 7),  # rows off the 16-byte grid (realigned)
     "b2b-km128": (torch.bfloat16, 1, 4096, 8192, 3, 128),
     "b2b-km256": (torch.bfloat16, 1, 4096, 8192, 4, 256),
 }
