@@ -159,10 +159,10 @@ void launch_typed(const B2BBackwardParams& p, const B2BBackwardPlan& plan, float
 }  // namespace
 
 B2BBackwardPlan plan_b2b_backward(const B2BBackwardParams& p) {
-  return plan_b2b_backward(p, kB2BShortBackwardRealignedRows);
+  return plan_b2b_backward(p, kB2BShortBackwardRealignedRows, kB2BShortLastSpanTakesRealignedTail);
 }
 
-B2BBackwardPlan plan_b2b_backward(const B2BBackwardParams& p, bool realign_short_rows) {
+B2BBackwardPlan plan_b2b_backward(const B2BBackwardParams& p, bool realign_short_rows, bool last_span_takes_tail) {
   static_assert(B2BBackwardChunkTile::kThreads == Tile::kThreads, "one block size for every path");
   B2BBackwardPlan plan{};
   if (wgmma_backward_applies(p)) {
@@ -186,9 +186,8 @@ B2BBackwardPlan plan_b2b_backward(const B2BBackwardParams& p, bool realign_short
   }
   const int64_t unit_values = 16 / int64_t(elem_bytes(p.dtype));
   const bool vector_rows = rows_in_groups(p, unit_values);
-  // Realigned rows are walked a unit's values minus one past n (the dx grids' last units).
-  const int64_t walk = p.length + (vector_rows || p.length == 0 ? 0 : unit_values - 1);
-  const int64_t spans_per_row = (walk + short_span_steps(p.dtype) - 1) / short_span_steps(p.dtype);
+  const int64_t spans_per_row =
+      b2b_short_spans_per_row(p.length, short_span_steps(p.dtype), unit_values, !vector_rows, last_span_takes_tail);
   const int64_t short_blocks = p.batch * p.dim * spans_per_row / (kB2BShortThreads / 32) + 1;  // its 1-D grid
   if (p.proj_width <= kB2BShortMaxProj && p.mixer_width <= kB2BShortMaxMixer && (vector_rows || realign_short_rows) &&
       short_blocks <= int64_t(0x7fffffff)) {

@@ -136,8 +136,7 @@ bool try_launch_short(const B2BForwardParams& p, cudaStream_t stream) {
   if (p.proj_width > kB2BShortMaxProj || p.mixer_width > kB2BShortMaxMixer) return false;
   const bool aligned = vector_aligned<T>(p.x, p.x_stride, 2) && vector_aligned<T>(p.out, p.out_stride, 2);
   if (!aligned && !kB2BShortRealignedRows) return false;
-  const int64_t walk = p.length + (aligned ? 0 : Vec16<T>::kElems - 1);  // realigned: the output grid's last unit
-  const int64_t spans_per_row = (walk + b2b_short_span<T>() - 1) / b2b_short_span<T>();
+  const int64_t spans_per_row = b2b_short_spans_per_row(p.length, b2b_short_span<T>(), Vec16<T>::kElems, !aligned);
   const int64_t spans = p.batch * p.dim * spans_per_row;
   constexpr int kWarps = kB2BShortThreads / 32;
   const int64_t blocks = (spans + kWarps - 1) / kWarps;

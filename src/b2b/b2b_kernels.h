@@ -64,9 +64,10 @@ struct B2BBackwardPlan {
   bool realigned;     // short_span: rows off the 16-byte grid, realigned (b2b_backward_short_kernel's kRealigned)
 };
 B2BBackwardPlan plan_b2b_backward(const B2BBackwardParams& p);
-// The same with the short kernel taking rows off the 16-byte grid or not, whatever the build's
-// kB2BShortBackwardRealignedRows (the emulated tests' way to its realigned form).
-B2BBackwardPlan plan_b2b_backward(const B2BBackwardParams& p, bool realign_short_rows);
+// The same with the short kernel taking rows off the 16-byte grid or not, and their last span
+// walking the realigned tail or not, whatever the build's kB2BShortBackwardRealignedRows and
+// kB2BShortLastSpanTakesRealignedTail (the emulated tests' way to each form).
+B2BBackwardPlan plan_b2b_backward(const B2BBackwardParams& p, bool realign_short_rows, bool last_span_takes_tail);
 
 // Scratch for the per-block fp32 partials of the weight gradients (reduced in a
 // fixed order by a second kernel, so the weight gradients are deterministic).

@@ -85,6 +85,21 @@ constexpr int64_t b2b_short_span() {
   return int64_t(32) * kB2BShortSteps * Vec16<T>::kElems;
 }
 
+// A realigned row (off the 16-byte grid) is walked vec - 1 steps past its end, to its grid's last
+// unit. With kB2BShortLastSpanTakesRealignedTail those steps are walked by the row's last span (one
+// step of 32 vectors more than kB2BShortSteps at most, b2b_short_span_of) instead of a span of their
+// own: at L8191 that span has 6 steps, a third of the warps do almost nothing, and the blocks (4
+// consecutive spans) ran at ~2/3 of their warps (ncu on the H200, session 33: achieved occupancy
+// 18.5 % of a theoretical 31 %, bf16 Km7 forward 179 us against 73 aligned). Off until timed.
+constexpr bool kB2BShortLastSpanTakesRealignedTail = false;
+
+// The spans (warps) of a row of n steps, spans of `span` steps, vectors of `vec`.
+inline int64_t b2b_short_spans_per_row(int64_t n, int64_t span, int64_t vec, bool realigned,
+                                       bool last_span_takes_tail = kB2BShortLastSpanTakesRealignedTail) {
+  const int64_t walk = n + (realigned && n > 0 && !last_span_takes_tail ? vec - 1 : 0);
+  return (walk + span - 1) / span;
+}
+
 // The sizes of a lane's windows for storage type T and padded widths W.
 template <typename T, typename W>
 struct B2BShortShape {
@@ -101,7 +116,8 @@ struct B2BShortShape {
 };
 
 // Warp `span` of the grid: its row (b, c), the first time step of its span and its steps of
-// 32 vectors (fewer than kB2BShortSteps at a row's end).
+// 32 vectors up to `length` (fewer than kB2BShortSteps at a row's end; the row's last span walks
+// to `length` whatever it takes: one step more for a realigned tail, b2b_short_spans_per_row).
 struct B2BShortSpan {
   int64_t b, c, start;
   int steps;
@@ -114,7 +130,8 @@ __device__ __forceinline__ B2BShortSpan b2b_short_span_of(int64_t span, int64_t 
   const int64_t start = (span - row * spans_per_row) * b2b_short_span<T>();
   constexpr int64_t kStep = 32 * Vec16<T>::kElems;
   const int64_t steps_to_end = (length - start + kStep - 1) / kStep;
-  return {b, row - b * dim, start, steps_to_end < kB2BShortSteps ? int(steps_to_end) : kB2BShortSteps};
+  const bool last = span - row * spans_per_row == spans_per_row - 1;
+  return {b, row - b * dim, start, steps_to_end < kB2BShortSteps || last ? int(steps_to_end) : kB2BShortSteps};
 }
 
 // Word i of a 16-byte vector (i a compile-time constant after unrolling).

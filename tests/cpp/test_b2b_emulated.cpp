@@ -56,12 +56,14 @@ struct Case {
   // The short kernel on rows off the 16-byte grid (its kRealigned form, whatever the build's flag):
   // x and dout rows at stride L + pad, dx's at L + pad + 2.
   bool realigned = false;
+  bool tail_in_last_span = false;  // realigned: the last span walks the tail (kB2BShortLastSpanTakesRealignedTail)
 };
 
 template <typename T>
 void run_case(const Case& cs, double bound, double reduction_bound) {
   SCOPED_TRACE(::testing::Message() << "B" << cs.batch << " D" << cs.dim << " L" << cs.length << " Kp" << cs.kp
-                                    << " Km" << cs.km << (cs.realigned ? " realigned" : ""));
+                                    << " Km" << cs.km << (cs.realigned ? " realigned" : "")
+                                    << (cs.tail_in_last_span ? ", tail in the last span" : ""));
   const int64_t B = cs.batch, D = cs.dim, L = cs.length;
   HostTensor x({B, 3 * D, L}), wp({3 * D, cs.kp}), wm({D, cs.km}), skip({D}), dout({B, D, L});
   std::random_device seed;
@@ -90,7 +92,7 @@ void run_case(const Case& cs, double bound, double reduction_bound) {
   const detail::B2BBackwardParams g =
       test::b2b_backward_params(x_e, wp_e, wm_e, skip_e, dout_e, dx_e, &dwp_e, &dwm_e, &dskip_e);
   const detail::B2BBackwardPlan plan =
-      cs.realigned ? detail::plan_b2b_backward(g, true) : detail::plan_b2b_backward(g);
+      cs.realigned ? detail::plan_b2b_backward(g, true, cs.tail_in_last_span) : detail::plan_b2b_backward(g);
   // Kp <= 4 and Km <= 8 on rows of whole 16-byte vectors take the short kernel.
   const bool vector_rows = (L + cs.pad) % detail::Vec16<T>::kElems == 0 &&
                            reinterpret_cast<uintptr_t>(x_e.data.data()) % 16 == 0 &&
@@ -245,16 +247,18 @@ TEST(B2BKernelsEmulated, ShortBackward16BitMatchesReference) {
 // dx at L + 5; lengths around the vector, the step, the span (one more span where the walk's extra
 // steps cross it: 4095 at 16-bit, 2047 at fp32), both padded widths.
 TEST(B2BKernelsEmulated, ShortBackwardRealignedRowsMatchReference) {
-  auto realigned = [](int64_t batch, int64_t dim, int64_t length, int64_t kp, int64_t km) {
-    return Case{batch, dim, length, kp, km, Path::short_span, false, 3, true};
-  };
-  for (int64_t length : {1, 5, 9, 257, 4095, 4097, 8191})
-    run_case<__nv_bfloat16>(realigned(2, 2, length, 3, 7), 1e-2, 1e-2);
-  run_case<__nv_bfloat16>(realigned(1, 3, 4100, 4, 8), 1e-2, 1e-2);
-  for (int64_t length : {1, 3, 129, 2047, 2049})
-    run_case<float>(realigned(2, 3, length, 3, 7), 1e-6, 5e-5);
-  run_case<float>(realigned(1, 2, 2050, 4, 8), 1e-6, 5e-5);
-  run_case<__half>(realigned(2, 3, 4103, 2, 3), 2e-3, 2e-3);
+  for (bool tail_in_last_span : {false, true}) {  // L 4095, 8191 (2047 at fp32): a last span of 17 steps
+    auto realigned = [&](int64_t batch, int64_t dim, int64_t length, int64_t kp, int64_t km) {
+      return Case{batch, dim, length, kp, km, Path::short_span, false, 3, true, tail_in_last_span};
+    };
+    for (int64_t length : {1, 5, 9, 257, 4095, 4097, 8191})
+      run_case<__nv_bfloat16>(realigned(2, 2, length, 3, 7), 1e-2, 1e-2);
+    run_case<__nv_bfloat16>(realigned(1, 3, 4100, 4, 8), 1e-2, 1e-2);
+    for (int64_t length : {1, 3, 129, 2047, 2049})
+      run_case<float>(realigned(2, 3, length, 3, 7), 1e-6, 5e-5);
+    run_case<float>(realigned(1, 2, 2050, 4, 8), 1e-6, 5e-5);
+    run_case<__half>(realigned(2, 3, 4103, 2, 3), 2e-3, 2e-3);
+  }
 }
 
 // Empty rows off the 16-byte grid plan no span: the realigned walk's extra unit belongs to rows
@@ -263,10 +267,12 @@ TEST(B2BKernelsEmulated, ShortBackwardRealignedPlansNothingForEmptyRows) {
   Activation<float> x(2, 3, 0), dout(2, 1, 0), dx(2, 3, 0);  // row stride 3: off the grid
   Weight<float> wp(3, 3), wm(1, 7), skip(1, 1);
   const detail::B2BBackwardParams g = test::b2b_backward_params(x, wp, wm, skip, dout, dx);
-  const detail::B2BBackwardPlan plan = detail::plan_b2b_backward(g, true);
-  EXPECT_EQ(plan.path, Path::short_span);
-  EXPECT_TRUE(plan.realigned);
-  EXPECT_EQ(plan.tiling.tiles, 0);
+  for (bool tail_in_last_span : {false, true}) {
+    const detail::B2BBackwardPlan plan = detail::plan_b2b_backward(g, true, tail_in_last_span);
+    EXPECT_EQ(plan.path, Path::short_span);
+    EXPECT_TRUE(plan.realigned);
+    EXPECT_EQ(plan.tiling.tiles, 0);
+  }
 }
 
 // ---- the short-filter forward (Kp <= 4, Km <= 8, rows of whole 16-byte vectors) ----
@@ -278,9 +284,10 @@ TEST(B2BKernelsEmulated, ShortBackwardRealignedPlansNothingForEmptyRows) {
 // leads), on the kernel's kRealigned form.
 template <typename T>
 void run_short_forward(int64_t B, int64_t D, int64_t L, int64_t kp, int64_t km, double bound, bool zero_skip = false,
-                       bool realigned = false) {
+                       bool realigned = false, bool tail_in_last_span = false) {
   SCOPED_TRACE(::testing::Message() << "short forward B" << B << " D" << D << " L" << L << " Kp" << kp << " Km"
-                                    << km << (zero_skip ? " skip=0" : "") << (realigned ? " realigned" : ""));
+                                    << km << (zero_skip ? " skip=0" : "") << (realigned ? " realigned" : "")
+                                    << (tail_in_last_span ? ", tail in the last span" : ""));
   constexpr int64_t kVec = detail::Vec16<T>::kElems;
   const int64_t pad = realigned ? 3 : kVec - L % kVec, out_pad = realigned ? 5 : pad;
   HostTensor x({B, 3 * D, L}), wp({3 * D, kp}), wm({D, km}), skip({D});
@@ -303,8 +310,8 @@ void run_short_forward(int64_t B, int64_t D, int64_t L, int64_t kp, int64_t km, 
   const detail::B2BForwardParams f = test::b2b_forward_params(x_e, wp_e, wm_e, skip_e, out_e);
   ASSERT_EQ(detail::vector_aligned<T>(f.x, f.x_stride, 2) && detail::vector_aligned<T>(f.out, f.out_stride, 2),
             !realigned);
-  const int64_t walk = L + (realigned ? kVec - 1 : 0);  // as the launcher: the output grid's last unit
-  const int64_t spans_per_row = (walk + detail::b2b_short_span<T>() - 1) / detail::b2b_short_span<T>();
+  const int64_t spans_per_row =
+      detail::b2b_short_spans_per_row(L, detail::b2b_short_span<T>(), kVec, realigned, tail_in_last_span);
   const int64_t spans = B * D * spans_per_row;
   constexpr int64_t kWarps = detail::kB2BShortThreads / 32;
   emu::launch({unsigned((spans + kWarps - 1) / kWarps), 1, 1}, detail::kB2BShortThreads, 0,
@@ -375,13 +382,15 @@ TEST(B2BKernelsEmulated, ShortForwardFloat16MatchesReference) {
 // span (the priming step's outputs carried into a span's first unit), a walk one unit past the
 // row's end, both padded widths, skip = 0, every dtype.
 TEST(B2BKernelsEmulated, ShortForwardRealignedRowsMatchReference) {
-  for (int64_t length : {1, 2, 5, 9, 255, 257, 4095, 4097, 8191})
-    run_short_forward<__nv_bfloat16>(2, 3, length, 3, 7, 1e-2, false, true);
-  run_short_forward<__nv_bfloat16>(1, 3, 4100, 4, 8, 1e-2, false, true);  // full reach across spans
-  for (int64_t length : {1, 3, 127, 2047, 2049})
-    run_short_forward<float>(2, 3, length, 3, 7, 1e-6, false, true);
-  run_short_forward<float>(1, 3, 2050, 4, 8, 1e-6, true, true);
-  run_short_forward<__half>(2, 3, 4103, 4, 8, 2e-3, false, true);
+  for (bool tail : {false, true}) {  // L 4095, 8191 (2047 at fp32): with `tail`, a last span of 17 steps
+    for (int64_t length : {1, 2, 5, 9, 255, 257, 4095, 4097, 8191})
+      run_short_forward<__nv_bfloat16>(2, 3, length, 3, 7, 1e-2, false, true, tail);
+    run_short_forward<__nv_bfloat16>(1, 3, 4100, 4, 8, 1e-2, false, true, tail);  // full reach across spans
+    for (int64_t length : {1, 3, 127, 2047, 2049})
+      run_short_forward<float>(2, 3, length, 3, 7, 1e-6, false, true, tail);
+    run_short_forward<float>(1, 3, 2050, 4, 8, 1e-6, true, true, tail);
+    run_short_forward<__half>(2, 3, 4103, 4, 8, 2e-3, false, true, tail);
+  }
 }
 
 }  // namespace
