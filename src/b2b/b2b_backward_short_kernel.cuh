@@ -91,9 +91,10 @@ __global__ void __launch_bounds__(kB2BShortThreads)
   float dwp[3][kP] = {}, dwm[kM] = {};  // this lane's tap sums over the span
   uint32_t dx_carry[3][4] = {};         // kRealigned, lane 0: lane 31's dx at the previous stage B
 
-  // Step s of the walk. `interior` (compile time) holds for the steps 1 <= s <= steps - kStages
-  // of a span that lies wholly inside its row: there every lane copies a later step's whole
-  // vectors, runs both stages and stores whole vectors, so that copy of the body has no guards.
+  // Step s of the walk. `interior` (compile time) holds for the steps from 1 (2 at a realigned
+  // row's start) before b2b_short_interior_end (at most steps - kStages + 1): there every lane
+  // copies a later step's whole vectors, runs both stages and stores whole vectors, so that copy of
+  // the body has no guards.
   auto walk_step = [&](int s, auto interior) {
     constexpr bool kInterior = decltype(interior)::value;
     if constexpr (kRealigned) __syncwarp();  // every lane's reads of the stage refilled next
@@ -193,11 +194,10 @@ __global__ void __launch_bounds__(kB2BShortThreads)
 #pragma unroll
     for (int j = 0; j < 3; ++j) prev_x[j] = raw[j];
   };
-  // kRealigned: the copies reach a unit past the span, and a row's first dx unit (stage B at s = 1)
+  // kRealigned: the copies reach a unit past their step, and a row's first dx unit (stage B at s = 1)
   // starts before step 0.
-  const bool whole_span = w.start + int64_t(steps) * S::kStep + (kRealigned ? kVec : 0) <= n;
   const int interior_begin = kRealigned && w.start == 0 ? 2 : 1;
-  const int interior_end = whole_span ? steps - kB2BShortStages + 1 : 1;  // the interior steps: [begin, end)
+  const int interior_end = b2b_short_interior_end<T>(w, n, kRealigned ? kVec : 0, 1);  // interior: [begin, end)
   int s = -1;
 #pragma unroll 1
   for (; s < interior_begin; ++s) walk_step(s, std::false_type{});

@@ -73,9 +73,9 @@ __global__ void __launch_bounds__(kB2BShortThreads, 5)
   float z_carry[S::kZVectors][S::kVec] = {};  // lanes below s: z of lane 32 - s + lane at the previous step
   uint32_t y_carry[4] = {};                   // kRealigned, lane 0: lane 31's outputs at the previous step
 
-  // Step s of the walk. `interior` (compile time) holds for the steps 0 <= s < steps - kStages + 1
-  // of a span that lies wholly inside its row: every lane copies a later step's whole vectors
-  // and stores a whole vector, so that copy of the body has no guards.
+  // Step s of the walk. `interior` (compile time) holds for the steps before b2b_short_interior_end
+  // (at most steps - kStages + 1): every lane copies a later step's whole vectors and stores a
+  // whole vector, so that copy of the body has no guards.
   auto walk_step = [&](int s, auto interior) {
     constexpr bool kInterior = decltype(interior)::value;
     if constexpr (kRealigned) __syncwarp();  // every lane's reads of the stage refilled next
@@ -113,10 +113,9 @@ __global__ void __launch_bounds__(kB2BShortThreads, 5)
       store_span_vector(out, t, n, y);
     }
   };
-  // kRealigned: the copies reach a unit past the span, and the row's first output unit starts
+  // kRealigned: the copies reach a unit past their step, and the row's first output unit starts
   // before step 0.
-  const bool whole_span = w.start + int64_t(steps) * S::kStep + (kRealigned ? S::kVec : 0) <= n;
-  const int interior_end = whole_span ? steps - kB2BShortStages + 1 : 0;  // the interior steps: [0, interior_end)
+  const int interior_end = b2b_short_interior_end<T>(w, n, kRealigned ? S::kVec : 0, 0);  // interior: [0, end)
   int s = -1;
   walk_step(s++, std::false_type{});  // priming
   if (kRealigned && w.start == 0) walk_step(s++, std::false_type{});

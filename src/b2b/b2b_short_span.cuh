@@ -115,6 +115,13 @@ struct B2BShortShape {
   static constexpr int kPrimingLanes = kZVectors + 1;
 };
 
+// A span that reaches past its row's end (odd L: every row's last span, the realigned tail's reach
+// included) ran all its steps on the guarded path, and the realigned rows' guarded store writes by
+// element: at bf16 L8191 half of every row. With kB2BShortInteriorToRowEnd the interior steps run
+// to the row's end (b2b_short_interior_end) and a guarded realigned store whose unit lies inside the
+// row is one 16-byte store. Written in session 33 after the device time ran out: off until timed.
+constexpr bool kB2BShortInteriorToRowEnd = false;
+
 // Warp `span` of the grid: its row (b, c), the first time step of its span and its steps of
 // 32 vectors up to `length` (fewer than kB2BShortSteps at a row's end; the row's last span walks
 // to `length` whatever it takes: one step more for a realigned tail, b2b_short_spans_per_row).
@@ -132,6 +139,20 @@ __device__ __forceinline__ B2BShortSpan b2b_short_span_of(int64_t span, int64_t 
   const int64_t steps_to_end = (length - start + kStep - 1) / kStep;
   const bool last = span - row * spans_per_row == spans_per_row - 1;
   return {b, row - b * dim, start, steps_to_end < kB2BShortSteps || last ? int(steps_to_end) : kB2BShortSteps};
+}
+
+// The end of the span's interior steps (the guard-free copy of the walk's body): a step s is
+// interior when the copies issued there, of step s + kB2BShortStages - 1 and `reach` values past
+// it, lie inside the row of n steps, and so does its store; none when no step is. Without
+// kB2BShortInteriorToRowEnd only a span that lies wholly inside its row has interior steps.
+template <typename T>
+__device__ __forceinline__ int b2b_short_interior_end(const B2BShortSpan& w, int64_t n, int reach, int none) {
+  constexpr int64_t kStep = 32 * Vec16<T>::kElems;
+  if (kB2BShortInteriorToRowEnd) {
+    const int64_t inside = (n - reach - w.start) / kStep;  // whole steps inside the row with their reach
+    return inside >= kB2BShortStages ? int((inside < w.steps ? inside : w.steps) - kB2BShortStages + 1) : none;
+  }
+  return w.start + int64_t(w.steps) * kStep + reach <= n ? w.steps - kB2BShortStages + 1 : none;
 }
 
 // Word i of a 16-byte vector (i a compile-time constant after unrolling).
@@ -182,7 +203,8 @@ __device__ __forceinline__ uint4 b2b_short_realigned_vector(const uint4* stage_r
 // kRealigned: a row of outputs stored by its own 16-byte grid. The grid unit at t (steps t - lead ..)
 // is the lane before's last `lead` values and this lane's first kVec - lead (lane 0: lane 31's of the
 // previous step, in `carry`, which this call replaces). store: false only updates the carry (a
-// priming step's lanes are another span's). By element unless kInterior (the whole unit in the row).
+// priming step's lanes are another span's). By element unless kInterior (the whole unit in the row)
+// or, with kB2BShortInteriorToRowEnd, the unit found inside the row.
 template <typename T, bool kInterior>
 __device__ __forceinline__ void b2b_short_store_realigned(T* row, int lead, int64_t t, int64_t n,
                                                           const float (&values)[Vec16<T>::kElems],
@@ -195,7 +217,7 @@ __device__ __forceinline__ void b2b_short_store_realigned(T* row, int lead, int6
   if (!kInterior && !store) return;
   const uint4 unit = lead == 0 ? own : unit_at_byte(before, own, (kVec - lead) * int(sizeof(T)));
   const int64_t first = t - lead;
-  if constexpr (kInterior) {
+  if (kInterior || (kB2BShortInteriorToRowEnd && first >= 0 && first + kVec <= n)) {
     store_raw16(row + first, unit);
   } else {
     const T* const unit_values = reinterpret_cast<const T*>(&unit);
