@@ -556,8 +556,9 @@ def test_tensor_core_path_tile_walks_and_fallbacks(dtype, seeded):
 @pytest.mark.parametrize("k", [9, 16, 17, 33, 64, 65, 128, 129, 255, 256])
 def test_fp32_wide_widths(k, seeded):
     # fp32 at dilation 1, 9 <= K <= 256, unit time stride: the tensor-core form on tf32 MMAs split three
-    # ways when kDepthwiseTf32x3Forward is on (each Toeplitz block count: 2, 3, 5, 9, 17), else the
-    # tiled CUDA-core kernel; the fp32 bound either way. Lengths: one step, one chunk and one step
+    # ways when kDepthwiseTf32x3Forward is on (each Toeplitz block count: 2, 3, 5, 9, 17; from K 65 on
+    # Hopper's warpgroup MMA where the rows allow, kDepthwiseWgmmaTf32x3Forward: 3, 4, 5 blocks), else
+    # the tiled CUDA-core kernel (its register window); the fp32 bound either way. Lengths: one step, one chunk and one step
     # past it, L < K, aligned rows (1000) and unaligned ones (4097), rows of several tiles walked by
     # one block (8 tiles of 2048 per block) and by several. Then inputs spread over 2^-20 .. 2^20 (the
     # split's lo parts carry each value's low bits, whatever its scale).
