@@ -7,8 +7,9 @@ inputs read once, output written once), and the relative L2 error against the fp
 
     python3 scripts/sweep_widths.py [--b2b] [--fp32] [--length L] [--batch B] [--backward] [K ...]
 
---backward times forward + backward instead (depthwise only), against its byte floor of five
-activation passes (x, y; x, dy, dx) at the copy rate.
+--backward times forward + backward instead, against its byte floor at the copy rate: five
+activation passes for depthwise (x, y; x, dy, dx), eleven rows a channel for b2b (x's three and
+out; x's three, dout, dx's three).
 
 On the GPU machine, against a variant's build: `gpu-check --variant ... --then
 'PYTHONPATH=/tmp/gpu-check-variant-0/site:$PYTHONPATH python3 scripts/sweep_widths.py'`.
@@ -28,7 +29,7 @@ def main():
     parser.add_argument("--length", type=int, default=8192, help="8192: aligned rows; 8191: unaligned")
     parser.add_argument("widths", type=int, nargs="*", default=[9, 16, 33, 64, 65, 128, 129, 193, 256])
     parser.add_argument("--batch", type=int, default=1)
-    parser.add_argument("--backward", action="store_true", help="depthwise forward + backward instead")
+    parser.add_argument("--backward", action="store_true", help="forward + backward instead")
     parser.add_argument("--b2b", action="store_true", help="b2b_causal_conv1d's mixer widths instead")
     parser.add_argument("--fp32", action="store_true", help="fp32 instead of bf16 (depthwise or --b2b)")
     args = parser.parse_args()
@@ -82,6 +83,9 @@ def sweep_b2b(args):
     copy_ms = triton.testing.do_bench(lambda: x.clone())
     wp = torch.randn(3 * dim, kp, device="cuda", dtype=dtype) / kp
     skip = torch.randn(dim, device="cuda", dtype=dtype)
+    if args.backward:
+        sweep_b2b_backward(args, x, wp, skip, copy_ms, name)
+        return
     for width in args.widths:
         wm = torch.randn(dim, width, device="cuda", dtype=dtype) / width
         out = causalconv.b2b_causal_conv1d(x, wp, wm, skip).double()
@@ -93,6 +97,25 @@ def sweep_b2b(args):
         verdict = "ok" if rel_l2 < bound else "WRONG"
         print(f"b2b {name} B1 D{dim} L{args.length} Kp{kp} Km{width:3d}: {ms * 1e3:7.1f} us"
               f"  {100 * floor_ms / ms:5.1f} % of copy  rel_l2 {rel_l2:.1e} {verdict}")
+
+
+def sweep_b2b_backward(args, x, wp, skip, copy_ms, name):
+    dim = skip.shape[0]
+    x, wp, skip = (t.detach().requires_grad_() for t in (x, wp, skip))
+    dout = torch.randn(1, dim, args.length, device="cuda", dtype=x.dtype)
+    for width in args.widths:
+        wm = (torch.randn(dim, width, device="cuda", dtype=x.dtype) / width).requires_grad_()
+        inputs = (x, wp, wm, skip)
+        grads = torch.autograd.grad(causalconv.b2b_causal_conv1d(*inputs), inputs, dout)
+        refs = reference.b2b_causal_conv1d_backward(*inputs, dout)
+        rel_l2 = max(((g.double() - r).norm() / r.norm()).item() for g, r in zip(grads, refs))
+        del grads, refs
+        ms = triton.testing.do_bench(
+            lambda: torch.autograd.grad(causalconv.b2b_causal_conv1d(*inputs), inputs, dout))
+        floor_ms = copy_ms * 11 / 6  # 11 rows a channel against the clone's 3 + 3
+        verdict = "ok" if rel_l2 < (1e-4 if x.dtype == torch.float32 else 1e-2) else "WRONG"
+        print(f"fwd+bwd b2b {name} B1 D{dim} L{args.length} Kp{wp.shape[1]} Km{width:3d}: {ms * 1e3:7.1f} us"
+              f"  {ms / floor_ms:4.2f}x floor  rel_l2 {rel_l2:.1e} {verdict}")
 
 
 if __name__ == "__main__":
