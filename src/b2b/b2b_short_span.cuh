@@ -85,12 +85,13 @@ constexpr int64_t b2b_short_span() {
   return int64_t(32) * kB2BShortSteps * Vec16<T>::kElems;
 }
 
-// A realigned row (off the 16-byte grid) is walked vec - 1 steps past its end, to its grid's last
-// unit. With kB2BShortLastSpanTakesRealignedTail those steps are walked by the row's last span (one
-// step of 32 vectors more than kB2BShortSteps at most, b2b_short_span_of) instead of a span of their
-// own: at L8191 that span has 6 steps, a third of the warps do almost nothing, and the blocks (4
-// consecutive spans) ran at ~2/3 of their warps (ncu on the H200, session 33: achieved occupancy
-// 18.5 % of a theoretical 31 %, bf16 Km7 forward 179 us against 73 aligned). Off until timed.
+// A realigned row (off the 16-byte grid) is walked vec - 1 time steps past its end, to its grid's
+// last unit. With kB2BShortLastSpanTakesRealignedTail those steps are walked by the row's last span
+// (one step of 32 vectors more than kB2BShortSteps at most, b2b_short_span_of) instead of a span of
+// their own: at L8191 that span holds 6 time steps (one step of its walk), a third of the warps do
+// almost nothing, and the blocks (4 consecutive spans) ran at ~2/3 of their warps (ncu on the H200,
+// session 33: achieved occupancy 18.5 % of a theoretical 31 %, bf16 Km7 forward 179 us against 73
+// aligned). Off until timed.
 constexpr bool kB2BShortLastSpanTakesRealignedTail = false;
 
 // The spans (warps) of a row of n steps, spans of `span` steps, vectors of `vec`.
