@@ -681,7 +681,9 @@ def test_short_forward_padded_rows(dtype, kp, km, seeded):
 @requires_cuda
 def test_b2b_racecheck_short_forward_shapes(seeded):
     # Small shapes of the short forward (full and partial last vectors, several spans per
-    # row) for compute-sanitizer memcheck.
+    # row) for compute-sanitizer memcheck and racecheck; odd lengths take its realigned form
+    # (rows off the 16-byte grid: the warp ring's extra unit, the walk past the row's end
+    # across a span of 2048 / 4096 steps).
     for dtype in DTYPES:
-        for length in (8, 1000, 2049 + 7):
+        for length in (8, 1000, 2049 + 7, 2047, 4095):
             check(*make_inputs(2, 2, length, 3, 7, dtype))
