@@ -628,6 +628,16 @@ def test_fp32_wide_widths_racecheck_shapes(seeded):
         assert_close_to_reference(y, ref, torch.float32, f"L={length}", magnitude=mag)
 
 
+@requires_cuda
+def test_fp32_tiled_windows_racecheck_shapes(seeded):
+    # Small fp32 shapes for compute-sanitizer racecheck (scripts/gpu-check) on the tiled kernels'
+    # register windows (kDepthwiseTiledRegisterWindow): the forward's at K12 (below the tf32 forms),
+    # the backward's at K33, each over rows of three 2048-step tiles (the last partial), with silu.
+    for k in (12, 33):
+        x, w, bias = make_inputs(1, 2, 2048 * 2 + 5, k, torch.float32, with_bias=True)
+        check_grads(x, w, bias, 1, "silu")
+
+
 def rows_in_padded_buffer(b, c, length, pad, dtype, fill):
     """(b, c, length) rows at row stride length + pad inside a buffer whose other elements hold fill."""
     return torch.full((b, c, length + pad), fill, device="cuda", dtype=dtype)[..., :length]
