@@ -45,7 +45,7 @@ __global__ void __launch_bounds__(kB2BShortThreads)
   const T* g = static_cast<const T*>(p.dout) + w.b * p.dout_stride[0] + w.c * p.dout_stride[1];
   T* dx0 = static_cast<T*>(p.dx) + w.b * p.dx_stride[0] + 3 * w.c * p.dx_stride[1];
   const int steps = w.steps;
-  auto lead_of = [](const T* row) { return kRealigned ? row_lead(row) : 0; };
+  auto lead_of = [](const T* row) { return kRealigned ? int(row_shift16(row)) : 0; };
   // Leads of the rows read (x0, x1, x2, dout) and written (dx0, dx1, dx2).
   const int in_lead[4] = {lead_of(x0), lead_of(x0 + p.x_stride[1]), lead_of(x0 + 2 * p.x_stride[1]), lead_of(g)};
   const int dx_lead[3] = {lead_of(dx0), lead_of(dx0 + p.dx_stride[1]), lead_of(dx0 + 2 * p.dx_stride[1])};

@@ -37,7 +37,7 @@ __global__ void __launch_bounds__(kB2BShortThreads, 5)
   const T* x2 = x1 + p.x_stride[1];
   T* out = static_cast<T*>(p.out) + w.b * p.out_stride[0] + w.c * p.out_stride[1];
   const int steps = w.steps;
-  auto lead_of = [](const T* row) { return kRealigned ? row_lead(row) : 0; };
+  auto lead_of = [](const T* row) { return kRealigned ? int(row_shift16(row)) : 0; };
   const int lead0 = lead_of(x0), lead1 = lead_of(x1), lead2 = lead_of(x2), lead_out = lead_of(out);
   constexpr int kPrimingLanes = S::kPrimingLanes + (kRealigned ? 1 : 0);
 

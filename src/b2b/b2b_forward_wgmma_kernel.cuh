@@ -95,7 +95,7 @@ __global__ void __launch_bounds__(WgmmaToeplitzTile::kThreads, 3)
   // to unit u % 8 of row x_row + u / 8. A thread's units are the same in every row and tile.
   const int64_t x_stride = p.x_stride[1];
   // kRealigned: x row j's and the output row's values past the 16-byte boundary before them.
-  auto lead_of = [](const T* row) { return kRealigned ? row_lead(row) : 0; };
+  auto lead_of = [](const T* row) { return kRealigned ? int(row_shift16(row)) : 0; };
   const int lead0 = lead_of(x0), lead1 = lead_of(x0 + x_stride), lead2 = lead_of(x0 + 2 * x_stride);
   auto x_lead = [=](int j) { return j == 0 ? lead0 : j == 1 ? lead1 : lead2; };
   auto stage = [&](int slot, int64_t tile) {

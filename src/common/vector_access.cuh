@@ -97,12 +97,6 @@ __device__ __forceinline__ void store_raw16(void* dst, const uint4& v) {
 #endif
 }
 
-// The values of T a row lies past the 16-byte boundary before it (its `lead`; 0 when aligned).
-template <typename T>
-__device__ __forceinline__ int row_lead(const T* row) {
-  return int((reinterpret_cast<uintptr_t>(row) & 15) / sizeof(T));
-}
-
 // The 16-byte unit at `unit` (aligned) with its bytes outside [lo, hi) zeroed.
 __device__ __forceinline__ uint4 masked_unit(const void* unit, int lo, int hi) {
   uint4 v = *reinterpret_cast<const uint4*>(unit);
