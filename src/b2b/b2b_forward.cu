@@ -52,6 +52,14 @@ bool try_launch_tc(const B2BForwardParams& p, const B2BTiling& tiling, cudaStrea
 // kernel (for comparisons).
 constexpr bool kB2BTf32x3Forward = true;
 
+// Its z and gate projections at Kp <= 4 by 16-byte units with the taps in registers
+// (b2b_forward_tf32_kernel.cuh, kUnitProjections; session 34, not yet on the GPU): the per-step tap
+// loop over shared memory was ~70 % of the kernel's instructions (sm_90a SASS: ~110 a z step at
+// Kp 3, against the mixer's ~300 a warp-tile at Km 16), and fp32 B1 D4096 L8192 Kp3 takes ~440 us
+// at Km16 and 582 at Km128 on the H100, flat where the mixer is small. Predicted: Km128 0.58 ->
+// ~0.42 ms, Km16 0.44 -> ~0.25 (H100).
+constexpr bool kB2BTf32UnitProjections = false;
+
 // The warpgroup-MMA forms need an sm_90a image in this build and a compute capability 9.0 device.
 bool wgmma_forms_available() {
 #ifdef CAUSALCONV_HAS_SM90A
@@ -66,10 +74,16 @@ bool try_launch_tf32(const B2BForwardParams& p, const B2BTiling& tiling, cudaStr
   if (!std::is_same<T, float>::value || !kB2BTf32x3Forward || p.mixer_width < kB2BTcMinMixerWidth ||
       p.mixer_width > 256)
     return false;
-  constexpr size_t smem = B2BTf32Layout::kBytes;
-  allow_dynamic_shared_memory(b2b_forward_tf32x3_kernel, smem, "b2b_causal_conv1d forward (shared-memory opt-in)");
-  const dim3 grid(unsigned(p.batch * p.dim), unsigned(tiling.tile_blocks));
-  b2b_forward_tf32x3_kernel<<<grid, ToeplitzTile::kThreads, smem, stream>>>(p, tiling);
+  auto launch = [&](auto kernel) {
+    constexpr size_t smem = B2BTf32Layout::kBytes;
+    allow_dynamic_shared_memory(kernel, smem, "b2b_causal_conv1d forward (shared-memory opt-in)");
+    const dim3 grid(unsigned(p.batch * p.dim), unsigned(tiling.tile_blocks));
+    kernel<<<grid, ToeplitzTile::kThreads, smem, stream>>>(p, tiling);
+  };
+  if (kB2BTf32UnitProjections && p.proj_width <= kB2BUnitProjectionTaps)
+    launch(b2b_forward_tf32x3_kernel<true>);
+  else
+    launch(b2b_forward_tf32x3_kernel<false>);
   return true;
 }
 

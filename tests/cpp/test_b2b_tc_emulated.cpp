@@ -57,7 +57,8 @@ struct Case {
 
 // The mma.sync form (b2b_forward_tc_kernel) or, on rows of 16-byte vectors, the wgmma form, or the
 // wgmma form on rows off the 16-byte grid (kRealigned; x's rows at stride L + 3, out's at L + 5).
-enum class Form { mma_sync, wgmma, wgmma_realigned };
+// fp32: the tf32x3 form, with its projections per step (mma_sync) or by units (tf32_unit_projections).
+enum class Form { mma_sync, wgmma, wgmma_realigned, tf32_unit_projections };
 
 template <typename T, int kMaxBlocks, bool kGuard>
 void launch_emulated(const detail::B2BForwardParams& f) {
@@ -68,12 +69,17 @@ void launch_emulated(const detail::B2BForwardParams& f) {
               [&] { detail::b2b_forward_tc_kernel_emulated<T, kMaxBlocks, kGuard>(f, tiling); });
 }
 
-void launch_tf32_emulated(const detail::B2BForwardParams& f) {
+void launch_tf32_emulated(const detail::B2BForwardParams& f, bool unit_projections) {
   const detail::B2BTiling tiling =
       detail::make_b2b_tiling(f.length, detail::B2BForwardTile::kOutputs, detail::kB2BForwardTilesPerBlock);
   const emu::Dim3 grid{unsigned(f.batch * f.dim), unsigned(tiling.tile_blocks), 1};
   emu::launch(grid, detail::ToeplitzTile::kThreads, size_t(detail::B2BTf32Layout::kBytes),
-              [&] { detail::b2b_forward_tf32x3_kernel_emulated(f, tiling); });
+              [&] {
+                if (unit_projections)
+                  detail::b2b_forward_tf32x3_kernel_emulated<true>(f, tiling);
+                else
+                  detail::b2b_forward_tf32x3_kernel_emulated<false>(f, tiling);
+              });
 }
 
 template <typename T, int kMixerBlocks, bool kRealigned, bool kGuard>
@@ -88,7 +94,8 @@ void launch_wgmma_emulated(const detail::B2BForwardParams& f, int64_t tiles_per_
 
 template <typename T>
 void run_case(const Case& cs, Form form = Form::mma_sync) {
-  const char* const name = std::is_same_v<T, float>     ? "tf32x3"
+  const char* const name = form == Form::tf32_unit_projections ? "tf32x3 unit projections"
+                           : std::is_same_v<T, float>     ? "tf32x3"
                            : form == Form::wgmma           ? "wgmma"
                            : form == Form::wgmma_realigned ? "wgmma realigned"
                                                            : "mma.sync";
@@ -119,7 +126,7 @@ void run_case(const Case& cs, Form form = Form::mma_sync) {
 
   const detail::B2BForwardParams f = test::b2b_forward_params(x_e, wp_e, wm_e, skip_e, out_e);
   if constexpr (std::is_same_v<T, float>) {
-    launch_tf32_emulated(f);
+    launch_tf32_emulated(f, form == Form::tf32_unit_projections);
   } else {  // the 16-bit forms at the guard the library builds, except for cases with NaN (toeplitz_guard_choice.h)
     test::with_guard_for(cs.nonfinite_at >= 0, [&](auto guard) {
       constexpr bool kGuard = decltype(guard)::value;
@@ -262,7 +269,10 @@ TEST(B2BTensorCoreEmulated, Float32Tf32x3) {
       {1, 1, 300, 5, 255},     // L < ... Km
       {1, 2, 3000, 3, 128, 32, 2030},  // NaN / inf kept causal (the guard's slow path)
   };
-  for (const Case& c : cases) run_case<float>(c);
+  for (const Case& c : cases) {
+    run_case<float>(c);
+    if (c.kp <= detail::kB2BUnitProjectionTaps) run_case<float>(c, Form::tf32_unit_projections);
+  }
 }
 
 // NaN and infinities stay causal on the 16-bit forms (with their guard): near a 2048-step tile's
