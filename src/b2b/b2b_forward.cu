@@ -1,8 +1,9 @@
 // Launcher of the fused b2b_causal_conv1d forward (the kernels: b2b_forward_short_kernel.cuh
 // for short filters on 16-byte rows, b2b_forward_wgmma_kernel.cuh on Hopper's warpgroup MMA for
 // wider mixers on 16-byte rows, b2b_forward_tc_kernel.cuh on the tensor cores (mma.sync) for
-// the other rows, b2b_forward_tf32_kernel.cuh for fp32 wide mixers on tf32 tensor cores,
-// b2b_forward_kernel.cuh on the CUDA cores for everything else).
+// the other rows, b2b_forward_tf32_kernel.cuh for fp32 wide mixers on tf32 tensor cores (on
+// warpgroup MMA: b2b_forward_wgmma_tf32_kernel.cuh), b2b_forward_kernel.cuh on the CUDA cores for
+// everything else).
 #include <algorithm>
 #include <type_traits>
 
@@ -11,6 +12,7 @@
 #include "b2b/b2b_forward_tc_kernel.cuh"
 #include "b2b/b2b_forward_tf32_kernel.cuh"
 #include "b2b/b2b_forward_wgmma_kernel.cuh"
+#include "b2b/b2b_forward_wgmma_tf32_kernel.cuh"
 #include "b2b/b2b_kernels.h"
 #include "b2b/b2b_tiling.cuh"
 #include "common/cuda_runtime.h"
@@ -60,6 +62,25 @@ constexpr bool kB2BTf32x3Forward = true;
 // ~0.42 ms, Km16 0.44 -> ~0.25 (H100).
 constexpr bool kB2BTf32UnitProjections = false;
 
+// The fp32 mixer on Hopper's warpgroup MMA at Kp <= 4, with the unit projections
+// (b2b_forward_wgmma_tf32_kernel.cuh; any rows). Deleted in session 33 when, with the projections a
+// step at a time, it lost to the mma.sync form at every width but Km256 on the H100 (Km128 634
+// against 582 us); brought back in session 34 on the finding that the projections, not the mixer,
+// held both forms at their flat ~440-600 us. Off until timed against both mma.sync forms. Predicted:
+// Km128 ~0.25 ms on the H100 (the depthwise fp32 wgmma form's 0.18 plus the projections and a third
+// x row).
+constexpr bool kB2BWgmmaTf32x3Forward = false;
+
+template <int kMixerBlocks>
+void launch_wgmma_tf32x3(const B2BForwardParams& p, cudaStream_t stream) {
+  constexpr int smem = B2BWgmmaTf32Layout<kMixerBlocks>::kBytes;
+  auto* const kernel = b2b_forward_wgmma_tf32x3_kernel<kMixerBlocks>;
+  allow_dynamic_shared_memory(kernel, smem, "b2b_causal_conv1d forward (shared-memory opt-in)");
+  const B2BTiling tiling = make_b2b_tiling(p.length, WgmmaToeplitzTile::kOutputs, kB2BForwardTilesPerBlock);
+  const dim3 grid(unsigned(p.batch * p.dim), unsigned(tiling.tile_blocks));
+  kernel<<<grid, WgmmaToeplitzTile::kThreads, smem, stream>>>(p, tiling.tiles);
+}
+
 // The warpgroup-MMA forms need an sm_90a image in this build and a compute capability 9.0 device.
 bool wgmma_forms_available() {
 #ifdef CAUSALCONV_HAS_SM90A
@@ -69,11 +90,18 @@ bool wgmma_forms_available() {
 #endif
 }
 
+bool try_launch_wgmma_tf32x3(const B2BForwardParams& p, cudaStream_t stream) {
+  if (!kB2BWgmmaTf32x3Forward || p.proj_width > kB2BUnitProjectionTaps || !wgmma_forms_available()) return false;
+  with_toeplitz64_blocks(p.mixer_width, [&](auto blocks) { launch_wgmma_tf32x3<decltype(blocks)::value>(p, stream); });
+  return true;
+}
+
 template <typename T>
 bool try_launch_tf32(const B2BForwardParams& p, const B2BTiling& tiling, cudaStream_t stream) {
   if (!std::is_same<T, float>::value || !kB2BTf32x3Forward || p.mixer_width < kB2BTcMinMixerWidth ||
       p.mixer_width > 256)
     return false;
+  if (try_launch_wgmma_tf32x3(p, stream)) return true;
   auto launch = [&](auto kernel) {
     constexpr size_t smem = B2BTf32Layout::kBytes;
     allow_dynamic_shared_memory(kernel, smem, "b2b_causal_conv1d forward (shared-memory opt-in)");

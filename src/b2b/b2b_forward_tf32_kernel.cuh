@@ -10,9 +10,9 @@
 //      projections (Kp FMAs each) and z = x1 v, split into tf32 hi / lo tiles; for the tile's own
 //      steps also the gate x2 (row 3c's projection), into a gate tile. The stage is then free, and
 //      the next tile's rows are copied into it while the tensor cores work. kUnitProjections
-//      (Kp <= 4): a thread takes 4 consecutive steps (one 16-byte unit of each row and tile) with
-//      the taps, zero-padded in front to 4, in registers, instead of single steps through a tap
-//      loop over shared memory (~110 instructions a step at Kp 3: ~70 % of the tile's);
+//      (Kp <= 4): by 16-byte units with the taps in registers (b2b_tf32_unit_projections), instead
+//      of a step at a time through a tap loop over shared memory (~70 % of the tile's instructions
+//      at Kp 3, Km 16);
 //   3. each warp's 32 output chunks: h = Tm * z (the tf32x3 MMAs over z's tiles), then
 //      out = gate * (h + skip * z), with z as hi + lo, into the output tile, written back in
 //      16-byte units.
@@ -79,61 +79,6 @@ static __device__ __noinline__ void b2b_tf32_direct_tile(float* out_s, const flo
   }
 }
 
-// Phase 2 by units (kUnitProjections, Kp <= kB2BUnitProjectionTaps): the thread's z units u (steps
-// 4u .. 4u + 3 of the z range) and, where they are output steps, the gate's. w[j][k] multiplies
-// x_j[s - 3 + k]; the taps before 4 - Kp are skipped, not zero (0 * inf would put NaN where the
-// projection has no term). The units of a warp are consecutive: its 16-byte shared loads and the
-// z tiles' stores are conflict-free.
-constexpr int kB2BUnitProjectionTaps = 4;
-
-__device__ __forceinline__ void b2b_tf32_unit_projections(unsigned char* z_hi_s, unsigned char* z_lo_s,
-                                                          float* gate_s, const float* x0_s, const float* x1_s,
-                                                          const float* v_s, const float* wp_s, int kp,
-                                                          int z_steps, int halo) {
-  using Layout = B2BTf32Layout;
-  constexpr int kTaps = kB2BUnitProjectionTaps;
-  float w[3][kTaps];
-#pragma unroll
-  for (int j = 0; j < 3; ++j)
-#pragma unroll
-    for (int k = 0; k < kTaps; ++k) w[j][k] = wp_s[32 * j + (k >= kTaps - kp ? k - (kTaps - kp) : 0)];
-  // The projection of row x_s at steps s .. s + 3 (s a multiple of 4): from units s / 4 - 1 and s / 4.
-  auto project = [&](const float* x_s, const float (&wj)[kTaps], int s, float (&out)[4]) {
-    const float4 a = *reinterpret_cast<const float4*>(x_s + s - 4), b = *reinterpret_cast<const float4*>(x_s + s);
-    const float xs[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};  // steps s - 4 .. s + 3
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      float acc = 0.0f;
-#pragma unroll
-      for (int k = 0; k < kTaps; ++k)
-        if (k >= kTaps - kp) acc = fmaf(wj[k], xs[i + 1 + k], acc);
-      out[i] = acc;
-    }
-  };
-  static_assert(Layout::kReach >= 4 && Layout::kReach % 4 == 0, "the unit before the z range is staged");
-#pragma unroll 1
-  for (int u = int(threadIdx.x); 4 * u < z_steps; u += ToeplitzTile::kThreads) {
-    const int s = 4 * u + Layout::kReach;
-    float p1[4], p2[4];
-    project(x1_s, w[1], s, p1);
-    project(v_s, w[2], s, p2);
-    uint4 hi, lo;
-    tf32_split(p1[0] * p2[0], hi.x, lo.x);
-    tf32_split(p1[1] * p2[1], hi.y, lo.y);
-    tf32_split(p1[2] * p2[2], hi.z, lo.z);
-    tf32_split(p1[3] * p2[3], hi.w, lo.w);
-    const int offset = tf32_unit_offset(u >> 2, u & 3);
-    *reinterpret_cast<uint4*>(z_hi_s + offset) = hi;
-    *reinterpret_cast<uint4*>(z_lo_s + offset) = lo;
-    const int i = 4 * u - 16 * halo;  // output step in the tile
-    if (i >= 0) {
-      float g[4];
-      project(x0_s, w[0], s, g);
-      *reinterpret_cast<float4*>(gate_s + (i >> 4) * Layout::kOutRow + (i & 15)) = make_float4(g[0], g[1], g[2], g[3]);
-    }
-  }
-}
-
 // Block (b*D + c, y) walks tiles y, y + gridDim.y, ...
 template <bool kUnitProjections>
 __global__ void __launch_bounds__(ToeplitzTile::kThreads)
@@ -189,7 +134,10 @@ __global__ void __launch_bounds__(ToeplitzTile::kThreads)
     const float* x1_s = x_stage(1);
     const float* v_s = x_stage(2);
     if constexpr (kUnitProjections) {
-      b2b_tf32_unit_projections(z_hi_s, z_lo_s, gate_s, x0_s, x1_s, v_s, wp_s, kp, z_steps, halo);
+      b2b_tf32_unit_projections<Layout::kReach>(
+          z_hi_s, z_lo_s, gate_s, x0_s, x1_s, v_s, wp_s, kp, z_steps / 4, 16 * halo, Tile::kThreads,
+          [](int u) { return tf32_unit_offset(u >> 2, u & 3); },
+          [](int i) { return (i >> 4) * Layout::kOutRow + (i & 15); });
     } else {
 #pragma unroll 1
       for (int zi = int(threadIdx.x); zi < z_steps; zi += Tile::kThreads) {

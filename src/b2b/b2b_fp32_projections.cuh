@@ -1,11 +1,13 @@
-// The b2b fp32 tensor-core forward's projections on the CUDA cores (b2b_forward_tf32_kernel.cuh):
-// the three rows' taps staged in shared memory, and a projection's value over a staged x row.
+// The b2b fp32 tensor-core forwards' projections on the CUDA cores (b2b_forward_tf32_kernel.cuh,
+// b2b_forward_wgmma_tf32_kernel.cuh): the three rows' taps staged in shared memory, a projection's
+// value over a staged x row, and z's tf32 parts and the gate by 16-byte units.
 #pragma once
 
 #include <cstdint>
 
 #include "b2b/b2b_kernels.h"
 #include "common/cuda_math.cuh"
+#include "common/toeplitz_tf32.cuh"
 
 namespace causalconv::detail {
 
@@ -25,6 +27,66 @@ __device__ __forceinline__ float b2b_staged_projection(const float* x_s, const f
   float acc = 0.0f;
   for (int k = 0; k < kp; ++k) acc = fmaf(wp[k], x_s[s - (kp - 1 - k)], acc);
   return acc;
+}
+
+// z and the gate by 16-byte units, Kp <= kB2BUnitProjectionTaps (the kernels' kUnitProjections): the
+// thread's z units u < z_units (steps 4u .. 4u + 3 of the z range, at local steps s = 4u + kReach ..
+// of the staged plain fp32 rows) go split to z_unit_offset(u) of z_hi_s and z_lo_s, and where 4u >=
+// out_first (output steps i = 4u - out_first ..) the gate goes to gate_s + gate_offset(i) (4 words,
+// 16-byte aligned). The taps sit in registers: w[j][k] multiplies x_j[s - 3 + k]; the taps before
+// 4 - Kp are skipped, not zero (0 * inf would put NaN where the projection has no term). Same
+// products in the same order as b2b_staged_projection. A step-by-step tap loop over shared memory
+// took ~115 sm_90a instructions a z step at Kp 3; this ~25. A warp's units are consecutive: its
+// 16-byte loads from the rows are conflict-free.
+constexpr int kB2BUnitProjectionTaps = 4;
+
+template <int kReach, typename ZUnitOffset, typename GateOffset>
+__device__ __forceinline__ void b2b_tf32_unit_projections(unsigned char* z_hi_s, unsigned char* z_lo_s,
+                                                          float* gate_s, const float* x0_s, const float* x1_s,
+                                                          const float* v_s, const float* wp_s, int kp, int z_units,
+                                                          int out_first, int threads, ZUnitOffset z_unit_offset,
+                                                          GateOffset gate_offset) {
+  constexpr int kTaps = kB2BUnitProjectionTaps;
+  static_assert(kReach >= 4 && kReach % 4 == 0, "the unit before the z range is staged");
+  float w[3][kTaps];
+#pragma unroll
+  for (int j = 0; j < 3; ++j)
+#pragma unroll
+    for (int k = 0; k < kTaps; ++k) w[j][k] = wp_s[32 * j + (k >= kTaps - kp ? k - (kTaps - kp) : 0)];
+  // Row x_s's projection at steps s .. s + 3 (s a multiple of 4), from units s / 4 - 1 and s / 4.
+  auto project = [&](const float* x_s, const float (&wj)[kTaps], int s, float (&out)[4]) {
+    const float4 a = *reinterpret_cast<const float4*>(x_s + s - 4), b = *reinterpret_cast<const float4*>(x_s + s);
+    const float xs[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};  // steps s - 4 .. s + 3
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      float acc = 0.0f;
+#pragma unroll
+      for (int k = 0; k < kTaps; ++k)
+        if (k >= kTaps - kp) acc = fmaf(wj[k], xs[i + 1 + k], acc);
+      out[i] = acc;
+    }
+  };
+#pragma unroll 1
+  for (int u = int(threadIdx.x); u < z_units; u += threads) {
+    const int s = 4 * u + kReach;
+    float p1[4], p2[4];
+    project(x1_s, w[1], s, p1);
+    project(v_s, w[2], s, p2);
+    uint4 hi, lo;
+    tf32_split(p1[0] * p2[0], hi.x, lo.x);
+    tf32_split(p1[1] * p2[1], hi.y, lo.y);
+    tf32_split(p1[2] * p2[2], hi.z, lo.z);
+    tf32_split(p1[3] * p2[3], hi.w, lo.w);
+    const int offset = z_unit_offset(u);
+    *reinterpret_cast<uint4*>(z_hi_s + offset) = hi;
+    *reinterpret_cast<uint4*>(z_lo_s + offset) = lo;
+    const int i = 4 * u - out_first;
+    if (i >= 0) {
+      float g[4];
+      project(x0_s, w[0], s, g);
+      *reinterpret_cast<float4*>(gate_s + gate_offset(i)) = make_float4(g[0], g[1], g[2], g[3]);
+    }
+  }
 }
 
 }  // namespace causalconv::detail

@@ -1,7 +1,7 @@
 // The 64-step-chunk Toeplitz form (common/toeplitz_wgmma.cuh) on Hopper's warpgroup MMA with fp32
 // operands split in two tf32 parts (common/toeplitz_tf32.cuh: the precision, ~2^-21 of each term):
 // the tile layout, the lag filter, the MMAs and the output tile's stores of the depthwise fp32 forward
-// (sm_90a; the split itself: tf32_split_units, tf32_split).
+// and the b2b fp32 mixer (sm_90a; the split itself: tf32_split_units, tf32_split).
 #pragma once
 
 #include <cstdint>
@@ -35,6 +35,12 @@ template <int kBlocks>
 __device__ __forceinline__ int wgmma_tf32_unit_offset(int u) {
   const int h = u & 15;
   return (h >> 3) * WgmmaTf32Tile<kBlocks>::kHalfBytes + swizzled_unit_offset(u >> 4, h & 7);
+}
+
+// Byte offset of step s (0-63) of chunk row m of a tile.
+template <int kBlocks>
+__device__ __forceinline__ int wgmma_tf32_element_offset(int m, int s) {
+  return wgmma_tf32_unit_offset<kBlocks>(16 * m + (s >> 2)) + 4 * (s & 3);
 }
 
 // The lag filter's tf32 parts at wr_hi_s[64 + s], wr_lo_s[64 + s] for lags s in [-64, 64 kBlocks)

@@ -21,6 +21,9 @@
 #define b2b_forward_tf32x3_kernel b2b_forward_tf32x3_kernel_emulated
 #include "b2b/b2b_forward_tf32_kernel.cuh"
 #undef b2b_forward_tf32x3_kernel
+#define b2b_forward_wgmma_tf32x3_kernel b2b_forward_wgmma_tf32x3_kernel_emulated
+#include "b2b/b2b_forward_wgmma_tf32_kernel.cuh"
+#undef b2b_forward_wgmma_tf32x3_kernel
 
 #include <gtest/gtest.h>
 
@@ -57,7 +60,8 @@ struct Case {
 
 // The mma.sync form (b2b_forward_tc_kernel) or, on rows of 16-byte vectors, the wgmma form, or the
 // wgmma form on rows off the 16-byte grid (kRealigned; x's rows at stride L + 3, out's at L + 5).
-// fp32: the tf32x3 form, with its projections per step (mma_sync) or by units (tf32_unit_projections).
+// fp32: the tf32x3 form, with its projections per step (mma_sync) or by units (tf32_unit_projections),
+// or the wgmma tf32x3 form (wgmma).
 enum class Form { mma_sync, wgmma, wgmma_realigned, tf32_unit_projections };
 
 template <typename T, int kMaxBlocks, bool kGuard>
@@ -82,6 +86,15 @@ void launch_tf32_emulated(const detail::B2BForwardParams& f, bool unit_projectio
               });
 }
 
+template <int kMixerBlocks>
+void launch_wgmma_tf32_emulated(const detail::B2BForwardParams& f, int64_t tiles_per_block) {
+  using Tile = detail::WgmmaToeplitzTile;
+  const int64_t tiles = (f.length + Tile::kOutputs - 1) / Tile::kOutputs;
+  const emu::Dim3 grid{unsigned(f.batch * f.dim), unsigned((tiles + tiles_per_block - 1) / tiles_per_block), 1};
+  emu::launch(grid, Tile::kThreads, size_t(detail::B2BWgmmaTf32Layout<kMixerBlocks>::kBytes),
+              [&] { detail::b2b_forward_wgmma_tf32x3_kernel_emulated<kMixerBlocks>(f, tiles); });
+}
+
 template <typename T, int kMixerBlocks, bool kRealigned, bool kGuard>
 void launch_wgmma_emulated(const detail::B2BForwardParams& f, int64_t tiles_per_segment) {
   using Tile = detail::WgmmaToeplitzTile;
@@ -94,7 +107,8 @@ void launch_wgmma_emulated(const detail::B2BForwardParams& f, int64_t tiles_per_
 
 template <typename T>
 void run_case(const Case& cs, Form form = Form::mma_sync) {
-  const char* const name = form == Form::tf32_unit_projections ? "tf32x3 unit projections"
+  const char* const name = form == Form::tf32_unit_projections    ? "tf32x3 unit projections"
+                           : std::is_same_v<T, float> && form == Form::wgmma ? "wgmma tf32x3"
                            : std::is_same_v<T, float>     ? "tf32x3"
                            : form == Form::wgmma           ? "wgmma"
                            : form == Form::wgmma_realigned ? "wgmma realigned"
@@ -126,7 +140,12 @@ void run_case(const Case& cs, Form form = Form::mma_sync) {
 
   const detail::B2BForwardParams f = test::b2b_forward_params(x_e, wp_e, wm_e, skip_e, out_e);
   if constexpr (std::is_same_v<T, float>) {
-    launch_tf32_emulated(f, form == Form::tf32_unit_projections);
+    if (form == Form::wgmma) {
+      detail::with_toeplitz64_blocks(
+          Km, [&](auto blocks) { launch_wgmma_tf32_emulated<decltype(blocks)::value>(f, cs.tiles_per_segment); });
+    } else {
+      launch_tf32_emulated(f, form == Form::tf32_unit_projections);
+    }
   } else {  // the 16-bit forms at the guard the library builds, except for cases with NaN (toeplitz_guard_choice.h)
     test::with_guard_for(cs.nonfinite_at >= 0, [&](auto guard) {
       constexpr bool kGuard = decltype(guard)::value;
@@ -273,6 +292,23 @@ TEST(B2BTensorCoreEmulated, Float32Tf32x3) {
     run_case<float>(c);
     if (c.kp <= detail::kB2BUnitProjectionTaps) run_case<float>(c, Form::tf32_unit_projections);
   }
+}
+
+// fp32 on warpgroup MMA (4096-step tiles; the last field but one is the tiles a block walks; Kp <= 4,
+// the unit projections): every mixer block count, L = 1, L < Km, partial tiles, blocks walking
+// several tiles through the one stage, row strides L + 3 (cp.async and element staging), NaN / inf
+// kept causal (the slow path).
+TEST(B2BTensorCoreEmulated, WgmmaFloat32Tf32x3) {
+  const Case cases[] = {
+      {1, 1, 1, 2, 16},                // L = 1
+      {2, 2, 2100, 3, 9, 8},           // narrowest mixer (2 blocks), one partial tile
+      {1, 1, 1100, 4, 256},            // widest: 5 blocks; L < tile
+      {1, 1, 9000, 4, 128, 8},         // 3 tiles walked by one block; partial last
+      {1, 2, 9000, 3, 193, 1},         // 4 blocks; one tile per block
+      {1, 1, 300, 2, 255},             // L < Km
+      {1, 2, 5000, 3, 65, 8, 4090},    // NaN / inf across a tile boundary
+  };
+  for (const Case& c : cases) run_case<float>(c, Form::wgmma);
 }
 
 // NaN and infinities stay causal on the 16-bit forms (with their guard): near a 2048-step tile's
