@@ -11,8 +11,10 @@
 // (depthwise_direct.cuh). kShiftedRows: rows of x and y off the 16-byte boundary by the same lead
 // are walked from the boundary before them (common/toeplitz_mma.cuh, kToeplitzShiftedRows); `tiles`
 // then counts the walk's (toeplitz_walk_length). (A row whose lead pushes it past a tile boundary
-// gets a spare last tile of a few outputs through the MMAs: by the direct tap loop it was slower on
-// the H200, session 30.)
+// gets a spare last tile of a few outputs through the MMAs: by one thread's direct tap loop it was
+// slower on the H200, session 30. kWalkTail, the four depthwise Toeplitz forwards: `tiles` counts
+// the row's own and the block that walked the last computes the rest cooperatively,
+// depthwise_walk_tail.)
 #pragma once
 
 #include <type_traits>
@@ -69,7 +71,7 @@ constexpr int depthwise_tc_smem_bytes() {
          2 * toeplitz_lag_filter_size<kMaxBlocks>() + 16 * 32 * kMaxBlocks;
 }
 
-template <typename T, int kMaxBlocks, bool kGuard, bool kShiftedRows>
+template <typename T, int kMaxBlocks, bool kGuard, bool kShiftedRows, bool kWalkTail = kToeplitzWalkTail>
 __global__ void __launch_bounds__(ToeplitzTile::kThreads)
     depthwise_forward_tc_kernel(DepthwiseForwardParams p, int64_t tiles) {
   using Tile = ToeplitzTile;
@@ -129,6 +131,9 @@ __global__ void __launch_bounds__(ToeplitzTile::kThreads)
     }
     toeplitz_store_outputs(y_walk, out_s, j0, n, lead);
   }
+  if constexpr (kShiftedRows && kWalkTail)
+    depthwise_walk_tail<Tile::kThreads>(x, y, w, p.w_stride[1], width, tiles, Tile::kOutputs, lead, p.length, bias,
+                                        p.silu);
 }
 
 }  // namespace causalconv::detail

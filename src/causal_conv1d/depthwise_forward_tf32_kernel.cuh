@@ -33,7 +33,7 @@ struct DepthwiseTf32Smem {
   static constexpr int kBytes = 3 * kInBytes + 4 * kOutWords + 2 * 4 * kFilterWords;
 };
 
-template <bool kShiftedRows>
+template <bool kShiftedRows, bool kWalkTail = kToeplitzWalkTail>
 __global__ void __launch_bounds__(ToeplitzTile::kThreads)
     depthwise_forward_tf32x3_kernel(DepthwiseForwardParams p, int64_t tiles) {
   using Tile = ToeplitzTile;
@@ -99,6 +99,9 @@ __global__ void __launch_bounds__(ToeplitzTile::kThreads)
     toeplitz_store_outputs(
         y_walk, out_s, j0, n, [](int u) { return (u >> 2) * Smem::kOutRow + 4 * (u & 3); }, lead);
   }
+  if constexpr (kShiftedRows && kWalkTail)
+    depthwise_walk_tail<Tile::kThreads>(x, y, w, p.w_stride[1], width, tiles, Tile::kOutputs, lead, p.length, bias,
+                                        p.silu);
 }
 
 }  // namespace causalconv::detail

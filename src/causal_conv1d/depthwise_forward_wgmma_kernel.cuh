@@ -178,7 +178,7 @@ constexpr int wgmma_min_blocks_per_sm(int blocks) { return blocks >= 4 ? 4 : 0; 
 // kShiftedRows: rows off the 16-byte boundary, each x row the same distance past one as its y row
 // (the launcher checks), are walked from the boundary before them (common/toeplitz_mma.cuh,
 // kToeplitzShiftedRows); `tiles` then counts the walk's.
-template <typename T, int kBlocks, bool kGuard, bool kShiftedRows>
+template <typename T, int kBlocks, bool kGuard, bool kShiftedRows, bool kWalkTail = kToeplitzWalkTail>
 __global__ void __launch_bounds__(WgmmaToeplitzTile::kThreads, wgmma_min_blocks_per_sm(kBlocks))
     depthwise_forward_wgmma_kernel(DepthwiseForwardParams p, int64_t tiles) {
 #ifdef CAUSALCONV_SM90A
@@ -238,6 +238,9 @@ __global__ void __launch_bounds__(WgmmaToeplitzTile::kThreads, wgmma_min_blocks_
     }
     wgmma_toeplitz_store_tile(y_walk, out_s, 0, j0, n, lead);
   }
+  if constexpr (kShiftedRows && kWalkTail)
+    depthwise_walk_tail<Tile::kThreads>(x, y, w, p.w_stride[1], int(p.width), tiles, Tile::kOutputs, lead, p.length,
+                                        bias, p.silu);
 #endif
 }
 

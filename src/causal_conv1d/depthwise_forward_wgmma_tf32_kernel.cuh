@@ -53,7 +53,7 @@ struct DepthwiseWgmmaTf32Smem {
 
 // kShiftedRows: rows off the 16-byte boundary, each x row the same distance past one as its y row
 // (the launcher checks), walked from the boundary before them (common/toeplitz_mma.cuh).
-template <int kBlocks, bool kShiftedRows>
+template <int kBlocks, bool kShiftedRows, bool kWalkTail = kToeplitzWalkTail>
 __global__ void __launch_bounds__(WgmmaToeplitzTile::kThreads)
     depthwise_forward_wgmma_tf32x3_kernel(DepthwiseForwardParams p, int64_t tiles) {
 #ifdef CAUSALCONV_SM90A
@@ -118,6 +118,9 @@ __global__ void __launch_bounds__(WgmmaToeplitzTile::kThreads)
     }
     wgmma_tf32_store_outputs<kBlocks>(y_walk, out_s, j0, n, lead);
   }
+  if constexpr (kShiftedRows && kWalkTail)
+    depthwise_walk_tail<Tile::kThreads>(x, y, w, p.w_stride[1], int(p.width), tiles, Tile::kOutputs, lead, p.length,
+                                        bias, p.silu);
 #endif
 }
 

@@ -147,6 +147,23 @@ __host__ __device__ constexpr int64_t toeplitz_walk_length(int64_t length, bool 
   return length + (kToeplitzShiftedRows && !rows_aligned ? 16 / elem_bytes - 1 : 0);
 }
 
+// A shifted walk of L + lead steps needs a spare last tile wherever the lead pushes the row past a
+// tile boundary (bf16 L8191: leads 2-7, 7 rows in 8), and the spare tile costs a whole tile's MMAs for
+// at most 7 outputs: bf16 B1 C4096 L8191 K128 71.1 us against ~50 at L8192 (session 30). With this
+// flag the depthwise Toeplitz forwards take only the tiles of the row's own length, and the block
+// that walked the last one computes the walk's remaining outputs (its tail, at most a unit's values
+// minus one) by depthwise_walk_tail: 16 threads an output, each a strided share of the taps with its
+// loads all in flight (session 30's direct loop for the spare tile, one thread's serial chain of K
+// dependent loads, lost: K128 97 us). Written in session 34: off until the GPU times it.
+constexpr bool kToeplitzWalkTail = false;
+
+// Steps the depthwise Toeplitz forwards tile (their grid's tiles): the walk's, or with
+// kToeplitzWalkTail the row's own (the rest is the tail).
+__host__ __device__ constexpr int64_t toeplitz_forward_tiled_length(int64_t length, bool rows_aligned,
+                                                                    int elem_bytes) {
+  return kToeplitzWalkTail ? length : toeplitz_walk_length(length, rows_aligned, elem_bytes);
+}
+
 // Calls f(std::bool_constant<shifted>), the kernels' kShiftedRows: true only where some row is off
 // the 16-byte boundary, so that aligned rows keep the unshifted kernels' code (the shifted ones
 // hold the lead and the walk's pointers in registers too).
