@@ -96,7 +96,7 @@ __global__ void __launch_bounds__(WgmmaToeplitzTile::kThreads)
   if (int64_t(blockIdx.y) < tiles) stage(blockIdx.y);
   cp_async_commit();
   const float* const wm = static_cast<const float*>(p.weight_mixer) + c * p.wm_stride[0];
-  wgmma_tf32_lag_filter<kMixerBlocks, false>(wm_hi_s, wm_lo_s, wm, p.wm_stride[1], km);
+  wgmma_tf32_lag_filter<kMixerBlocks>(wm_hi_s, wm_lo_s, wm, p.wm_stride[1], km);
   b2b_stage_projection_taps(wp_s, p, c, Tile::kThreads);
   const float skip = static_cast<const float*>(p.skip_bias)[c * p.skip_stride];
 
@@ -118,7 +118,7 @@ __global__ void __launch_bounds__(WgmmaToeplitzTile::kThreads)
 
     // 3. h[r][n] at output step 64 n + r, z chunk n + H.
     float h[32];
-    wgmma_tf32x3_toeplitz<kMixerBlocks, false>(h, wm_hi_s, wm_lo_s, sm90::smem_u32(z_hi_s), sm90::smem_u32(z_lo_s));
+    wgmma_tf32x3_toeplitz<kMixerBlocks>(h, wm_hi_s, wm_lo_s, sm90::smem_u32(z_hi_s), sm90::smem_u32(z_lo_s));
     if (!__syncthreads_or(any_nonfinite<32>(h))) {
       for_each_wgmma_tf32_output([&](int i, int chunk, int step) {
         gate_s[Split::output_offset(64 * chunk + step)] *= fmaf(skip, z_at(chunk + kHalo, step), h[i]);

@@ -32,23 +32,12 @@
 namespace causalconv::detail {
 
 // Shared memory of depthwise_forward_wgmma_tf32_kernel<kBlocks> (kBlocks = toeplitz64_blocks(K)):
-// The lag filter kept as fp32 and split as the MMAs load it (wgmma_tf32x3_toeplitz's kSplitOnLoad)
-// where dropping the lo filter's bytes lets 4 blocks share an SM instead of 3: kBlocks <= 3 (K <= 129;
-// 57344 bytes against 58368 at kBlocks 3). ncu on the H200 (session 33): K65 143 us at 18.8 %
-// theoretical occupancy, 6.7 cycles between a warp's instructions. Written after the device time
-// ran out: off until timed.
-constexpr bool kWgmmaTf32SplitLagOnLoad = false;
-
-// Shared memory of depthwise_forward_wgmma_tf32_kernel<kBlocks> (kBlocks = toeplitz64_blocks(K)):
 // two input stages (raw, then the hi parts) and the lo tile (WgmmaTf32Tile's), the split lag
-// filters wr_hi, wr_lo (kSplitLagOnLoad: the fp32 one alone); 1024 bytes to align the start.
+// filters wr_hi, wr_lo; 1024 bytes to align the start.
 template <int kBlocks>
 struct DepthwiseWgmmaTf32Smem {
   using Tile = WgmmaTf32Tile<kBlocks>;
-  static constexpr int bytes(int lag_filters) { return 1024 + 3 * Tile::kBytes + lag_filters * 4 * Tile::kLags; }
-  // (228 KB a Hopper SM, 1 KB of it reserved per block)
-  static constexpr bool kSplitLagOnLoad = kWgmmaTf32SplitLagOnLoad && 4 * (bytes(1) + 1024) <= 228 * 1024;
-  static constexpr int kBytes = bytes(kSplitLagOnLoad ? 1 : 2);
+  static constexpr int kBytes = 1024 + 3 * Tile::kBytes + 2 * 4 * Tile::kLags;
 };
 
 // kShiftedRows: rows off the 16-byte boundary, each x row the same distance past one as its y row
@@ -62,8 +51,7 @@ __global__ void __launch_bounds__(WgmmaToeplitzTile::kThreads)
   unsigned char* const stages = sm90::aligned_dynamic_shared();  // stages 0 and 1: raw, then hi
   unsigned char* const lo_s = stages + 2 * Split::kBytes;        // the lo parts of the tile at work
   uint32_t* const wr_hi_s = reinterpret_cast<uint32_t*>(lo_s + Split::kBytes);
-  constexpr bool kSplitOnLoad = DepthwiseWgmmaTf32Smem<kBlocks>::kSplitLagOnLoad;
-  uint32_t* const wr_lo_s = kSplitOnLoad ? nullptr : wr_hi_s + Split::kLags;
+  uint32_t* const wr_lo_s = wr_hi_s + Split::kLags;
 
   constexpr int kHalo = kBlocks - 1;
   const int64_t bc = int64_t(blockIdx.x);
@@ -83,7 +71,7 @@ __global__ void __launch_bounds__(WgmmaToeplitzTile::kThreads)
   if (int64_t(blockIdx.y) < tiles) stage(0, blockIdx.y);
   cp_async_commit();
   const float* const w = static_cast<const float*>(p.weight) + c * p.w_stride[0];
-  wgmma_tf32_lag_filter<kBlocks, kSplitOnLoad>(wr_hi_s, wr_lo_s, w, p.w_stride[1], int(p.width));
+  wgmma_tf32_lag_filter<kBlocks>(wr_hi_s, wr_lo_s, w, p.w_stride[1], int(p.width));
   const float bias = p.bias ? static_cast<const float*>(p.bias)[c * p.bias_stride] : 0.0f;
 
   int slot = 0;
@@ -100,7 +88,7 @@ __global__ void __launch_bounds__(WgmmaToeplitzTile::kThreads)
     cp_async_commit();
 
     float acc[32];
-    wgmma_tf32x3_toeplitz<kBlocks, kSplitOnLoad>(acc, wr_hi_s, wr_lo_s, sm90::smem_u32(in_s), sm90::smem_u32(lo_s));
+    wgmma_tf32x3_toeplitz<kBlocks>(acc, wr_hi_s, wr_lo_s, sm90::smem_u32(in_s), sm90::smem_u32(lo_s));
     __syncthreads();  // every warp's MMAs have read the stage (a warp's wait covers its own)
     // Each accumulator into its chunk row of the output tile (the consumed stage): lane (g, q) stores
     // at banks 8q + g + const, distinct across the warp.

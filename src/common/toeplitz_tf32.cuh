@@ -49,18 +49,13 @@ __device__ __forceinline__ int tf32_element_offset(int m, int step) {
 }
 
 // wr_hi_s[kPad + s], wr_lo_s[kPad + s]: the tf32 parts of wr[s] = w[K-1-s] for lag s in [0, K), zero
-// elsewhere in [-kPad, kCount - kPad). !kSplit: wr[s] itself (its fp32 bits) in wr_hi_s, for a reader
-// that splits as it loads (wr_lo_s unused).
-template <int kPad, int kCount, bool kSplit = true>
+// elsewhere in [-kPad, kCount - kPad).
+template <int kPad, int kCount>
 __device__ __forceinline__ void tf32_split_lag_filter(uint32_t* wr_hi_s, uint32_t* wr_lo_s, const float* w,
                                                       int64_t w_stride, int width) {
   for (int i = int(threadIdx.x); i < kCount; i += ToeplitzTile::kThreads) {
     const int s = i - kPad;
-    const float v = s >= 0 && s < width ? w[int64_t(width - 1 - s) * w_stride] : 0.0f;
-    if constexpr (kSplit)
-      tf32_split(v, wr_hi_s[i], wr_lo_s[i]);
-    else
-      wr_hi_s[i] = __float_as_uint(v);
+    tf32_split(s >= 0 && s < width ? w[int64_t(width - 1 - s) * w_stride] : 0.0f, wr_hi_s[i], wr_lo_s[i]);
   }
 }
 

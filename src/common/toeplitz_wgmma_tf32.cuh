@@ -43,12 +43,11 @@ __device__ __forceinline__ int wgmma_tf32_element_offset(int m, int s) {
   return wgmma_tf32_unit_offset<kBlocks>(16 * m + (s >> 2)) + 4 * (s & 3);
 }
 
-// The lag filter's tf32 parts at wr_hi_s[64 + s], wr_lo_s[64 + s] for lags s in [-64, 64 kBlocks)
-// (kSplitOnLoad: its fp32 values in wr_hi_s, split as wgmma_tf32x3_toeplitz loads them; wr_lo_s unused).
-template <int kBlocks, bool kSplitOnLoad>
+// The lag filter's tf32 parts at wr_hi_s[64 + s], wr_lo_s[64 + s] for lags s in [-64, 64 kBlocks).
+template <int kBlocks>
 __device__ __forceinline__ void wgmma_tf32_lag_filter(uint32_t* wr_hi_s, uint32_t* wr_lo_s, const float* w,
                                                       int64_t w_stride, int width) {
-  tf32_split_lag_filter<64, WgmmaTf32Tile<kBlocks>::kLags, !kSplitOnLoad>(wr_hi_s, wr_lo_s, w, w_stride, width);
+  tf32_split_lag_filter<64, WgmmaTf32Tile<kBlocks>::kLags>(wr_hi_s, wr_lo_s, w, w_stride, width);
 }
 
 // row[j0 + i] = output i of a 64-chunk output tile out_s (WgmmaTf32Tile::output_offset) for
@@ -67,16 +66,14 @@ __device__ __forceinline__ void wgmma_tf32_store_outputs(float* row, const float
 
 #ifdef CAUSALCONV_SM90A
 // D[r][n] = sum_i sum_c T_i[r][c] B[kBlocks - 1 + n - i][c] with T_i[r][c] = wr[64i + r - c] (the lag
-// filters wr_hi_s, wr_lo_s of wgmma_tf32_lag_filter, or with kSplitOnLoad wr_hi_s alone, split here:
-// 4 loads and 4 splits a slice instead of 8 loads, the same bits) and B the tile split at shared
-// addresses hi, lo:
+// filters wr_hi_s, wr_lo_s of wgmma_tf32_lag_filter) and B the tile split at shared addresses hi, lo:
 // per k8 slice ks of block i, A = T_i's slice in registers (m16n8k8's tf32 layout; lane (g, q) of
 // warp w holds lags base + {0, 8, -4, 4}, base = 64i - 8ks + 16w + g - q: lanes with equal g - q read
 // one word) and B's slice from half ks / 4 at byte 32 (ks % 4) of row kBlocks - 1 - i; the products
 // w_lo x_hi, w_hi x_lo, w_hi x_hi (smallest first). A slice's registers must hold until its MMAs
 // complete, so the slices alternate between two register sets, each slice's group committed and the
 // one before it waited for. acc[4j + 2h + e] = D[16 warp + g + 8h][8j + 2q + e]; complete on return.
-template <int kBlocks, bool kSplitOnLoad>
+template <int kBlocks>
 __device__ __forceinline__ void wgmma_tf32x3_toeplitz(float (&acc)[32], const uint32_t* wr_hi_s,
                                                       const uint32_t* wr_lo_s, uint32_t hi, uint32_t lo) {
   using Split = WgmmaTf32Tile<kBlocks>;
@@ -89,13 +86,8 @@ __device__ __forceinline__ void wgmma_tf32x3_toeplitz(float (&acc)[32], const ui
     const int i = slice >> 3, ks = slice & 7, set = slice & 1;
 #pragma unroll
     for (int reg = 0; reg < 4; ++reg) {
-      const int lag = base0 + 64 * i - 8 * ks + kLag[reg];
-      if constexpr (kSplitOnLoad) {
-        tf32_split(__uint_as_float(wr_hi_s[lag]), a_hi[set][reg], a_lo[set][reg]);
-      } else {
-        a_hi[set][reg] = wr_hi_s[lag];
-        a_lo[set][reg] = wr_lo_s[lag];
-      }
+      a_hi[set][reg] = wr_hi_s[base0 + 64 * i - 8 * ks + kLag[reg]];
+      a_lo[set][reg] = wr_lo_s[base0 + 64 * i - 8 * ks + kLag[reg]];
     }
     const uint32_t offset = uint32_t((ks >> 2) * Split::kHalfBytes + (kBlocks - 1 - i) * 128 + 32 * (ks & 3));
     const uint64_t b_hi = sm90::smem_descriptor(hi + offset, 16, 1024);
