@@ -78,10 +78,11 @@ bool wgmma_backward_applies(const B2BBackwardParams& p) {
 }
 
 // The short backward on rows off the 16-byte grid (odd L), each row realigned from its own 16-byte
-// grid (b2b_backward_short_kernel's kRealigned). Off: measured in session 33 (H100, bf16 B1 D4096
-// L8191 Kp3 Km7) it takes 0.77 ms against 0.37 on the chunked kernel these rows take (the aligned
-// short backward: 0.17 at L8192), 4.5x its count's prediction; to be profiled before it is kept.
-constexpr bool kB2BShortBackwardRealignedRows = false;
+// grid (b2b_backward_short_kernel's kRealigned), else the chunked kernel. Measured in session 33
+// (H100, bf16 B1 D4096 L8191 Kp3 Km7) at 0.77 ms against the chunked kernel's 0.37: with the span
+// changes of b2b_short_span.cuh (session 34, H100, side by side) forward+backward 0.491 -> 0.445 ms
+// (the backward ~0.33 against ~0.38). On since session 34.
+constexpr bool kB2BShortBackwardRealignedRows = true;
 
 int64_t short_span_steps(DType t) { return t == DType::f32 ? b2b_short_span<float>() : b2b_short_span<__half>(); }
 

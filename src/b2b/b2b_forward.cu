@@ -59,8 +59,9 @@ constexpr bool kB2BTf32x3Forward = true;
 // loop over shared memory was ~70 % of the kernel's instructions (sm_90a SASS: ~110 a z step at
 // Kp 3, against the mixer's ~300 a warp-tile at Km 16), and fp32 B1 D4096 L8192 Kp3 takes ~440 us
 // at Km16 and 582 at Km128 on the H100, flat where the mixer is small. Predicted: Km128 0.58 ->
-// ~0.42 ms, Km16 0.44 -> ~0.25 (H100).
-constexpr bool kB2BTf32UnitProjections = false;
+// ~0.42 ms, Km16 0.44 -> ~0.25 (H100). Measured (session 34, H100, fp32 B1 D4096 L8192 Kp3, side by
+// side): Km9 441 -> 221 us, Km16 433 -> 221, Km65 493 -> 282, Km128 584 -> 359, Km256 775 -> 524. On.
+constexpr bool kB2BTf32UnitProjections = true;
 
 // The fp32 mixer on Hopper's warpgroup MMA at Kp <= 4, with the unit projections
 // (b2b_forward_wgmma_tf32_kernel.cuh; any rows). Deleted in session 33 when, with the projections a
@@ -68,8 +69,11 @@ constexpr bool kB2BTf32UnitProjections = false;
 // against 582 us); brought back in session 34 on the finding that the projections, not the mixer,
 // held both forms at their flat ~440-600 us. Off until timed against both mma.sync forms. Predicted:
 // Km128 ~0.25 ms on the H100 (the depthwise fp32 wgmma form's 0.18 plus the projections and a third
-// x row).
-constexpr bool kB2BWgmmaTf32x3Forward = false;
+// x row). Measured (session 34, H100, fp32 B1 D4096 L8192 Kp3, against the mma.sync form with the
+// unit projections): Km9 266 against 221 us, Km16 267 / 221, Km65 277 / 282, Km128 318 / 359, Km256
+// 411 / 524 (0.855 ms before either). On from kB2BWgmmaTf32MinMixerWidth.
+constexpr bool kB2BWgmmaTf32x3Forward = true;
+constexpr int64_t kB2BWgmmaTf32MinMixerWidth = 65;
 
 template <int kMixerBlocks>
 void launch_wgmma_tf32x3(const B2BForwardParams& p, cudaStream_t stream) {
@@ -91,7 +95,9 @@ bool wgmma_forms_available() {
 }
 
 bool try_launch_wgmma_tf32x3(const B2BForwardParams& p, cudaStream_t stream) {
-  if (!kB2BWgmmaTf32x3Forward || p.proj_width > kB2BUnitProjectionTaps || !wgmma_forms_available()) return false;
+  if (!kB2BWgmmaTf32x3Forward || p.mixer_width < kB2BWgmmaTf32MinMixerWidth || p.proj_width > kB2BUnitProjectionTaps ||
+      !wgmma_forms_available())
+    return false;
   with_toeplitz64_blocks(p.mixer_width, [&](auto blocks) { launch_wgmma_tf32x3<decltype(blocks)::value>(p, stream); });
   return true;
 }

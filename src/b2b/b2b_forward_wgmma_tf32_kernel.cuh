@@ -1,5 +1,5 @@
 // Fused b2b_causal_conv1d forward for fp32 with wide mixers on Hopper's warpgroup MMA (sm_90a;
-// Km >= kB2BTcMinMixerWidth, Kp <= kB2BUnitProjectionTaps, any rows): b2b_forward_tf32_kernel.cuh's
+// Km >= 65 (kB2BWgmmaTf32MinMixerWidth), Kp <= 4, any rows): b2b_forward_tf32_kernel.cuh's
 // structure with 4096-step tiles, the mixer as the 64-step-chunk Toeplitz form on tf32 operands split
 // three ways (common/toeplitz_wgmma_tf32.cuh), the projections on the CUDA cores by 16-byte units.
 //

@@ -91,8 +91,10 @@ constexpr int64_t b2b_short_span() {
 // their own: at L8191 that span holds 6 time steps (one step of its walk), a third of the warps do
 // almost nothing, and the blocks (4 consecutive spans) ran at ~2/3 of their warps (ncu on the H200,
 // session 33: achieved occupancy 18.5 % of a theoretical 31 %, bf16 Km7 forward 179 us against 73
-// aligned). Off until timed.
-constexpr bool kB2BShortLastSpanTakesRealignedTail = false;
+// aligned). On since session 34, with kB2BShortInteriorToRowEnd (H100, side by side, bf16 B1 D4096
+// L8191 Kp3 Km7): forward 0.181 -> 0.113 ms; the realigned short backward with both 0.33 ms against
+// the chunked kernel's 0.38.
+constexpr bool kB2BShortLastSpanTakesRealignedTail = true;
 
 // The spans (warps) of a row of n steps, spans of `span` steps, vectors of `vec`.
 inline int64_t b2b_short_spans_per_row(int64_t n, int64_t span, int64_t vec, bool realigned,
@@ -120,8 +122,8 @@ struct B2BShortShape {
 // included) ran all its steps on the guarded path, and the realigned rows' guarded store writes by
 // element: at bf16 L8191 half of every row. With kB2BShortInteriorToRowEnd the interior steps run
 // to the row's end (b2b_short_interior_end) and a guarded realigned store whose unit lies inside the
-// row is one 16-byte store. Written in session 33 after the device time ran out: off until timed.
-constexpr bool kB2BShortInteriorToRowEnd = false;
+// row is one 16-byte store. Written in session 33; on since session 34 (above).
+constexpr bool kB2BShortInteriorToRowEnd = true;
 
 // Warp `span` of the grid: its row (b, c), the first time step of its span and its steps of
 // 32 vectors up to `length` (fewer than kB2BShortSteps at a row's end; the row's last span walks

@@ -154,8 +154,10 @@ __host__ __device__ constexpr int64_t toeplitz_walk_length(int64_t length, bool 
 // that walked the last one computes the walk's remaining outputs (its tail, at most a unit's values
 // minus one) by depthwise_walk_tail: 16 threads an output, each a strided share of the taps with its
 // loads all in flight (session 30's direct loop for the spare tile, one thread's serial chain of K
-// dependent loads, lost: K128 97 us). Written in session 34: off until the GPU times it.
-constexpr bool kToeplitzWalkTail = false;
+// dependent loads, lost: K128 97 us). On since session 34 (H100, side by side, B1 D4096 L8191):
+// bf16 K9 59.6 -> 57.7 us, K33 62.1 -> 57.3, K128 73.0 -> 64.2, K256 94.8 -> 85.3; fp32 K16
+// 162.6 -> 135.5, K128 272.2 -> 210.7.
+constexpr bool kToeplitzWalkTail = true;
 
 // Steps the depthwise Toeplitz forwards tile (their grid's tiles): the walk's, or with
 // kToeplitzWalkTail the row's own (the rest is the tail).
