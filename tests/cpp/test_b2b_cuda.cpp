@@ -216,11 +216,16 @@ TEST(B2BCudaArguments, BackwardWorkspaceIsSizedForThePartials) {
   // The short kernel (Kp <= 4, Km <= 8, fp32 rows of whole 16-byte vectors): one partial per
   // span of 2048 steps, 2 per row (D 2 x B 2 rows); slots 3*Kp + Km + 1 = 14.
   EXPECT_EQ(b2b_causal_conv1d_backward_workspace_bytes(backward_args()), size_t(4 * 2 * 2 * 2 * 14));
-  // Rows not made of 16-byte vectors (L + 1 steps apart) take the chunked kernel: 3 tiles of 1024
-  // steps, up to 4 per block: 1 block per row.
+  // Rows off the 16-byte grid (L + 1 steps apart) take the short kernel realigned
+  // (kB2BShortBackwardRealignedRows), its last span walking the tail: 2 spans a row again.
   B2BCausalConv1dBackwardArgs a = backward_args();
   for (TensorView* t : {&a.x, &a.dout, &a.dx}) t->strides[1] = 3001, t->strides[0] = 3001 * t->sizes[1];
-  EXPECT_EQ(b2b_causal_conv1d_backward_workspace_bytes(a), size_t(4 * 2 * 2 * 1 * 14));
+  EXPECT_EQ(b2b_causal_conv1d_backward_workspace_bytes(a), size_t(4 * 2 * 2 * 2 * 14));
+  // A mixer past the short kernel's (Km 9, fp32) takes the chunked kernel: 3 tiles of 1024 steps,
+  // up to 4 per block: 1 block per row; slots 3*Kp + Km + 1 = 19.
+  a.weight_mixer = dummy_cuda_view({2, 9});
+  a.dweight_mixer = dummy_cuda_view({2, 9});
+  EXPECT_EQ(b2b_causal_conv1d_backward_workspace_bytes(a), size_t(4 * 2 * 2 * 1 * 19));
 }
 
 TEST(B2BCudaArguments, BackwardRejectsAShortWorkspace) {

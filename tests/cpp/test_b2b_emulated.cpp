@@ -91,8 +91,10 @@ void run_case(const Case& cs, double bound, double reduction_bound) {
 
   const detail::B2BBackwardParams g =
       test::b2b_backward_params(x_e, wp_e, wm_e, skip_e, dout_e, dx_e, &dwp_e, &dwm_e, &dskip_e);
-  const detail::B2BBackwardPlan plan =
-      cs.realigned ? detail::plan_b2b_backward(g, true, cs.tail_in_last_span) : detail::plan_b2b_backward(g);
+  // (Not realigned: the short kernel only on 16-byte rows, so that the chunked kernels keep their
+  // cases; the default plan's choice for the other rows is B2BKernelsEmulated.DefaultPlanRealignsShortRows.)
+  const detail::B2BBackwardPlan plan = cs.realigned ? detail::plan_b2b_backward(g, true, cs.tail_in_last_span)
+                                                    : detail::plan_b2b_backward(g, false, false);
   // Kp <= 4 and Km <= 8 on rows of whole 16-byte vectors take the short kernel.
   const bool vector_rows = (L + cs.pad) % detail::Vec16<T>::kElems == 0 &&
                            reinterpret_cast<uintptr_t>(x_e.data.data()) % 16 == 0 &&
@@ -110,7 +112,10 @@ void run_case(const Case& cs, double bound, double reduction_bound) {
   if (plan.path != Path::general && plan.path != Path::short_span) EXPECT_EQ(plan.vectorised, cs.vectorised);
   const detail::B2BTiling bt = plan.tiling;
   const size_t partial_count = size_t(D * B * bt.tile_blocks * (3 * cs.kp + cs.km + 1));
-  if (!cs.realigned) ASSERT_EQ(detail::b2b_backward_workspace_bytes(g), sizeof(float) * partial_count);
+  const detail::B2BBackwardPlan library_plan = detail::plan_b2b_backward(g);  // what the workspace is sized for
+  if (library_plan.path == plan.path && library_plan.realigned == plan.realigned &&
+      library_plan.tiling.tile_blocks == bt.tile_blocks)
+    ASSERT_EQ(detail::b2b_backward_workspace_bytes(g), sizeof(float) * partial_count);
   std::vector<float> partials(partial_count, std::numeric_limits<float>::quiet_NaN());
   if (plan.path == Path::short_span) {  // a warp per (row, span); tile_blocks: spans per row
     const int64_t spans = B * D * bt.tile_blocks, warps = detail::kB2BShortThreads / 32;
@@ -259,6 +264,19 @@ TEST(B2BKernelsEmulated, ShortBackwardRealignedRowsMatchReference) {
     run_case<float>(realigned(1, 2, 2050, 4, 8), 1e-6, 5e-5);
     run_case<__half>(realigned(2, 3, 4103, 2, 3), 2e-3, 2e-3);
   }
+}
+
+// The library's own plan (the build's flags): Kp <= 4, Km <= 8 rows off the 16-byte grid take the
+// short kernel realigned (kB2BShortBackwardRealignedRows, on since session 34), its last span walking
+// the tail (kB2BShortLastSpanTakesRealignedTail): 2 spans of 2048 fp32 steps for L 3000.
+TEST(B2BKernelsEmulated, DefaultPlanRealignsShortRows) {
+  Activation<float> x(2, 3, 3000), dout(2, 1, 3000), dx(2, 3, 3000);  // row stride 3003: off the grid
+  Weight<float> wp(3, 3), wm(1, 7), skip(1, 1);
+  const detail::B2BBackwardParams g = test::b2b_backward_params(x, wp, wm, skip, dout, dx);
+  const detail::B2BBackwardPlan plan = detail::plan_b2b_backward(g);
+  EXPECT_EQ(plan.path, Path::short_span);
+  EXPECT_TRUE(plan.realigned);
+  EXPECT_EQ(plan.tiling.tiles, 2);
 }
 
 // Empty rows off the 16-byte grid plan no span: the realigned walk's extra unit belongs to rows
