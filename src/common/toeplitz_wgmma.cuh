@@ -74,20 +74,13 @@ __device__ __forceinline__ void wgmma_toeplitz_store_tile(T* row, const unsigned
 // (cp_async_raw_unit, common/async_copy.cuh), raw unit u at unit u's place, then realigned in place
 // by wgmma_realign_rows, so the MMAs read the rows as the aligned forms stage them.
 
-// The realigned forms' byte shifts as compile-time constants (with_even_byte_shift around each task's
-// and each store's unit loop) instead of run-time ones: ncu on the H100 (session 34) had the realigned
-// b2b wgmma forward issuing ~1.7x the aligned kernel's instructions, and a run-time unit_at_byte is
-// ~15 instructions a unit where a constant one is ~4. Written in session 34: off until timed.
-constexpr bool kWgmmaRealignConstantShift = false;
-
 // Realigns kRows staged rows of kChunkRows swizzled chunk rows in place (after a barrier that follows
 // every thread's raw copies, cp_async_raw_unit): row j from chunk row first_row(j), its units
 // read at byte shift(j) = 2 lead of the raw unit pair (u, u + 1), raw unit 8 kChunkRows at spill(j).
 // A task is one chunk row: its 8 units in order, each written after the raw unit after it is read;
 // the next chunk row's first raw unit is read by every task before a barrier. Rows with shift 0
 // are left as they are. The caller fences (async proxy) and synchronizes before the MMAs read them.
-template <int kRows, int kChunkRows, bool kConstantShift = kWgmmaRealignConstantShift, typename FirstRow,
-          typename Shift, typename Spill>
+template <int kRows, int kChunkRows, typename FirstRow, typename Shift, typename Spill>
 __device__ __forceinline__ void wgmma_realign_rows(unsigned char* smem, FirstRow first_row, Shift shift,
                                                    Spill spill) {
   constexpr int kTasks = kRows * kChunkRows, kThreads = WgmmaToeplitzTile::kThreads;
@@ -107,21 +100,14 @@ __device__ __forceinline__ void wgmma_realign_rows(unsigned char* smem, FirstRow
   for (int pass = 0; pass < kPasses; ++pass) {
     const int f = int(threadIdx.x) + pass * kThreads, j = f / kChunkRows, m = f - j * kChunkRows;
     if (f >= kTasks || shift(j) == 0) continue;
-    const int r = first_row(j) + m;
-    auto realign = [&](auto by) {
-      uint4 unit = *reinterpret_cast<const uint4*>(smem + swizzled_unit_offset(r, 0));
+    const int r = first_row(j) + m, by = shift(j);
+    uint4 unit = *reinterpret_cast<const uint4*>(smem + swizzled_unit_offset(r, 0));
 #pragma unroll
-      for (int k = 0; k < 8; ++k) {
-        const uint4 after =
-            k < 7 ? *reinterpret_cast<const uint4*>(smem + swizzled_unit_offset(r, k + 1)) : next[pass];
-        *reinterpret_cast<uint4*>(smem + swizzled_unit_offset(r, k)) = unit_at_byte(unit, after, int(by));
-        unit = after;
-      }
-    };
-    if constexpr (kConstantShift)
-      with_even_byte_shift(shift(j), realign);
-    else
-      realign(shift(j));
+    for (int k = 0; k < 8; ++k) {
+      const uint4 after = k < 7 ? *reinterpret_cast<const uint4*>(smem + swizzled_unit_offset(r, k + 1)) : next[pass];
+      *reinterpret_cast<uint4*>(smem + swizzled_unit_offset(r, k)) = unit_at_byte(unit, after, by);
+      unit = after;
+    }
   }
 }
 
@@ -129,7 +115,7 @@ __device__ __forceinline__ void wgmma_realign_rows(unsigned char* smem, FirstRow
 // the 16-byte boundary before it: the row's 16-byte units (steps j0 + 8v - lead .. + 7, v <= 512),
 // each from tile units v - 1 and v, by 16-byte stores where the unit's steps all lie in this tile
 // and before n, by element at the tile's two ends and the row's end.
-template <typename T, bool kConstantShift = kWgmmaRealignConstantShift>
+template <typename T>
 __device__ __forceinline__ void wgmma_toeplitz_store_tile_realigned(T* row, const unsigned char* tile, int first_row,
                                                                     int64_t j0, int64_t n, int lead) {
   using Tile = WgmmaToeplitzTile;
@@ -140,24 +126,18 @@ __device__ __forceinline__ void wgmma_toeplitz_store_tile_realigned(T* row, cons
   }
   auto unit = [&](int u) { return tile + swizzled_unit_offset(first_row + (u >> 3), u & 7); };
   const int64_t end = j0 + Tile::kOutputs < n ? j0 + Tile::kOutputs : n;
-  auto store = [&](auto by) {  // by = 2 (8 - lead)
-    for (int v = int(threadIdx.x); v <= Tile::kOutputs / 8; v += Tile::kThreads) {
-      const int64_t t = j0 + 8 * int64_t(v) - lead;
-      if (t >= j0 && t + 8 <= end) {
-        store_raw16(row + t, unit_at_byte(*reinterpret_cast<const uint4*>(unit(v - 1)),
-                                          *reinterpret_cast<const uint4*>(unit(v)), int(by)));
-      } else {
-        for (int k = 0; k < 8; ++k) {
-          const int64_t s = t + k;
-          if (s >= j0 && s < end) row[s] = reinterpret_cast<const T*>(unit(int(s - j0) >> 3))[(s - j0) & 7];
-        }
+  for (int v = int(threadIdx.x); v <= Tile::kOutputs / 8; v += Tile::kThreads) {
+    const int64_t t = j0 + 8 * int64_t(v) - lead;
+    if (t >= j0 && t + 8 <= end) {
+      store_raw16(row + t, unit_at_byte(*reinterpret_cast<const uint4*>(unit(v - 1)),
+                                        *reinterpret_cast<const uint4*>(unit(v)), 2 * (8 - lead)));
+    } else {
+      for (int k = 0; k < 8; ++k) {
+        const int64_t s = t + k;
+        if (s >= j0 && s < end) row[s] = reinterpret_cast<const T*>(unit(int(s - j0) >> 3))[(s - j0) & 7];
       }
     }
-  };
-  if constexpr (kConstantShift)
-    with_even_byte_shift(2 * (8 - lead), store);
-  else
-    store(2 * (8 - lead));
+  }
 }
 
 }  // namespace causalconv::detail

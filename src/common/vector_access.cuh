@@ -126,23 +126,6 @@ __device__ __forceinline__ uint4 unit_at_byte(const uint4& lo, const uint4& hi, 
   return make_uint4(word(b[0], b[1]), word(b[1], b[2]), word(b[2], b[3]), word(b[3], b[4]));
 }
 
-// f(std::integral_constant<int, shift>{}) for an even byte shift in [0, 16): a unit_at_byte with a
-// compile-time shift folds its word selects away (11 SEL a unit at a run-time shift), leaving the
-// funnel shifts of a shift inside a word.
-template <typename F>
-__device__ __forceinline__ void with_even_byte_shift(int shift, F&& f) {
-  switch (shift) {
-    case 0: f(std::integral_constant<int, 0>{}); break;
-    case 2: f(std::integral_constant<int, 2>{}); break;
-    case 4: f(std::integral_constant<int, 4>{}); break;
-    case 6: f(std::integral_constant<int, 6>{}); break;
-    case 8: f(std::integral_constant<int, 8>{}); break;
-    case 10: f(std::integral_constant<int, 10>{}); break;
-    case 12: f(std::integral_constant<int, 12>{}); break;
-    default: f(std::integral_constant<int, 14>{}); break;
-  }
-}
-
 // The vector as four 32-bit words.
 template <typename T>
 __device__ __forceinline__ uint4 encode16(const float* in) {

@@ -30,7 +30,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <cstring>
 #include <limits>
 #include <random>
 #include <type_traits>
@@ -325,49 +324,6 @@ TEST(B2BTensorCoreEmulated, WgmmaBFloat16) {
 
 TEST(B2BTensorCoreEmulated, WgmmaFloat16) {
   for (const Case& c : kWgmmaFloat16Cases) run_case<__half>(c, Form::wgmma);
-}
-
-// The realigned forms' byte shifts as compile-time constants (kWgmmaRealignConstantShift) give the
-// bytes of the run-time forms: wgmma_realign_rows over three rows of 65 chunk rows and their spill
-// units, at every shift pairing, and wgmma_toeplitz_store_tile_realigned at every lead, the row
-// ending inside the tile.
-TEST(B2BTensorCoreEmulated, RealignConstantShiftMatchesRunTime) {
-  constexpr int kRows = 3, kChunkRows = 65, kTile = 128 * kRows * kChunkRows;
-  std::mt19937 rng(std::random_device{}());
-  std::vector<uint4> raw((kTile + 16 * kRows) / 16);  // (16-byte aligned, as shared memory is)
-  for (auto& v : raw) v = make_uint4(rng(), rng(), rng(), rng());
-  for (int lead = 0; lead < 8; ++lead) {
-    std::vector<uint4> run_time = raw, constant = raw;
-    for (auto* buf : {&run_time, &constant}) {
-      emu::launch({1, 1, 1}, detail::WgmmaToeplitzTile::kThreads, 0, [&] {
-        unsigned char* const smem = reinterpret_cast<unsigned char*>(buf->data());
-        auto first_row = [](int j) { return j * kChunkRows; };
-        auto shift = [lead](int j) { return 2 * ((lead + 3 * j) % 8); };  // one row unshifted (lead 0: row 0)
-        auto spill = [smem](int j) { return smem + kTile + 16 * j; };
-        if (buf == &constant)
-          detail::wgmma_realign_rows<kRows, kChunkRows, true>(smem, first_row, shift, spill);
-        else
-          detail::wgmma_realign_rows<kRows, kChunkRows, false>(smem, first_row, shift, spill);
-      });
-    }
-    EXPECT_EQ(std::memcmp(run_time.data(), constant.data(), 16 * raw.size()), 0) << "realign, lead " << lead;
-  }
-  const int64_t j0 = 4096, n = j0 + 3001;  // the row ends inside the tile
-  const auto* tile = reinterpret_cast<const unsigned char*>(raw.data());
-  for (int lead = 1; lead < 8; ++lead) {
-    // Rows `lead` values past a 16-byte boundary of their buffers, as the realigned rows lie.
-    std::vector<uint4> run_time(size_t(j0 + 4096 + 16) / 8, make_uint4(~0u, ~0u, ~0u, ~0u)), constant = run_time;
-    for (auto* buf : {&run_time, &constant}) {
-      auto* const row = reinterpret_cast<__nv_bfloat16*>(buf->data()) + lead;
-      emu::launch({1, 1, 1}, detail::WgmmaToeplitzTile::kThreads, 0, [&] {
-        if (buf == &constant)
-          detail::wgmma_toeplitz_store_tile_realigned<__nv_bfloat16, true>(row, tile, 0, j0, n, lead);
-        else
-          detail::wgmma_toeplitz_store_tile_realigned<__nv_bfloat16, false>(row, tile, 0, j0, n, lead);
-      });
-    }
-    EXPECT_EQ(std::memcmp(run_time.data(), constant.data(), 16 * run_time.size()), 0) << "store, lead " << lead;
-  }
 }
 
 // The wgmma form on rows off the 16-byte grid: x's rows at stride L + 3 and out's at L + 5, so the
