@@ -55,23 +55,19 @@ bool try_launch_tc(const B2BForwardParams& p, const B2BTiling& tiling, cudaStrea
 constexpr bool kB2BTf32x3Forward = true;
 
 // Its z and gate projections at Kp <= 4 by 16-byte units with the taps in registers
-// (b2b_forward_tf32_kernel.cuh, kUnitProjections; session 34, not yet on the GPU): the per-step tap
-// loop over shared memory was ~70 % of the kernel's instructions (sm_90a SASS: ~110 a z step at
-// Kp 3, against the mixer's ~300 a warp-tile at Km 16), and fp32 B1 D4096 L8192 Kp3 takes ~440 us
-// at Km16 and 582 at Km128 on the H100, flat where the mixer is small. Predicted: Km128 0.58 ->
-// ~0.42 ms, Km16 0.44 -> ~0.25 (H100). Measured (session 34, H100, fp32 B1 D4096 L8192 Kp3, side by
-// side): Km9 441 -> 221 us, Km16 433 -> 221, Km65 493 -> 282, Km128 584 -> 359, Km256 775 -> 524. On.
+// (b2b_forward_tf32_kernel.cuh, kUnitProjections; session 34): the per-step tap loop over shared
+// memory was ~70 % of the kernel's instructions (sm_90a SASS: ~115 a z step at Kp 3) and held it
+// flat where the mixer is small. Measured on the H100 (fp32 B1 D4096 L8192 Kp3, side by side):
+// Km9 441 -> 221 us, Km16 433 -> 221, Km65 493 -> 282, Km128 584 -> 359, Km256 775 -> 524.
 constexpr bool kB2BTf32UnitProjections = true;
 
 // The fp32 mixer on Hopper's warpgroup MMA at Kp <= 4, with the unit projections
 // (b2b_forward_wgmma_tf32_kernel.cuh; any rows). Deleted in session 33 when, with the projections a
-// step at a time, it lost to the mma.sync form at every width but Km256 on the H100 (Km128 634
-// against 582 us); brought back in session 34 on the finding that the projections, not the mixer,
-// held both forms at their flat ~440-600 us. Off until timed against both mma.sync forms. Predicted:
-// Km128 ~0.25 ms on the H100 (the depthwise fp32 wgmma form's 0.18 plus the projections and a third
-// x row). Measured (session 34, H100, fp32 B1 D4096 L8192 Kp3, against the mma.sync form with the
-// unit projections): Km9 266 against 221 us, Km16 267 / 221, Km65 277 / 282, Km128 318 / 359, Km256
-// 411 / 524 (0.855 ms before either). On from kB2BWgmmaTf32MinMixerWidth.
+// step at a time, it lost to the mma.sync form (Km128 634 against 582 us, H100); brought back in
+// session 34 on the finding that the projections, not the mixer, held both forms flat. Measured on
+// the H100 (fp32 B1 D4096 L8192 Kp3) against the mma.sync form with the unit projections: Km9 266
+// against 221 us, Km16 267 / 221, Km65 277 / 282, Km128 318 / 359, Km256 411 / 524. On from
+// kB2BWgmmaTf32MinMixerWidth.
 constexpr bool kB2BWgmmaTf32x3Forward = true;
 constexpr int64_t kB2BWgmmaTf32MinMixerWidth = 65;
 
