@@ -9,12 +9,11 @@
 // adds bias (and silu) in fp32, and the block writes the tile back through shared memory in
 // 16-byte units. kGuard: tiles whose sums are not all finite are redone by the direct tap loop
 // (depthwise_direct.cuh). kShiftedRows: rows of x and y off the 16-byte boundary by the same lead
-// are walked from the boundary before them (common/toeplitz_mma.cuh, kToeplitzShiftedRows); `tiles`
-// then counts the walk's (toeplitz_walk_length). (A row whose lead pushes it past a tile boundary
-// gets a spare last tile of a few outputs through the MMAs: by one thread's direct tap loop it was
-// slower on the H200, session 30. kWalkTail, the four depthwise Toeplitz forwards: `tiles` counts
-// the row's own and the block that walked the last computes the rest cooperatively,
-// depthwise_walk_tail.)
+// are walked from the boundary before them (common/toeplitz_mma.cuh, kToeplitzShiftedRows).
+// kWalkTail (the four depthwise Toeplitz forwards; on, kToeplitzWalkTail): `tiles` counts the row's
+// own tiles and the block that walked the last computes the walk's few outputs past them
+// cooperatively (depthwise_walk_tail); without it `tiles` counts the walk's (toeplitz_walk_length),
+// a spare last tile of at most 7 outputs through the MMAs.
 #pragma once
 
 #include <type_traits>

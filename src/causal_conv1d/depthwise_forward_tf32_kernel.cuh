@@ -8,7 +8,7 @@
 // split at each use would cost it once per Toeplitz block, ~9 instructions each on sm_90). Each
 // warp makes 32 output chunks, adds bias (and silu) in fp32, and the block writes the tile back
 // through shared memory in 16-byte units. Tiles whose sums are not all finite are redone by the
-// direct tap loop (depthwise_direct.cuh). kShiftedRows: as the 16-bit form's
+// direct tap loop (depthwise_direct.cuh). kShiftedRows and kWalkTail: as the 16-bit form's
 // (depthwise_forward_tc_kernel.cuh).
 #pragma once
 

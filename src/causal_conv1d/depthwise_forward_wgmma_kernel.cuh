@@ -177,7 +177,7 @@ constexpr int wgmma_min_blocks_per_sm(int blocks) { return blocks >= 4 ? 4 : 0; 
 
 // kShiftedRows: rows off the 16-byte boundary, each x row the same distance past one as its y row
 // (the launcher checks), are walked from the boundary before them (common/toeplitz_mma.cuh,
-// kToeplitzShiftedRows); `tiles` then counts the walk's.
+// kToeplitzShiftedRows); kWalkTail: as depthwise_forward_tc_kernel's.
 template <typename T, int kBlocks, bool kGuard, bool kShiftedRows, bool kWalkTail = kToeplitzWalkTail>
 __global__ void __launch_bounds__(WgmmaToeplitzTile::kThreads, wgmma_min_blocks_per_sm(kBlocks))
     depthwise_forward_wgmma_kernel(DepthwiseForwardParams p, int64_t tiles) {

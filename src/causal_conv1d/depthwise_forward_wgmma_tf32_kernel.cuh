@@ -41,7 +41,8 @@ struct DepthwiseWgmmaTf32Smem {
 };
 
 // kShiftedRows: rows off the 16-byte boundary, each x row the same distance past one as its y row
-// (the launcher checks), walked from the boundary before them (common/toeplitz_mma.cuh).
+// (the launcher checks), walked from the boundary before them (common/toeplitz_mma.cuh); kWalkTail:
+// as depthwise_forward_tc_kernel's.
 template <int kBlocks, bool kShiftedRows, bool kWalkTail = kToeplitzWalkTail>
 __global__ void __launch_bounds__(WgmmaToeplitzTile::kThreads)
     depthwise_forward_wgmma_tf32x3_kernel(DepthwiseForwardParams p, int64_t tiles) {
