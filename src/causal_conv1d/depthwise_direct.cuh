@@ -37,13 +37,14 @@ __device__ __noinline__ void depthwise_direct_tile(const T* x, const T* w, int64
     if (j0 + i >= 0) out(i, depthwise_direct_output(x, 1, w, w_stride, width, 1, j0 + i, bias, apply_silu));
 }
 
-// kToeplitzWalkTail (common/toeplitz_mma.cuh): the outputs of a shifted walk past its `tiles` whole
-// tiles of tile_outputs steps, row steps [tiles * tile_outputs - lead, length) (at most 7), by the
-// block that walked tile tiles - 1 (the tile loop's stride: gridDim.y), after its stores. Output o
-// takes threads 16 o .. 16 o + 15; thread `part` sums taps part, part + 16, ... in order (the loads
-// unrolled, so that they are in flight together), then a fixed xor tree over the 16 lanes: the same
-// bits at every run. dilation 1, unit time stride. Not inlined: inlined, it raised the tile loops'
-// registers (mma.sync 54 -> 69, wgmma 114 -> 120, tf32 114 -> 128 with a spill; sm_90a).
+// The depthwise Toeplitz forwards' walk tail (common/toeplitz_mma.cuh, toeplitz_walk_length): the
+// outputs of a shifted walk past its `tiles` whole tiles of tile_outputs steps, row steps
+// [tiles * tile_outputs - lead, length) (at most 7), by the block that walked tile tiles - 1 (the
+// tile loop's stride: gridDim.y), after its stores. Output o takes threads 16 o .. 16 o + 15; thread
+// `part` sums taps part, part + 16, ... in order (the loads unrolled, so that they are in flight
+// together), then a fixed xor tree over the 16 lanes: the same bits at every run. dilation 1, unit
+// time stride. Not inlined: inlined, it raised the tile loops' registers (mma.sync 54 -> 69, wgmma
+// 114 -> 120, tf32 114 -> 128 with a spill; sm_90a).
 template <int kThreads, typename T>
 __device__ __noinline__ void depthwise_walk_tail(const T* x, T* y, const T* w, int64_t w_stride, int width,
                                                     int64_t tiles, int64_t tile_outputs, int lead, int64_t length,

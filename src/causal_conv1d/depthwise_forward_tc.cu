@@ -41,15 +41,16 @@ bool rows_share_lead(const DepthwiseForwardParams& p) {
 }
 
 // The row-walking forms' grid: a block column per (b, c) row, blocks along the row each walking up
-// to kTcTilesPerBlock of its `tiles` tiles of tile_outputs steps (rows off the 16-byte boundary may
-// be walked from the one before them: toeplitz_forward_tiled_length).
+// to kTcTilesPerBlock of its `tiles` tiles of tile_outputs steps. The forwards tile the row's own
+// length: a row walked from the 16-byte boundary before it (kToeplitzShiftedRows) has up to a unit's
+// values minus one steps past them, its tail, which the block that walked the last tile computes
+// (depthwise_walk_tail; common/toeplitz_mma.cuh, toeplitz_walk_length, says why).
 struct RowTileGrid {
   int64_t tiles;
   dim3 grid;
 };
 RowTileGrid row_tile_grid(const DepthwiseForwardParams& p, int tile_outputs) {
-  const int64_t walk = toeplitz_forward_tiled_length(p.length, rows_aligned(p), elem_bytes(p));
-  const int64_t tiles = (walk + tile_outputs - 1) / tile_outputs;
+  const int64_t tiles = (p.length + tile_outputs - 1) / tile_outputs;
   const int64_t tile_blocks = std::min((tiles + kTcTilesPerBlock - 1) / kTcTilesPerBlock, kMaxGridY);
   return {tiles, dim3(unsigned(p.batch * p.channels), unsigned(tile_blocks))};
 }

@@ -10,10 +10,9 @@
 // 16-byte units. kGuard: tiles whose sums are not all finite are redone by the direct tap loop
 // (depthwise_direct.cuh). kShiftedRows: rows of x and y off the 16-byte boundary by the same lead
 // are walked from the boundary before them (common/toeplitz_mma.cuh, kToeplitzShiftedRows).
-// kWalkTail (the four depthwise Toeplitz forwards; on, kToeplitzWalkTail): `tiles` counts the row's
-// own tiles and the block that walked the last computes the walk's few outputs past them
-// cooperatively (depthwise_walk_tail); without it `tiles` counts the walk's (toeplitz_walk_length),
-// a spare last tile of at most 7 outputs through the MMAs.
+// `tiles` counts the row's own tiles (in all four depthwise Toeplitz forwards): where a shifted walk
+// goes past them, the block that walked the last computes the walk's few outputs past them (at most
+// 7) cooperatively (depthwise_walk_tail).
 #pragma once
 
 #include <type_traits>
@@ -70,7 +69,7 @@ constexpr int depthwise_tc_smem_bytes() {
          2 * toeplitz_lag_filter_size<kMaxBlocks>() + 16 * 32 * kMaxBlocks;
 }
 
-template <typename T, int kMaxBlocks, bool kGuard, bool kShiftedRows, bool kWalkTail = kToeplitzWalkTail>
+template <typename T, int kMaxBlocks, bool kGuard, bool kShiftedRows>
 __global__ void __launch_bounds__(ToeplitzTile::kThreads)
     depthwise_forward_tc_kernel(DepthwiseForwardParams p, int64_t tiles) {
   using Tile = ToeplitzTile;
@@ -111,7 +110,7 @@ __global__ void __launch_bounds__(ToeplitzTile::kThreads)
   int slot = 0;
 #pragma unroll 1
   for (int64_t tile = blockIdx.y; tile < tiles; tile += gridDim.y, slot ^= 1) {
-    const int64_t j0 = tile * Tile::kOutputs;  // (>= n where a shifted walk ends a tile early)
+    const int64_t j0 = tile * Tile::kOutputs;
     cp_async_wait<0>();  // this tile's copies are done
     __syncthreads();     // ... every thread's; the fragments are in place, the other stage and out_s free
     if (tile + gridDim.y < tiles) stage(slot ^ 1, tile + gridDim.y);
@@ -130,7 +129,7 @@ __global__ void __launch_bounds__(ToeplitzTile::kThreads)
     }
     toeplitz_store_outputs(y_walk, out_s, j0, n, lead);
   }
-  if constexpr (kShiftedRows && kWalkTail)
+  if constexpr (kShiftedRows)
     depthwise_walk_tail<Tile::kThreads>(x, y, w, p.w_stride[1], width, tiles, Tile::kOutputs, lead, p.length, bias,
                                         p.silu);
 }

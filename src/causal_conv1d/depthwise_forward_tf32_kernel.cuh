@@ -8,8 +8,8 @@
 // split at each use would cost it once per Toeplitz block, ~9 instructions each on sm_90). Each
 // warp makes 32 output chunks, adds bias (and silu) in fp32, and the block writes the tile back
 // through shared memory in 16-byte units. Tiles whose sums are not all finite are redone by the
-// direct tap loop (depthwise_direct.cuh). kShiftedRows and kWalkTail: as the 16-bit form's
-// (depthwise_forward_tc_kernel.cuh).
+// direct tap loop (depthwise_direct.cuh). kShiftedRows and `tiles` (the row's own; the walk's
+// tail past them by depthwise_walk_tail): as the 16-bit form's (depthwise_forward_tc_kernel.cuh).
 #pragma once
 
 #include "causal_conv1d/depthwise_kernels.h"
@@ -33,7 +33,7 @@ struct DepthwiseTf32Smem {
   static constexpr int kBytes = 3 * kInBytes + 4 * kOutWords + 2 * 4 * kFilterWords;
 };
 
-template <bool kShiftedRows, bool kWalkTail = kToeplitzWalkTail>
+template <bool kShiftedRows>
 __global__ void __launch_bounds__(ToeplitzTile::kThreads)
     depthwise_forward_tf32x3_kernel(DepthwiseForwardParams p, int64_t tiles) {
   using Tile = ToeplitzTile;
@@ -71,7 +71,7 @@ __global__ void __launch_bounds__(ToeplitzTile::kThreads)
   int slot = 0;
 #pragma unroll 1
   for (int64_t tile = blockIdx.y; tile < tiles; tile += gridDim.y, slot ^= 1) {
-    const int64_t j0 = tile * Tile::kOutputs;  // (>= n where a shifted walk ends a tile early)
+    const int64_t j0 = tile * Tile::kOutputs;
     cp_async_wait<0>();  // this thread's copies of this tile are done
     tf32_split_units(smem + slot * Smem::kInBytes, lo_s, units,  // (lo_s: every thread is past the last MMAs)
                      [](int u) { return tf32_unit_offset(u >> 2, u & 3); });
@@ -99,7 +99,7 @@ __global__ void __launch_bounds__(ToeplitzTile::kThreads)
     toeplitz_store_outputs(
         y_walk, out_s, j0, n, [](int u) { return (u >> 2) * Smem::kOutRow + 4 * (u & 3); }, lead);
   }
-  if constexpr (kShiftedRows && kWalkTail)
+  if constexpr (kShiftedRows)
     depthwise_walk_tail<Tile::kThreads>(x, y, w, p.w_stride[1], width, tiles, Tile::kOutputs, lead, p.length, bias,
                                         p.silu);
 }

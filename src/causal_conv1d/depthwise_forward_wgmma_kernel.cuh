@@ -177,8 +177,9 @@ constexpr int wgmma_min_blocks_per_sm(int blocks) { return blocks >= 4 ? 4 : 0; 
 
 // kShiftedRows: rows off the 16-byte boundary, each x row the same distance past one as its y row
 // (the launcher checks), are walked from the boundary before them (common/toeplitz_mma.cuh,
-// kToeplitzShiftedRows); kWalkTail: as depthwise_forward_tc_kernel's.
-template <typename T, int kBlocks, bool kGuard, bool kShiftedRows, bool kWalkTail = kToeplitzWalkTail>
+// kToeplitzShiftedRows); `tiles`, the row's own, and the walk's tail past them: as
+// depthwise_forward_tc_kernel's.
+template <typename T, int kBlocks, bool kGuard, bool kShiftedRows>
 __global__ void __launch_bounds__(WgmmaToeplitzTile::kThreads, wgmma_min_blocks_per_sm(kBlocks))
     depthwise_forward_wgmma_kernel(DepthwiseForwardParams p, int64_t tiles) {
 #ifdef CAUSALCONV_SM90A
@@ -217,7 +218,7 @@ __global__ void __launch_bounds__(WgmmaToeplitzTile::kThreads, wgmma_min_blocks_
   int slot = 0;
 #pragma unroll 1
   for (int64_t tile = blockIdx.y; tile < tiles; tile += gridDim.y, slot ^= 1) {
-    const int64_t j0 = tile * Tile::kOutputs;  // (>= n where a shifted walk ends a tile early)
+    const int64_t j0 = tile * Tile::kOutputs;
     cp_async_wait<0>();                 // this thread's copies of the tile are done
     sm90::fence_proxy_async_shared();   // ... and visible to wgmma's reads (the walk's masked first unit too)
     __syncthreads();                    // every thread's; the other stage and out_s are free
@@ -238,7 +239,7 @@ __global__ void __launch_bounds__(WgmmaToeplitzTile::kThreads, wgmma_min_blocks_
     }
     wgmma_toeplitz_store_tile(y_walk, out_s, 0, j0, n, lead);
   }
-  if constexpr (kShiftedRows && kWalkTail)
+  if constexpr (kShiftedRows)
     depthwise_walk_tail<Tile::kThreads>(x, y, w, p.w_stride[1], int(p.width), tiles, Tile::kOutputs, lead, p.length,
                                         bias, p.silu);
 #endif

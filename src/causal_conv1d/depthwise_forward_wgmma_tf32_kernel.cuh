@@ -41,9 +41,9 @@ struct DepthwiseWgmmaTf32Smem {
 };
 
 // kShiftedRows: rows off the 16-byte boundary, each x row the same distance past one as its y row
-// (the launcher checks), walked from the boundary before them (common/toeplitz_mma.cuh); kWalkTail:
-// as depthwise_forward_tc_kernel's.
-template <int kBlocks, bool kShiftedRows, bool kWalkTail = kToeplitzWalkTail>
+// (the launcher checks), walked from the boundary before them (common/toeplitz_mma.cuh); `tiles`,
+// the row's own, and the walk's tail past them: as depthwise_forward_tc_kernel's.
+template <int kBlocks, bool kShiftedRows>
 __global__ void __launch_bounds__(WgmmaToeplitzTile::kThreads)
     depthwise_forward_wgmma_tf32x3_kernel(DepthwiseForwardParams p, int64_t tiles) {
 #ifdef CAUSALCONV_SM90A
@@ -78,7 +78,7 @@ __global__ void __launch_bounds__(WgmmaToeplitzTile::kThreads)
   int slot = 0;
 #pragma unroll 1
   for (int64_t tile = blockIdx.y; tile < tiles; tile += gridDim.y, slot ^= 1) {
-    const int64_t j0 = tile * Tile::kOutputs;  // (>= n where a shifted walk ends a tile early)
+    const int64_t j0 = tile * Tile::kOutputs;
     unsigned char* const in_s = stages + slot * Split::kBytes;
     cp_async_wait<0>();                                  // this thread's copies of the tile are done
     tf32_split_units(in_s, lo_s, units,  // (lo_s: every thread is past the last MMAs)
@@ -107,7 +107,7 @@ __global__ void __launch_bounds__(WgmmaToeplitzTile::kThreads)
     }
     wgmma_tf32_store_outputs<kBlocks>(y_walk, out_s, j0, n, lead);
   }
-  if constexpr (kShiftedRows && kWalkTail)
+  if constexpr (kShiftedRows)
     depthwise_walk_tail<Tile::kThreads>(x, y, w, p.w_stride[1], int(p.width), tiles, Tile::kOutputs, lead, p.length,
                                         bias, p.silu);
 #endif

@@ -142,28 +142,16 @@ __host__ __device__ constexpr int toeplitz_unit_values() {
 constexpr bool kToeplitzShiftedRows = true;
 
 // Steps a row-walking Toeplitz kernel walks for rows of `length` values of elem_bytes bytes: up to a
-// unit's values minus one more where rows may be walked from the boundary before them.
+// unit's values minus one more where rows may be walked from the boundary before them. The backward
+// tiles all of them: a spare last tile wherever the lead pushes the row past a tile boundary (bf16
+// L8191: leads 2-7, 7 rows in 8), a whole tile's MMAs for at most 7 outputs. The depthwise Toeplitz
+// forwards tile only the row's own length, and the block that walked the last tile computes the
+// walk's few steps past it (its tail) by depthwise_walk_tail, 16 threads an output. Why: against the
+// spare tile on the H100 (session 34, side by side, B1 D4096 L8191) bf16 K128 73.0 -> 64.2 us, K256
+// 94.8 -> 85.3; fp32 K128 272.2 -> 210.7 (session 30's direct loop for those outputs, one thread's
+// serial chain of K dependent loads, lost: K128 97 us).
 __host__ __device__ constexpr int64_t toeplitz_walk_length(int64_t length, bool rows_aligned, int elem_bytes) {
   return length + (kToeplitzShiftedRows && !rows_aligned ? 16 / elem_bytes - 1 : 0);
-}
-
-// A shifted walk of L + lead steps needs a spare last tile wherever the lead pushes the row past a
-// tile boundary (bf16 L8191: leads 2-7, 7 rows in 8), and the spare tile costs a whole tile's MMAs for
-// at most 7 outputs: bf16 B1 C4096 L8191 K128 71.1 us against ~50 at L8192 (session 30). With this
-// flag the depthwise Toeplitz forwards take only the tiles of the row's own length, and the block
-// that walked the last one computes the walk's remaining outputs (its tail, at most a unit's values
-// minus one) by depthwise_walk_tail: 16 threads an output, each a strided share of the taps with its
-// loads all in flight (session 30's direct loop for the spare tile, one thread's serial chain of K
-// dependent loads, lost: K128 97 us). On since session 34 (H100, side by side, B1 D4096 L8191):
-// bf16 K9 59.6 -> 57.7 us, K33 62.1 -> 57.3, K128 73.0 -> 64.2, K256 94.8 -> 85.3; fp32 K16
-// 162.6 -> 135.5, K128 272.2 -> 210.7.
-constexpr bool kToeplitzWalkTail = true;
-
-// Steps the depthwise Toeplitz forwards tile (their grid's tiles): the walk's, or with
-// kToeplitzWalkTail the row's own (the rest is the tail).
-__host__ __device__ constexpr int64_t toeplitz_forward_tiled_length(int64_t length, bool rows_aligned,
-                                                                    int elem_bytes) {
-  return kToeplitzWalkTail ? length : toeplitz_walk_length(length, rows_aligned, elem_bytes);
 }
 
 // Calls f(std::bool_constant<shifted>), the kernels' kShiftedRows: true only where some row is off

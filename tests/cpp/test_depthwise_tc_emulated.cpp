@@ -79,18 +79,19 @@ int64_t row_pad(int64_t length, bool aligned_rows) { return aligned_rows ? 8 - l
 struct Walk {
   bool shifted = false;
   int64_t y_pad_extra = 0;
-  bool tail = false;  // (shifted) the forwards' kWalkTail: tiles of the row's own length, then the tail
 };
 
-// Tiles a row for the 16-step Toeplitz forms: a shifted walk is up to a unit's values minus one
-// longer (one spare tile where the row has no lead; the launcher asks for it only where some row
-// is off the boundary), unless the forward computes the walk's tail past the row's own tiles
-// (tail: kWalkTail).
+// The forwards' grids tile the row's own length, shifted or not: the block that walked the last
+// tile computes a shifted walk's few outputs past it (its tail, depthwise_walk_tail).
+int64_t forward_tiles(int64_t length, int64_t tile_outputs) { return (length + tile_outputs - 1) / tile_outputs; }
+
+// The backward's grid tiles the whole walk: a shifted walk is up to a unit's values minus one longer
+// (one spare tile where the row has no lead; the launcher asks for it only where some row is off the
+// boundary).
 template <typename T>
-int64_t toeplitz_tiles(int64_t length, bool shifted, int64_t tile_outputs = detail::ToeplitzTile::kOutputs,
-                       bool tail = false) {
-  const int64_t walk = length + (shifted && !tail ? 16 / int64_t(sizeof(T)) - 1 : 0);
-  return (walk + tile_outputs - 1) / tile_outputs;
+int64_t backward_tiles(int64_t length, bool shifted) {
+  const int64_t walk = length + (shifted ? 16 / int64_t(sizeof(T)) - 1 : 0);
+  return (walk + detail::ToeplitzTile::kOutputs - 1) / detail::ToeplitzTile::kOutputs;
 }
 
 // Inputs of one case in storage type T: x, dy as padded activations (row_pad), w (C, K), bias (C).
@@ -201,28 +202,24 @@ void run_forward(const Case& cs, Form form = Form::mma_sync, Walk walk = {}) {
   p.y_stride[2] = 1;
   if constexpr (std::is_same_v<T, float>) {  // the tf32 forms: warpgroup MMA (64-step chunks) or mma.sync's
     if (form == Form::wgmma) {
-      const int64_t tiles = toeplitz_tiles<T>(L, walk.shifted, detail::WgmmaToeplitzTile::kOutputs, walk.tail);
+      const int64_t tiles = forward_tiles(L, detail::WgmmaToeplitzTile::kOutputs);
       const emu::Dim3 grid{unsigned(B * C), unsigned((tiles + cs.tiles_per_block - 1) / cs.tiles_per_block), 1};
       detail::with_toeplitz64_blocks(K, [&](auto blocks) {
         constexpr int kBlocks = decltype(blocks)::value;
         emu::launch(grid, detail::WgmmaToeplitzTile::kThreads, size_t(detail::DepthwiseWgmmaTf32Smem<kBlocks>::kBytes),
                     [&] {
-                      if (walk.shifted && walk.tail)
-                        detail::depthwise_forward_wgmma_tf32x3_kernel_emulated<kBlocks, true, true>(p, tiles);
-                      else if (walk.shifted)
-                        detail::depthwise_forward_wgmma_tf32x3_kernel_emulated<kBlocks, true, false>(p, tiles);
+                      if (walk.shifted)
+                        detail::depthwise_forward_wgmma_tf32x3_kernel_emulated<kBlocks, true>(p, tiles);
                       else
                         detail::depthwise_forward_wgmma_tf32x3_kernel_emulated<kBlocks, false>(p, tiles);
                     });
       });
     } else {
-      const int64_t tiles = toeplitz_tiles<T>(L, walk.shifted, detail::ToeplitzTile::kOutputs, walk.tail);
+      const int64_t tiles = forward_tiles(L, detail::ToeplitzTile::kOutputs);
       const emu::Dim3 grid{unsigned(B * C), unsigned((tiles + cs.tiles_per_block - 1) / cs.tiles_per_block), 1};
       emu::launch(grid, detail::ToeplitzTile::kThreads, size_t(detail::DepthwiseTf32Smem::kBytes), [&] {
-        if (walk.shifted && walk.tail)
-          detail::depthwise_forward_tf32x3_kernel_emulated<true, true>(p, tiles);
-        else if (walk.shifted)
-          detail::depthwise_forward_tf32x3_kernel_emulated<true, false>(p, tiles);
+        if (walk.shifted)
+          detail::depthwise_forward_tf32x3_kernel_emulated<true>(p, tiles);
         else
           detail::depthwise_forward_tf32x3_kernel_emulated<false>(p, tiles);
       });
@@ -243,34 +240,30 @@ void run_forward(const Case& cs, Form form = Form::mma_sync, Walk walk = {}) {
       });
     });
   } else if (form == Form::wgmma) {
-    const int64_t tiles = toeplitz_tiles<T>(L, walk.shifted, detail::WgmmaToeplitzTile::kOutputs, walk.tail);
+    const int64_t tiles = forward_tiles(L, detail::WgmmaToeplitzTile::kOutputs);
     const emu::Dim3 grid{unsigned(B * C), unsigned((tiles + cs.tiles_per_block - 1) / cs.tiles_per_block), 1};
     detail::with_toeplitz64_blocks(K, [&](auto blocks) {
       constexpr int kBlocks = decltype(blocks)::value;
       test::with_guard_for(cs.nonfinite_at >= 0, [&](auto guard) {
         constexpr bool kGuard = decltype(guard)::value;
         emu::launch(grid, detail::WgmmaToeplitzTile::kThreads, size_t(detail::DepthwiseWgmmaSmem<kBlocks>::kBytes), [&] {
-          if (walk.shifted && walk.tail)
-            detail::depthwise_forward_wgmma_kernel_emulated<T, kBlocks, kGuard, true, true>(p, tiles);
-          else if (walk.shifted)
-            detail::depthwise_forward_wgmma_kernel_emulated<T, kBlocks, kGuard, true, false>(p, tiles);
+          if (walk.shifted)
+            detail::depthwise_forward_wgmma_kernel_emulated<T, kBlocks, kGuard, true>(p, tiles);
           else
             detail::depthwise_forward_wgmma_kernel_emulated<T, kBlocks, kGuard, false>(p, tiles);
         });
       });
     });
   } else {
-    const int64_t tiles = toeplitz_tiles<T>(L, walk.shifted, detail::ToeplitzTile::kOutputs, walk.tail);
+    const int64_t tiles = forward_tiles(L, detail::ToeplitzTile::kOutputs);
     const emu::Dim3 grid{unsigned(B * C), unsigned((tiles + cs.tiles_per_block - 1) / cs.tiles_per_block), 1};
     detail::with_toeplitz_max_blocks(K, [&](auto max_blocks) {
       constexpr int kMaxBlocks = decltype(max_blocks)::value;
       test::with_guard_for(cs.nonfinite_at >= 0, [&](auto guard) {
         constexpr bool kGuard = decltype(guard)::value;
         emu::launch(grid, detail::ToeplitzTile::kThreads, size_t(detail::depthwise_tc_smem_bytes<kMaxBlocks>()), [&] {
-          if (walk.shifted && walk.tail)
-            detail::depthwise_forward_tc_kernel_emulated<T, kMaxBlocks, kGuard, true, true>(p, tiles);
-          else if (walk.shifted)
-            detail::depthwise_forward_tc_kernel_emulated<T, kMaxBlocks, kGuard, true, false>(p, tiles);
+          if (walk.shifted)
+            detail::depthwise_forward_tc_kernel_emulated<T, kMaxBlocks, kGuard, true>(p, tiles);
           else
             detail::depthwise_forward_tc_kernel_emulated<T, kMaxBlocks, kGuard, false>(p, tiles);
         });
@@ -320,7 +313,7 @@ void run_backward(const Case& cs, bool want_dx = true, bool want_dw = true, Walk
   const int64_t pad = row_pad(L, false);
   Data<T> d(cs, rng, pad);
   Activation<T> dx(B, C, L, pad + walk.y_pad_extra);
-  const int64_t tiles = toeplitz_tiles<T>(L, walk.shifted);
+  const int64_t tiles = backward_tiles<T>(L, walk.shifted);
   std::vector<float> partials(size_t(C * B * tiles * (K + 1)), std::numeric_limits<float>::quiet_NaN());
 
   detail::DepthwiseBackwardParams p{};
@@ -502,10 +495,11 @@ TEST(DepthwiseTensorCoreEmulated, Forward) {
 }
 
 // Rows off the 16-byte boundary walked from the boundary before them (kShiftedRows): the same
-// cases (rows at stride L + 3: leads 0-7, the walk's spare last tile where a row has none), rows
-// shorter than a unit with a lead (the first unit masked at both ends), and y's rows at other leads
-// than x's (those rows by element). Dropping the first unit's mask, or storing the walk's first
-// `lead` outputs, fails it.
+// cases (rows at stride L + 3: leads 0-7; the grid takes the row's own tiles and the block that
+// walked the last computes the walk's tail where a lead pushes it past them), rows shorter than a
+// unit with a lead (the first unit masked at both ends), and y's rows at other leads than x's
+// (those rows by element). Dropping the first unit's mask, or storing the walk's first `lead`
+// outputs, fails it.
 TEST(DepthwiseTensorCoreEmulated, ForwardShiftedRows) {
   const Walk shifted{true};
   for (const Case& c : kForwardBFloat16Cases) run_forward<__nv_bfloat16>(c, Form::mma_sync, shifted);
@@ -527,27 +521,22 @@ TEST(DepthwiseTensorCoreEmulated, ForwardShiftedRows) {
   run_forward<__half>({1, 3, 250, 256, true, true}, Form::wgmma, shifted);
 }
 
-// The same walks with the tail (kWalkTail): the grid takes the row's own tiles and the block that
-// walked the last computes the rest (at most 7 outputs; 3 in fp32), on every forward form. Lengths
-// just under a tile multiple (rows at stride L + 3: several leads push the row past the boundary,
-// the others do not), tails taken by the second of two blocks along the row, silu and bias, and
-// K up to 256 (16 taps a thread).
-TEST(DepthwiseTensorCoreEmulated, ForwardShiftedRowsWalkTail) {
-  Walk tail{true};
-  tail.tail = true;
-  Walk tail_y_pad = tail;
-  tail_y_pad.y_pad_extra = 2;
-  run_forward<__nv_bfloat16>({1, 4, 1, 16, true, false}, Form::mma_sync, tail);      // L = 1: no tail
-  run_forward<__nv_bfloat16>({2, 3, 4094, 17, true, true}, Form::mma_sync, tail);    // 2 tiles, tails of 1-5
-  run_forward<__half>({1, 4, 2046, 200, false, true, 1}, Form::mma_sync, tail);      // 1 tile a block
-  run_forward<__nv_bfloat16>({1, 3, 4095, 33, true, false}, Form::mma_sync, tail_y_pad);  // some rows by element
-  run_forward<float>({2, 3, 4094, 17, true, true}, Form::mma_sync, tail);            // tf32; tails of 1-2
-  run_forward<float>({1, 4, 2047, 256, false, false, 1}, Form::mma_sync, tail);
-  run_forward<__nv_bfloat16>({1, 3, 8190, 128, false, true, 1}, Form::wgmma, tail);  // tile 2 of 2 blocks
-  run_forward<__half>({2, 3, 4093, 65, true, true}, Form::wgmma, tail);
-  run_forward<__nv_bfloat16>({1, 4, 4095, 256, true, false}, Form::wgmma, tail);
-  run_forward<float>({1, 4, 4094, 129, true, true}, Form::wgmma, tail);             // the wgmma tf32 form
-  run_forward<float>({1, 3, 8191, 65, false, false, 1}, Form::wgmma, tail);
+// The walks' tails (depthwise_walk_tail: at most 7 outputs, 3 in fp32) on every forward form.
+// Lengths just under a tile multiple (rows at stride L + 3: several leads push the walk past the
+// row's last tile, the others do not; L = 1 with no tail is ForwardShiftedRows'), tails taken by the
+// second of two blocks along the row, silu and bias, and K up to 256 (16 taps a thread).
+TEST(DepthwiseTensorCoreEmulated, ForwardShiftedRowsTails) {
+  const Walk shifted{true};
+  run_forward<__nv_bfloat16>({2, 3, 4094, 17, true, true}, Form::mma_sync, shifted);    // 2 tiles, tails of 1-5
+  run_forward<__half>({1, 4, 2046, 200, false, true, 1}, Form::mma_sync, shifted);      // 1 tile a block
+  run_forward<__nv_bfloat16>({1, 3, 4095, 33, true, false}, Form::mma_sync, {true, 2});  // some rows by element
+  run_forward<float>({2, 3, 4094, 17, true, true}, Form::mma_sync, shifted);            // tf32; tails of 1-2
+  run_forward<float>({1, 4, 2047, 256, false, false, 1}, Form::mma_sync, shifted);
+  run_forward<__nv_bfloat16>({1, 3, 8190, 128, false, true, 1}, Form::wgmma, shifted);  // tile 2 of 2 blocks
+  run_forward<__half>({2, 3, 4093, 65, true, true}, Form::wgmma, shifted);
+  run_forward<__nv_bfloat16>({1, 4, 4095, 256, true, false}, Form::wgmma, shifted);
+  run_forward<float>({1, 4, 4094, 129, true, true}, Form::wgmma, shifted);             // the wgmma tf32 form
+  run_forward<float>({1, 3, 8191, 65, false, false, 1}, Form::wgmma, shifted);
 }
 
 // The wgmma form: 4096-step tiles, halos of 1-4 chunks, both input stages, partial tiles and units.
