@@ -299,12 +299,12 @@ __global__ void __launch_bounds__(WgmmaToeplitzTile::kThreads, 2)
       for (int a = 0; a < kMixerBlocks; ++a) {
         float acc[32];
         sm90::wgmma_fence();
+        const uint64_t dh_rows = sm90::smem_descriptor(smem_base + 128 * kDhRow, 8192, 1024);
+        const uint64_t z_rows = sm90::smem_descriptor(smem_base + 128 * (kZRow + kHalo - a), 8192, 1024);
 #pragma unroll
-        for (int ks = 0; ks < 4; ++ks) {
-          const uint64_t da = sm90::smem_descriptor(smem_base + 128 * (kDhRow + 16 * ks), 8192, 1024);
-          const uint64_t db = sm90::smem_descriptor(smem_base + 128 * (kZRow + kHalo - a + 16 * ks), 8192, 1024);
-          sm90::wgmma_m64n64k16_tt<T>(acc, da, db, ks != 0);
-        }
+        for (int ks = 0; ks < 4; ++ks)
+          sm90::wgmma_m64n64k16_tt<T>(acc, sm90::descriptor_plus(dh_rows, 2048 * ks),
+                                      sm90::descriptor_plus(z_rows, 2048 * ks), ks != 0);
         sm90::wgmma_commit();
         sm90::wgmma_wait<0>();
         sm90::fence_registers(acc);
@@ -405,12 +405,13 @@ __global__ void __launch_bounds__(WgmmaToeplitzTile::kThreads, 2)
         wgmma_hankel_conv<T, 2, decltype(first_slice)::value, true>(acc[0], dp_rows,
                                                                     proj_table + j * Layout::kProjTableBytes);
         if constexpr (!kDwpOnCores) {
+          const uint64_t dp_desc = sm90::smem_descriptor(dp_rows, 8192, 1024);
+          const uint64_t x_desc = sm90::smem_descriptor(x_rows, 8192, 1024);
 #pragma unroll
           for (int ks = 0; ks < 4; ++ks) {  // lag block a: x_j chunk J + m - a at x row m + 1 - a
-            const uint64_t da = sm90::smem_descriptor(dp_rows + 2048 * ks, 8192, 1024);
-            sm90::wgmma_m64n64k16_tt<T>(acc[1], da, sm90::smem_descriptor(x_rows + 128 + 2048 * ks, 8192, 1024),
-                                        ks != 0);
-            sm90::wgmma_m64n64k16_tt<T>(acc[2], da, sm90::smem_descriptor(x_rows + 2048 * ks, 8192, 1024), ks != 0);
+            const uint64_t da = sm90::descriptor_plus(dp_desc, 2048 * ks);
+            sm90::wgmma_m64n64k16_tt<T>(acc[1], da, sm90::descriptor_plus(x_desc, 128 + 2048 * ks), ks != 0);
+            sm90::wgmma_m64n64k16_tt<T>(acc[2], da, sm90::descriptor_plus(x_desc, 2048 * ks), ks != 0);
           }
         }
         sm90::wgmma_commit();

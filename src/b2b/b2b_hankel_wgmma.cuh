@@ -113,14 +113,14 @@ __device__ __forceinline__ void hankel_table_transposed(unsigned char* table, co
 // makes ptxas serialise them (warpgroup.arrive).
 template <typename T, int kBlocks, int kFirstSlice, bool kAhead = false, bool kTransposedTable = false>
 __device__ __forceinline__ void wgmma_hankel_conv(float (&d)[32], uint32_t a_rows, uint32_t table) {
+  const uint64_t a0 = sm90::smem_descriptor(a_rows, 16, 1024), b0 = sm90::smem_descriptor_unswizzled(table, 128, 128);
 #pragma unroll
   for (int i = 0; i < kBlocks; ++i)
 #pragma unroll
     for (int ks = (i == kBlocks - 1 ? kFirstSlice : 0); ks < 4; ++ks) {
       const int row = kAhead ? i : kBlocks - 1 - i, core = kTransposedTable ? 8 * i : 8 * (kBlocks - 1 - i);
-      const uint64_t da = sm90::smem_descriptor(a_rows + row * 128 + 32 * ks, 16, 1024);
-      const uint64_t db = sm90::smem_descriptor_unswizzled(table + (core + 2 * ks) * 128, 128, 128);
-      sm90::wgmma_m64n64k16<T>(d, da, db, (i | ks) != 0);
+      sm90::wgmma_m64n64k16<T>(d, sm90::descriptor_plus(a0, row * 128 + 32 * ks),
+                               sm90::descriptor_plus(b0, (core + 2 * ks) * 128), (i | ks) != 0);
     }
 }
 #endif

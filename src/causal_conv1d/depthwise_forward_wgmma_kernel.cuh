@@ -122,12 +122,12 @@ template <typename T, int kBlocks>
 __device__ __forceinline__ void wgmma_toeplitz_issue(float (&acc)[32], const uint32_t (&a)[kBlocks][4][4],
                                                      uint32_t in) {
   sm90::wgmma_fence();
+  const uint64_t rows = sm90::smem_descriptor(in, 16, 1024);
 #pragma unroll
   for (int i = 0; i < kBlocks; ++i)
 #pragma unroll
     for (int ks = 0; ks < 4; ++ks) {
-      const uint64_t desc =
-          sm90::smem_descriptor(in + (kBlocks - 1 - i) * WgmmaToeplitzTile::kRowBytes + 32 * ks, 16, 1024);
+      const uint64_t desc = sm90::descriptor_plus(rows, (kBlocks - 1 - i) * WgmmaToeplitzTile::kRowBytes + 32 * ks);
       sm90::wgmma_m64n64k16_rs<T>(acc, a[i][ks], desc, (i | ks) != 0);
     }
   sm90::wgmma_commit();

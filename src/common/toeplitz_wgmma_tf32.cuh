@@ -81,6 +81,7 @@ __device__ __forceinline__ void wgmma_tf32x3_toeplitz(float (&acc)[32], const ui
   const int base0 = 64 + 16 * warp + (lane >> 2) - (lane & 3);  // index of lag base at i = ks = 0
   constexpr int kLag[4] = {0, 8, -4, 4};
   uint32_t a_hi[2][4], a_lo[2][4];
+  const uint64_t hi_desc = sm90::smem_descriptor(hi, 16, 1024), lo_desc = sm90::smem_descriptor(lo, 16, 1024);
 #pragma unroll
   for (int slice = 0; slice < 8 * kBlocks; ++slice) {
     const int i = slice >> 3, ks = slice & 7, set = slice & 1;
@@ -90,8 +91,8 @@ __device__ __forceinline__ void wgmma_tf32x3_toeplitz(float (&acc)[32], const ui
       a_lo[set][reg] = wr_lo_s[base0 + 64 * i - 8 * ks + kLag[reg]];
     }
     const uint32_t offset = uint32_t((ks >> 2) * Split::kHalfBytes + (kBlocks - 1 - i) * 128 + 32 * (ks & 3));
-    const uint64_t b_hi = sm90::smem_descriptor(hi + offset, 16, 1024);
-    const uint64_t b_lo = sm90::smem_descriptor(lo + offset, 16, 1024);
+    const uint64_t b_hi = sm90::descriptor_plus(hi_desc, offset);
+    const uint64_t b_lo = sm90::descriptor_plus(lo_desc, offset);
     sm90::wgmma_fence();
     sm90::wgmma_m64n64k8_tf32_rs(acc, a_lo[set], b_hi, slice != 0);
     sm90::wgmma_m64n64k8_tf32_rs(acc, a_hi[set], b_lo, 1);

@@ -16,7 +16,8 @@
 //    steps along the reduction, its stride along N (b2b_forward_wgmma_kernel's Hankel tables).
 //  * the tf32 wgmma with A from registers in mma.sync's m16n8k8 tf32 layout and B a k8 slice of a
 //    swizzled tile of fp32 rows (32 values a 128-byte row), 32 bytes a slice, from any row
-//    (common/toeplitz_wgmma_tf32.cuh; passed on the H100 in session 33).
+//    (common/toeplitz_wgmma_tf32.cuh; passed on the H100 in session 33);
+//  * descriptor_plus: a descriptor stepped by an offset is bitwise the descriptor of the sum.
 // Skipped without a GPU, on other architectures, and in builds without sm_90a code.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -207,6 +208,24 @@ __global__ void wgmma_tf32_registers_kernel(int r0, int ks, float* out, int* ran
 #endif
 }
 
+// descriptor_plus against descriptors built from the address itself: thread t takes the operand
+// start 16 t (every 16-byte start below 2^18, the shared window), each offset that keeps the sum
+// below 2^18, both layouts; counts the descriptors that differ in any bit.
+__global__ void descriptor_plus_kernel(int* bad) {
+  const uint32_t start = 16 * (blockIdx.x * blockDim.x + threadIdx.x);
+  int mismatches = 0;
+  for (uint32_t offset : {16u, 32u, 96u, 128u, 2048u, 6144u, 8192u, 65536u, 131072u, 262128u}) {
+    if (start + offset >= (1u << 18)) continue;
+    mismatches += sm90::descriptor_plus(sm90::smem_descriptor(start, 16, 1024), offset) !=
+                  sm90::smem_descriptor(start + offset, 16, 1024);
+    mismatches += sm90::descriptor_plus(sm90::smem_descriptor(start, 8192, 1024), offset) !=
+                  sm90::smem_descriptor(start + offset, 8192, 1024);
+    mismatches += sm90::descriptor_plus(sm90::smem_descriptor_unswizzled(start, 128, 128), offset) !=
+                  sm90::smem_descriptor_unswizzled(start + offset, 128, 128);
+  }
+  if (mismatches) atomicAdd(bad, mismatches);
+}
+
 // Skips unless the device is compute capability 9.0.
 #define REQUIRE_SM90()                                                                       \
   REQUIRE_GPU();                                                                             \
@@ -365,6 +384,21 @@ TEST(Sm90PrimitivesCuda, Tf32WgmmaTakesRegisterAAndASwizzledSliceOfFp32Rows) {
       if (!ran) GTEST_SKIP() << "this build has no sm_90a code (CMAKE_CUDA_ARCHITECTURES without 90a)";
       EXPECT_EQ(bad, 0) << "operand from row " << r0 << ", slice " << ks;
     }
+}
+
+// The kernels build each operand's descriptor once and step it with descriptor_plus: it must give
+// bitwise the descriptor of the address it points at (any GPU: no wgmma runs).
+TEST(Sm90PrimitivesCuda, DescriptorPlusEqualsTheDescriptorOfTheSum) {
+  REQUIRE_GPU();
+  int* d_bad = nullptr;
+  ASSERT_EQ(cudaMalloc(&d_bad, sizeof(int)), cudaSuccess);
+  cudaMemset(d_bad, 0, sizeof(int));
+  descriptor_plus_kernel<<<(1 << 14) / 128, 128>>>(d_bad);
+  EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  int bad = -1;
+  cudaMemcpy(&bad, d_bad, sizeof(int), cudaMemcpyDeviceToHost);
+  cudaFree(d_bad);
+  EXPECT_EQ(bad, 0);
 }
 
 TEST(Sm90PrimitivesCuda, LdmatrixTransStmatrixTransposeASwizzledTile) {
