@@ -87,8 +87,9 @@ __device__ __forceinline__ void wgmma_tf32x3_toeplitz(float (&acc)[32], const ui
     const int i = slice >> 3, ks = slice & 7, set = slice & 1;
 #pragma unroll
     for (int reg = 0; reg < 4; ++reg) {
-      a_hi[set][reg] = wr_hi_s[base0 + 64 * i - 8 * ks + kLag[reg]];
-      a_lo[set][reg] = wr_lo_s[base0 + 64 * i - 8 * ks + kLag[reg]];
+      const int lag = base0 + 64 * i - 8 * ks + kLag[reg];
+      a_hi[set][reg] = wr_hi_s[lag];
+      a_lo[set][reg] = wr_lo_s[lag];
     }
     const uint32_t offset = uint32_t((ks >> 2) * Split::kHalfBytes + (kBlocks - 1 - i) * 128 + 32 * (ks & 3));
     const uint64_t b_hi = sm90::descriptor_plus(hi_desc, offset);
