@@ -53,7 +53,7 @@ namespace causalconv::detail {
 // 65 chunks, dout of 64 chunks and one carried dp0 chunk), the z rows (Hm halo + 64), the dh rows
 // (64 + Hm carried), the carries (dh's Hm chunks, one per dp_j), then bytes: dwp's lag-block-1
 // band, the three projection tables, the mixer's table and its transposed table, then rows again:
-// the z halo's x1 and x2 chunks per stage.
+// the z halo's x1 and x2 chunks per stage, and the z halo's taps.
 template <int kMixerBlocks>
 struct B2BWgmmaBackwardLayout {
   using Tile = WgmmaToeplitzTile;
@@ -72,7 +72,10 @@ struct B2BWgmmaBackwardLayout {
   static constexpr int kMixerTableT = kMixerTable + 128 * hankel_cores(kMixerBlocks);
   // x1 and x2 over the Hm chunks before the x rows (J - 1 - Hm .. J - 2) per stage: [slot][j - 1][k].
   static constexpr int kHaloXRow = (kMixerTableT + 128 * hankel_cores(kMixerBlocks)) / 128;
-  static constexpr int kBytes = 1024 + 128 * (kHaloXRow + 4 * kHalo);
+  // The z halo's taps: float2 (P1's, P2's) per tap, Kp <= 32.
+  static constexpr int kHaloTaps = 128 * (kHaloXRow + 4 * kHalo);
+  static constexpr int kBytes = 1024 + kHaloTaps + 32 * 8;
+  static_assert(2 * (kBytes + 1024) <= 228 * 1024, "two blocks per SM");
   // dwm's lag blocks in fp32 (lag_block_index) go over the idle stage, two at a time; dwp's
   // lag-block-0 band (float [64][32], band_index) over the dp row it came from.
   static_assert(2 * 64 * 64 * 4 <= 128 * kStageRows, "two lag blocks fit a stage");
@@ -144,30 +147,35 @@ __global__ void __launch_bounds__(WgmmaToeplitzTile::kThreads, 2)
   auto stage = [&](int slot, int64_t tile) {
     constexpr int kUnits = 8 * Layout::kXRows, kThreads = Tile::kThreads;
     const int64_t x_first = (tile * Tile::kChunks - 1) * Tile::kChunk, g_first = tile * Tile::kOutputs;
-    auto bytes_at = [&](auto interior, int64_t t) {
-      const int64_t valid = t < 0 ? 0 : n - t;
-      return interior ? 16 : valid >= 8 ? 16 : valid > 0 ? int(2 * valid) : 0;
+    // Bytes of the unit at step t: whole where the tile's x steps end by n (`to_end` false), but for
+    // the first tile's first chunk, which starts before time 0 (its units are each thread's first).
+    auto bytes_at = [&](auto to_end, int64_t t, bool first_unit) {
+      if constexpr (!decltype(to_end)::value) {
+        return !first_unit || t >= 0 ? 16 : 0;
+      } else {
+        const int64_t valid = t < 0 ? 0 : n - t;
+        return valid >= 8 ? 16 : valid > 0 ? int(2 * valid) : 0;
+      }
     };
-    auto copy_units = [&](auto interior) {
+    auto copy_units = [&](auto to_end) {
 #pragma unroll
       for (int k = 0; k < (kUnits + kThreads - 1) / kThreads; ++k) {
         const int u = tid + k * kThreads;
         if (u >= kUnits) break;
         const int64_t t = x_first + 8 * u;
-        const int bytes = bytes_at(interior, t);
+        const int bytes = bytes_at(to_end, t, k == 0);
         const T* src = x0 + (bytes > 0 ? t : 0);
 #pragma unroll
         for (int j = 0; j < 3; ++j)
           cp_async16(smem + swizzled_unit_offset(x_row(slot, j) + (u >> 3), u & 7), src + j * x_stride, bytes);
-        if (u < 8 * Tile::kChunks) {
+        if (u < 8 * Tile::kChunks) {  // dout's steps lie inside x's: whole unless x's pass n
           const int64_t tg = g_first + 8 * u;
-          const int gbytes = bytes_at(interior, tg);
+          const int gbytes = decltype(to_end)::value ? bytes_at(to_end, tg, false) : 16;
           cp_async16(smem + swizzled_unit_offset(g_row(slot) + (u >> 3), u & 7), dout + (gbytes > 0 ? tg : 0), gbytes);
         }
       }
     };
-    // Tiles wholly inside the row skip the per-unit bounds (dout's steps lie inside x's).
-    if (x_first >= 0 && x_first + 8 * kUnits <= n)
+    if (x_first + 8 * kUnits > n)
       copy_units(std::true_type{});
     else
       copy_units(std::false_type{});
@@ -176,7 +184,7 @@ __global__ void __launch_bounds__(WgmmaToeplitzTile::kThreads, 2)
     if (tid < 2 * kHaloUnits) {
       const int j = 1 + tid / kHaloUnits, u = tid % kHaloUnits;
       const int64_t t = x_first - 64 * kHalo + 8 * u;
-      const int bytes = bytes_at(std::false_type{}, t);
+      const int bytes = bytes_at(std::true_type{}, t, true);
       cp_async16(smem + swizzled_unit_offset(halo_x_row(slot, j) + (u >> 3), u & 7),
                  x0 + j * x_stride + (bytes > 0 ? t : 0), bytes);
     }
@@ -192,6 +200,10 @@ __global__ void __launch_bounds__(WgmmaToeplitzTile::kThreads, 2)
     filters.store(lags);
     for (int i = tid; i < 8 * (kHalo + 3); i += Tile::kThreads)
       *reinterpret_cast<uint4*>(smem + 128 * kCarryRow + 16 * i) = make_uint4(0, 0, 0, 0);
+    if (tid < kp)
+      reinterpret_cast<float2*>(smem + Layout::kHaloTaps)[tid] =
+          make_float2(to_float(wp0[p.wp_stride[0] + tid * p.wp_stride[1]]),
+                      to_float(wp0[2 * p.wp_stride[0] + tid * p.wp_stride[1]]));
     __syncthreads();
     for (int j = 0; j < 3; ++j)
       hankel_table<Layout::kProjBlocks>(smem + Layout::kProjTable + j * Layout::kProjTableBytes,
@@ -245,12 +257,13 @@ __global__ void __launch_bounds__(WgmmaToeplitzTile::kThreads, 2)
         const int row = k < kHalo ? halo_x_row(slot, j) + k : x_row(slot, j);
         return to_float(*reinterpret_cast<const T*>(smem + swizzled_unit_offset(row, e >> 3) + 2 * (e & 7)));
       };
-      const T* const wp1 = wp0 + p.wp_stride[0];
+      const float2* const taps = reinterpret_cast<const float2*>(smem + Layout::kHaloTaps);
       float zu = 0.0f, zv = 0.0f;
       for (int k = 0; k < kp; ++k) {  // output step 64 + i of the staged frame; its taps from step 33 on
         const int s = 64 + i - (kp - 1) + k;
-        zu = fmaf(to_float(wp1[k * p.wp_stride[1]]), staged(1, s), zu);
-        zv = fmaf(to_float(wp1[p.wp_stride[0] + k * p.wp_stride[1]]), staged(2, s), zv);
+        const float2 w = taps[k];
+        zu = fmaf(w.x, staged(1, s), zu);
+        zv = fmaf(w.y, staged(2, s), zv);
       }
       const int r = kZRow + (i >> 6), e = i & 63;
       *reinterpret_cast<T*>(smem + swizzled_unit_offset(r, e >> 3) + 2 * (e & 7)) = from_float<T>(zu * zv);
@@ -357,10 +370,11 @@ __global__ void __launch_bounds__(WgmmaToeplitzTile::kThreads, 2)
     sm90::fence_registers(dz_acc);
     __syncthreads();  // every warp's reads of z and dh are done
 #pragma unroll
-    for (int j = 0; j < 8; ++j)
+    for (int x = 0; x < 4; ++x) {  // (fragment_stmatrix_address)
+      uint32_t dp_pairs[3][4];
 #pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const int m = 16 * warp + g + 8 * h;
+      for (int reg = 0; reg < 4; ++reg) {
+        const int j = 2 * x + (reg >> 1), h = reg & 1;
         float dp[3][2];
 #pragma unroll
         for (int e = 0; e < 2; ++e) {  // element 4j + 2h + e; its pairs' half 1 - e
@@ -375,10 +389,12 @@ __global__ void __launch_bounds__(WgmmaToeplitzTile::kThreads, 2)
           dp[2][e] = dzv * u[i];
         }
 #pragma unroll
-        for (int k = 0; k < 3; ++k)
-          *reinterpret_cast<uint32_t*>(smem + fragment_pair_offset(dp_row(slot, k) + m, j, q)) =
-              pack_pair(from_float<T>(dp[k][0]), from_float<T>(dp[k][1]));
+        for (int k = 0; k < 3; ++k) dp_pairs[k][reg] = pack_pair(from_float<T>(dp[k][0]), from_float<T>(dp[k][1]));
       }
+#pragma unroll
+      for (int k = 0; k < 3; ++k)
+        stmatrix_fragment_part(fragment_stmatrix_address(smem_base, dp_row(slot, k)), x, dp_pairs[k]);
+    }
     sm90::fence_proxy_async_shared();
     __syncthreads();  // the dp rows complete
     // Each dp_j's carry: row 64 takes the chunk after the tile, the carry this tile's first.
@@ -463,14 +479,22 @@ __global__ void __launch_bounds__(WgmmaToeplitzTile::kThreads, 2)
       float* const band0 = reinterpret_cast<float*>(smem + 128 * dp_row(slot, j));  // [row r'][lag]
       float* const band1 = reinterpret_cast<float*>(smem + Layout::kBand1);         // [row r' - 32][lag]
 #pragma unroll
-      for (int jj = 0; jj < 8; ++jj)
+      for (int x = 0; x < 4; ++x) {  // (fragment_stmatrix_address)
+        uint32_t dx_pairs[4];
 #pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          const int e = 4 * jj + 2 * h, r = 16 * warp + g + 8 * h;
-          *reinterpret_cast<uint32_t*>(smem + fragment_pair_offset(out_row + r, jj, q)) =
-              pack_pair(from_float<T>(acc[0][e]), from_float<T>(acc[0][e + 1]));
-          if constexpr (!kDwpOnCores) {
+        for (int reg = 0; reg < 4; ++reg) {
+          const int e = 4 * (2 * x + (reg >> 1)) + 2 * (reg & 1);
+          dx_pairs[reg] = pack_pair(from_float<T>(acc[0][e]), from_float<T>(acc[0][e + 1]));
+        }
+        stmatrix_fragment_part(fragment_stmatrix_address(smem_base, out_row), x, dx_pairs);
+      }
+      if constexpr (!kDwpOnCores) {
+#pragma unroll
+        for (int jj = 0; jj < 8; ++jj)
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
             // dp_j row r' = r holds step 63 - r: element (r, col) has lag 64 a + 63 - r - col.
+            const int e = 4 * jj + 2 * h, r = 16 * warp + g + 8 * h;
 #pragma unroll
             for (int k = 0; k < 2; ++k) {
               const int col = 8 * jj + 2 * q + k, s0 = 63 - r - col, s1 = 127 - r - col;
@@ -478,7 +502,7 @@ __global__ void __launch_bounds__(WgmmaToeplitzTile::kThreads, 2)
               if (s1 < kp) band1[band_index(r - 32, s1)] = acc[2][e + k];
             }
           }
-        }
+      }
       __syncthreads();
       wgmma_toeplitz_store_tile(dx0 + j * p.dx_stride[1], smem, out_row, j0, n);
       if (!kDwpOnCores && lane < kp) {  // lag s = lane over the warp's rows: band 0 rows 16w .., band 1 rows 32 + 8w ..

@@ -275,6 +275,7 @@ TEST(B2BTensorCoreBackwardEmulated, WgmmaDwpOnCoresBFloat16) {
   run_case<__nv_bfloat16>({1, 1, 1, 2, 16}, Form::wgmma_dwp_on_cores);
   run_case<__nv_bfloat16>({2, 3, 4100, 3, 128}, Form::wgmma_dwp_on_cores);
   run_case<__nv_bfloat16>({1, 1, 12290, 4, 256, false, 1}, Form::wgmma_dwp_on_cores);
+  run_case<__nv_bfloat16>({1, 2, 4500, 2, 33}, Form::wgmma_dwp_on_cores);  // Kp 2: half the cores' taps
 }
 
 TEST(B2BTensorCoreBackwardEmulated, WgmmaDwpOnCoresFloat16) {
