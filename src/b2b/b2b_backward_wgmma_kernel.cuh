@@ -370,11 +370,10 @@ __global__ void __launch_bounds__(WgmmaToeplitzTile::kThreads, 2)
     sm90::fence_registers(dz_acc);
     __syncthreads();  // every warp's reads of z and dh are done
 #pragma unroll
-    for (int x = 0; x < 4; ++x) {  // (fragment_stmatrix_address)
-      uint32_t dp_pairs[3][4];
+    for (int j = 0; j < 8; ++j)
 #pragma unroll
-      for (int reg = 0; reg < 4; ++reg) {
-        const int j = 2 * x + (reg >> 1), h = reg & 1;
+      for (int h = 0; h < 2; ++h) {
+        const int m = 16 * warp + g + 8 * h;
         float dp[3][2];
 #pragma unroll
         for (int e = 0; e < 2; ++e) {  // element 4j + 2h + e; its pairs' half 1 - e
@@ -389,12 +388,10 @@ __global__ void __launch_bounds__(WgmmaToeplitzTile::kThreads, 2)
           dp[2][e] = dzv * u[i];
         }
 #pragma unroll
-        for (int k = 0; k < 3; ++k) dp_pairs[k][reg] = pack_pair(from_float<T>(dp[k][0]), from_float<T>(dp[k][1]));
+        for (int k = 0; k < 3; ++k)
+          *reinterpret_cast<uint32_t*>(smem + fragment_pair_offset(dp_row(slot, k) + m, j, q)) =
+              pack_pair(from_float<T>(dp[k][0]), from_float<T>(dp[k][1]));
       }
-#pragma unroll
-      for (int k = 0; k < 3; ++k)
-        stmatrix_fragment_part(fragment_stmatrix_address(smem_base, dp_row(slot, k)), x, dp_pairs[k]);
-    }
     sm90::fence_proxy_async_shared();
     __syncthreads();  // the dp rows complete
     // Each dp_j's carry: row 64 takes the chunk after the tile, the carry this tile's first.

@@ -131,6 +131,10 @@ __device__ __forceinline__ int hankel_pair_offset(int r, int j, int q) {
   return swizzled_unit_offset(r, 7 - j) + 12 - 4 * q;
 }
 
+// Byte offset of the pair of columns 8j + 2q, 8j + 2q + 1 (accumulator elements 4j + 2h and
+// 4j + 2h + 1 of lane q, in that order) in swizzled row r: a fragment stored in its own order.
+__device__ __forceinline__ int fragment_pair_offset(int r, int j, int q) { return swizzled_unit_offset(r, j) + 4 * q; }
+
 // A 64 x 64 accumulator fragment stored in its own order (column n of row r at byte 2n of swizzled
 // row first_row + r) by stmatrix: each 8 x 8 block (j, h) of a warp's rows 16 warp + 8h .. and
 // columns 8j .. is one m8n8 matrix in the mma fragment layout, so stmatrix x (x < 4) stores the
