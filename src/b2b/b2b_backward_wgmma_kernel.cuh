@@ -147,30 +147,26 @@ __global__ void __launch_bounds__(WgmmaToeplitzTile::kThreads, 2)
   auto stage = [&](int slot, int64_t tile) {
     constexpr int kUnits = 8 * Layout::kXRows, kThreads = Tile::kThreads;
     const int64_t x_first = (tile * Tile::kChunks - 1) * Tile::kChunk, g_first = tile * Tile::kOutputs;
-    // Bytes of the unit at step t: whole where the tile's x steps end by n (`to_end` false), but for
-    // the first tile's first chunk, which starts before time 0 (its units are each thread's first).
-    auto bytes_at = [&](auto to_end, int64_t t, bool first_unit) {
-      if constexpr (!decltype(to_end)::value) {
-        return !first_unit || t >= 0 ? 16 : 0;
-      } else {
-        const int64_t valid = t < 0 ? 0 : n - t;
-        return valid >= 8 ? 16 : valid > 0 ? int(2 * valid) : 0;
-      }
+    auto bytes_at = [&](int64_t t) {  // the unit at step t, zero outside [0, n)
+      const int64_t valid = t < 0 ? 0 : n - t;
+      return valid >= 8 ? 16 : valid > 0 ? int(2 * valid) : 0;
     };
+    // to_end: the tile's x steps pass n. Otherwise every unit is whole but the first tile's first
+    // chunk (steps -64 .. -1: each thread's first unit), and dout's, inside x's, are all whole.
     auto copy_units = [&](auto to_end) {
 #pragma unroll
       for (int k = 0; k < (kUnits + kThreads - 1) / kThreads; ++k) {
         const int u = tid + k * kThreads;
         if (u >= kUnits) break;
         const int64_t t = x_first + 8 * u;
-        const int bytes = bytes_at(to_end, t, k == 0);
+        const int bytes = to_end ? bytes_at(t) : k > 0 || t >= 0 ? 16 : 0;
         const T* src = x0 + (bytes > 0 ? t : 0);
 #pragma unroll
         for (int j = 0; j < 3; ++j)
           cp_async16(smem + swizzled_unit_offset(x_row(slot, j) + (u >> 3), u & 7), src + j * x_stride, bytes);
-        if (u < 8 * Tile::kChunks) {  // dout's steps lie inside x's: whole unless x's pass n
+        if (u < 8 * Tile::kChunks) {
           const int64_t tg = g_first + 8 * u;
-          const int gbytes = decltype(to_end)::value ? bytes_at(to_end, tg, false) : 16;
+          const int gbytes = to_end ? bytes_at(tg) : 16;
           cp_async16(smem + swizzled_unit_offset(g_row(slot) + (u >> 3), u & 7), dout + (gbytes > 0 ? tg : 0), gbytes);
         }
       }
@@ -184,7 +180,7 @@ __global__ void __launch_bounds__(WgmmaToeplitzTile::kThreads, 2)
     if (tid < 2 * kHaloUnits) {
       const int j = 1 + tid / kHaloUnits, u = tid % kHaloUnits;
       const int64_t t = x_first - 64 * kHalo + 8 * u;
-      const int bytes = bytes_at(std::true_type{}, t, true);
+      const int bytes = bytes_at(t);
       cp_async16(smem + swizzled_unit_offset(halo_x_row(slot, j) + (u >> 3), u & 7),
                  x0 + j * x_stride + (bytes > 0 ? t : 0), bytes);
     }
@@ -475,16 +471,7 @@ __global__ void __launch_bounds__(WgmmaToeplitzTile::kThreads, 2)
       const int out_row = x_row(slot, j);
       float* const band0 = reinterpret_cast<float*>(smem + 128 * dp_row(slot, j));  // [row r'][lag]
       float* const band1 = reinterpret_cast<float*>(smem + Layout::kBand1);         // [row r' - 32][lag]
-#pragma unroll
-      for (int x = 0; x < 4; ++x) {  // (fragment_stmatrix_address)
-        uint32_t dx_pairs[4];
-#pragma unroll
-        for (int reg = 0; reg < 4; ++reg) {
-          const int e = 4 * (2 * x + (reg >> 1)) + 2 * (reg & 1);
-          dx_pairs[reg] = pack_pair(from_float<T>(acc[0][e]), from_float<T>(acc[0][e + 1]));
-        }
-        stmatrix_fragment_part(fragment_stmatrix_address(smem_base, out_row), x, dx_pairs);
-      }
+      fragment_to_shared_by_stmatrix<T>(smem_base, out_row, acc[0]);
       if constexpr (!kDwpOnCores) {
 #pragma unroll
         for (int jj = 0; jj < 8; ++jj)

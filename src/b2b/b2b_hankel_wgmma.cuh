@@ -135,21 +135,29 @@ __device__ __forceinline__ int hankel_pair_offset(int r, int j, int q) {
 // 4j + 2h + 1 of lane q, in that order) in swizzled row r: a fragment stored in its own order.
 __device__ __forceinline__ int fragment_pair_offset(int r, int j, int q) { return swizzled_unit_offset(r, j) + 4 * q; }
 
-// A 64 x 64 accumulator fragment stored in its own order (column n of row r at byte 2n of swizzled
-// row first_row + r) by stmatrix: each 8 x 8 block (j, h) of a warp's rows 16 warp + 8h .. and
-// columns 8j .. is one m8n8 matrix in the mma fragment layout, so stmatrix x (x < 4) stores the
-// thread's packed pairs of elements 4j + 2h, 4j + 2h + 1 for j = 2x + i / 2, h = i % 2 as its
+// A 64 x 64 accumulator fragment rounded to T and stored in its own order (as fragment_pair_offset)
+// at rows first_row .. of a swizzled tile, by stmatrix: each 8 x 8 block (j, h) of a warp's rows
+// 16 warp + 8h .. and columns 8j .. is one m8n8 matrix in the mma fragment layout, so stmatrix x
+// (x < 4) takes the thread's pairs (4j + 2h, 4j + 2h + 1) for j = 2x + i / 2, h = i % 2 as its
 // register i: four instructions for the 32 values, where 16 pair stores each computed an address.
-// Lane l gives the address of row l % 8 of matrix l / 8: unit 2x + l / 16, i.e. the unit of x = 0
-// XOR 2x (the swizzle XORs units, and rows start on 128 bytes).
-__device__ __forceinline__ uint32_t fragment_stmatrix_address(uint32_t smem_base, int first_row) {
+// Lane l gives the address of row l % 8 of matrix l / 8, unit 2x + l / 16: the unit of x = 0 XOR 2x
+// (the swizzle XORs units, and rows start on 128 bytes).
+template <typename T>
+__device__ __forceinline__ void fragment_to_shared_by_stmatrix(uint32_t smem_base, int first_row,
+                                                               const float (&acc)[32]) {
   const int lane = int(threadIdx.x) & 31, warp = (int(threadIdx.x) >> 5) & 3;
   const int r = first_row + 16 * warp + 8 * ((lane >> 3) & 1) + (lane & 7);
-  return smem_base + uint32_t(swizzled_unit_offset(r, lane >> 4));
-}
-// Part x of the fragment from lane address `address` (fragment_stmatrix_address's).
-__device__ __forceinline__ void stmatrix_fragment_part(uint32_t address, int x, const uint32_t (&pairs)[4]) {
-  sm90::stmatrix_x4(address ^ uint32_t(32 * x), pairs);
+  const uint32_t address = smem_base + uint32_t(swizzled_unit_offset(r, lane >> 4));
+#pragma unroll
+  for (int x = 0; x < 4; ++x) {
+    uint32_t pairs[4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int e = 4 * (2 * x + (i >> 1)) + 2 * (i & 1);
+      pairs[i] = pack_pair(from_float<T>(acc[e]), from_float<T>(acc[e + 1]));
+    }
+    sm90::stmatrix_x4(address ^ uint32_t(32 * x), pairs);
+  }
 }
 
 // z over the Hm chunks before tile chunk J0, on the CUDA cores (zero before time 0), into rows
