@@ -120,7 +120,6 @@ __global__ void __launch_bounds__(WgmmaToeplitzTile::kThreads, 2)
   constexpr int kHalo = Layout::kHalo, kZRow = Layout::kZRow, kDhRow = Layout::kDhRow;
   constexpr int kCarryRow = Layout::kCarryRow;
   constexpr bool kSkewedLagBlocks = kMixerBlocks <= 3;  // (lag_block_index)
-  constexpr bool kOverlapLagBlocks = true;  // step 4: the next lag block's MMAs under the diagonal reads
   unsigned char* const smem = sm90::aligned_dynamic_shared();
   const uint32_t smem_base = sm90::smem_u32(smem);
   const int kp = int(p.proj_width), km = int(p.mixer_width);
@@ -302,14 +301,12 @@ __global__ void __launch_bounds__(WgmmaToeplitzTile::kThreads, 2)
     }
     sm90::fence_proxy_async_shared();  // (step 5's MMAs read them after the barriers of step 4 or 5)
 
-    // 4. dwm's lag blocks, through the idle stage (two buffers: one barrier per block). With
-    // kOverlapLagBlocks, block a + 1's MMAs run while block a's diagonals are read: block a is in
-    // shared memory by then, so they take the same accumulators; block a + 1 goes over block a - 1,
-    // whose reads every thread finished before block a's barrier.
+    // 4. dwm's lag blocks, through the idle stage (two buffers: one barrier per block).
     if (own) {
       float* const lag_s = reinterpret_cast<float*>(smem + 128 * (slot ^ 1) * Layout::kStageRows);
-      float acc[32];
-      auto issue_lag_block = [&](int a) {
+#pragma unroll
+      for (int a = 0; a < kMixerBlocks; ++a) {
+        float acc[32];
         sm90::wgmma_fence();
         const uint64_t dh_rows = sm90::smem_descriptor(smem_base + 128 * kDhRow, 8192, 1024);
         const uint64_t z_rows = sm90::smem_descriptor(smem_base + 128 * (kZRow + kHalo - a), 8192, 1024);
@@ -318,8 +315,6 @@ __global__ void __launch_bounds__(WgmmaToeplitzTile::kThreads, 2)
           sm90::wgmma_m64n64k16_tt<T>(acc, sm90::descriptor_plus(dh_rows, 2048 * ks),
                                       sm90::descriptor_plus(z_rows, 2048 * ks), ks != 0);
         sm90::wgmma_commit();
-      };
-      auto store_lag_block = [&](int a) {  // then the barrier that publishes it
         sm90::wgmma_wait<0>();
         sm90::fence_registers(acc);
         float* const block = lag_s + 4096 * (a & 1);
@@ -331,47 +326,28 @@ __global__ void __launch_bounds__(WgmmaToeplitzTile::kThreads, 2)
             *reinterpret_cast<float2*>(block + lag_block_index<kSkewedLagBlocks>(r, 8 * j + 2 * q)) =
                 make_float2(acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]);
           }
-        __syncthreads();  // (also: every thread is done with the block stored two blocks ago)
-      };
-      // Thread (t, half) = (tid % 64, tid / 64) sums element (r, (r - t) % 64) of each row r of its
-      // half: diagonal t - 64 where r < t, diagonal t where r >= t (every element read once).
-      auto sum_diagonals = [&](int a) {
-        const float* const block = lag_s + 4096 * (a & 1);
-        const int t = tid & 63, r0 = 32 * (tid >> 6);
-        const float* const rows = block + 64 * r0;
-        int column[4];
+        __syncthreads();  // (also: every thread is done with the block stored two steps ago)
+        {  // Thread (t, half) = (tid % 64, tid / 64) sums element (r, (r - t) % 64) of each row r of its
+           // half: diagonal t - 64 where r < t, diagonal t where r >= t (every element read once).
+          const int t = tid & 63, r0 = 32 * (tid >> 6);
+          const float* const rows = block + 64 * r0;
+          int column[4];
 #pragma unroll
-        for (int k = 0; k < 4; ++k) column[k] = lag_block_diagonal_column(t, k);  // r0 % 4 == 0
-        float below = 0.0f, above = 0.0f;
-        constexpr int kUnroll = kSkewedLagBlocks ? 32 : 8;
+          for (int k = 0; k < 4; ++k) column[k] = lag_block_diagonal_column(t, k);  // r0 % 4 == 0
+          float below = 0.0f, above = 0.0f;
+          constexpr int kUnroll = kSkewedLagBlocks ? 32 : 8;
 #pragma unroll kUnroll
-        for (int i = 0; i < 32; ++i) {
-          const int r = r0 + i;
-          const float v = kSkewedLagBlocks ? rows[64 * i + column[i & 3]]
-                                           : block[lag_block_index<false>(r, (r - t) & 63)];
-          if (r < t)
-            below += v;
-          else
-            above += v;
-        }
-        mix_below[a] += below;
-        mix_above[a] += above;
-      };
-      if constexpr (kOverlapLagBlocks) {
-        issue_lag_block(0);
-        store_lag_block(0);
-#pragma unroll
-        for (int a = 0; a < kMixerBlocks; ++a) {
-          if (a + 1 < kMixerBlocks) issue_lag_block(a + 1);
-          sum_diagonals(a);
-          if (a + 1 < kMixerBlocks) store_lag_block(a + 1);
-        }
-      } else {
-#pragma unroll
-        for (int a = 0; a < kMixerBlocks; ++a) {
-          issue_lag_block(a);
-          store_lag_block(a);
-          sum_diagonals(a);
+          for (int i = 0; i < 32; ++i) {
+            const int r = r0 + i;
+            const float v = kSkewedLagBlocks ? rows[64 * i + column[i & 3]]
+                                             : block[lag_block_index<false>(r, (r - t) & 63)];
+            if (r < t)
+              below += v;
+            else
+              above += v;
+          }
+          mix_below[a] += below;
+          mix_above[a] += above;
         }
       }
       __syncthreads();  // the idle stage is read: the next tile's rows may go there
