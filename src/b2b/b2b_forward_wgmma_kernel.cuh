@@ -112,21 +112,22 @@ __global__ void __launch_bounds__(WgmmaToeplitzTile::kThreads, 3)
         }
       return;
     }
-    auto copy_units = [&](auto interior) {
+    // to_end: the tile's steps pass n. Otherwise every unit is whole but the first tile's first
+    // chunk (steps -64 .. -1: each thread's first unit), which is zero.
+    auto copy_units = [&](auto to_end) {
 #pragma unroll
       for (int k = 0; k < (kUnits + kThreads - 1) / kThreads; ++k) {
         const int u = int(threadIdx.x) + k * kThreads;
         if (u >= kUnits) break;
         const int64_t t = first_step + 8 * u, valid = t < 0 ? 0 : n - t;
-        const int bytes = interior ? 16 : valid >= 8 ? 16 : valid > 0 ? int(2 * valid) : 0;
-        const T* src = x0 + (interior || bytes > 0 ? t : 0);
+        const int bytes = !to_end ? (k > 0 || t >= 0 ? 16 : 0) : valid >= 8 ? 16 : valid > 0 ? int(2 * valid) : 0;
+        const T* src = x0 + (bytes > 0 ? t : 0);
 #pragma unroll
         for (int j = 0; j < 3; ++j)
           cp_async16(smem + swizzled_unit_offset(x_row(slot, j) + (u >> 3), u & 7), src + j * x_stride, bytes);
       }
     };
-    // Tiles wholly inside the row skip the per-unit bounds (most of them).
-    if (first_step >= 0 && first_step + 8 * kUnits <= n)
+    if (first_step + 8 * kUnits > n)
       copy_units(std::true_type{});
     else
       copy_units(std::false_type{});
