@@ -43,14 +43,20 @@ constexpr int64_t kB2BWgmmaBackwardMinBlocks = 512;
 // Measured on the H200 (session 13, bf16 B1 D4096 L8192 fwd+bwd, gradients checked): Km128
 // 0.557 -> 0.530 ms, Km256 Kp4 0.664 -> 0.651; the GPU suite passed with it in session 14.
 
+template <bool kRealigned>
 size_t b2b_wgmma_backward_smem_bytes(int mixer_blocks) {
   switch (mixer_blocks) {
-    case 2: return B2BWgmmaBackwardLayout<2>::kBytes;
-    case 3: return B2BWgmmaBackwardLayout<3>::kBytes;
-    case 4: return B2BWgmmaBackwardLayout<4>::kBytes;
-    default: return B2BWgmmaBackwardLayout<5>::kBytes;
+    case 2: return B2BWgmmaBackwardLayout<2, kRealigned>::kBytes;
+    case 3: return B2BWgmmaBackwardLayout<3, kRealigned>::kBytes;
+    case 4: return B2BWgmmaBackwardLayout<4, kRealigned>::kBytes;
+    default: return B2BWgmmaBackwardLayout<5, kRealigned>::kBytes;
   }
 }
+
+// Rows off the 16-byte grid (odd L) on the wgmma backward, each realigned from its own 16-byte grid
+// (b2b_backward_wgmma_kernel's kRealigned), as the forward's (kB2BWgmmaRealignedRows); else the
+// mma.sync form (bf16 B1 D4096 L8191 Kp3 Km128 fwd+bwd 1.18 ms on the H100, against 0.47 at L8192).
+constexpr bool kB2BWgmmaBackwardRealignedRows = true;
 
 // True when every `group`-element group starting at a multiple of `group` of every row of x,
 // dout and dx is aligned to its size (rows at base + i * stride[0] + j * stride[1]): 4 for the
@@ -64,15 +70,16 @@ bool rows_in_groups(const B2BBackwardParams& p, int64_t group) {
 }
 
 // fp16/bf16, kB2BTcMinMixerWidth <= Km <= 256, Kp <= 32, every x, dout and dx row of 16-byte
-// vectors, on a compute capability 9.0 device with an sm_90a image.
-bool wgmma_backward_applies(const B2BBackwardParams& p) {
+// vectors (any rows with realign_rows), on a compute capability 9.0 device with an sm_90a image.
+bool wgmma_backward_applies(const B2BBackwardParams& p, bool realign_rows) {
 #ifdef CAUSALCONV_HAS_SM90A
   if (p.dtype == DType::f32 || p.mixer_width < kB2BTcMinMixerWidth || p.mixer_width > 256 || p.proj_width > 32 ||
-      !rows_in_groups(p, 16 / int64_t(elem_bytes(p.dtype))))
+      !(realign_rows || rows_in_groups(p, 16 / int64_t(elem_bytes(p.dtype)))))
     return false;
   return current_device_is_sm90("b2b_causal_conv1d backward");
 #else
   (void)p;
+  (void)realign_rows;
   return false;
 #endif
 }
@@ -122,19 +129,25 @@ void launch_typed(const B2BBackwardParams& p, const B2BBackwardPlan& plan, float
             kernel<<<grid, WgmmaToeplitzTile::kThreads, plan.smem_bytes, stream>>>(p, plan.tiling.tiles, per_segment,
                                                                                   partials);
           };
-          auto run_width = [&](auto dwp_on_cores) {
-            constexpr bool kCores = decltype(dwp_on_cores)::value;
+          auto run_width = [&](auto dwp_on_cores, auto realigned) {
+            constexpr bool kCores = decltype(dwp_on_cores)::value, kRealigned = decltype(realigned)::value;
             switch (plan.tc_max_blocks) {
-              case 2: run(b2b_backward_wgmma_kernel<T, 2, kCores>); break;  // Km <= 65
-              case 3: run(b2b_backward_wgmma_kernel<T, 3, kCores>); break;  // Km <= 129
-              case 4: run(b2b_backward_wgmma_kernel<T, 4, kCores>); break;  // Km <= 193
-              default: run(b2b_backward_wgmma_kernel<T, 5, kCores>); break;  // Km <= 256
+              case 2: run(b2b_backward_wgmma_kernel<T, 2, kCores, kRealigned>); break;  // Km <= 65
+              case 3: run(b2b_backward_wgmma_kernel<T, 3, kCores, kRealigned>); break;  // Km <= 129
+              case 4: run(b2b_backward_wgmma_kernel<T, 4, kCores, kRealigned>); break;  // Km <= 193
+              default: run(b2b_backward_wgmma_kernel<T, 5, kCores, kRealigned>); break;  // Km <= 256
             }
           };
+          auto run_rows = [&](auto dwp_on_cores) {
+            if constexpr (kB2BWgmmaBackwardRealignedRows) {
+              if (plan.realigned) return run_width(dwp_on_cores, std::true_type{});
+            }
+            run_width(dwp_on_cores, std::false_type{});
+          };
           if (p.proj_width <= kDwpCoreTaps)
-            run_width(std::true_type{});
+            run_rows(std::true_type{});
           else
-            run_width(std::false_type{});
+            run_rows(std::false_type{});
         }
         break;
       case B2BBackwardPath::tensor_core:
@@ -160,13 +173,15 @@ void launch_typed(const B2BBackwardParams& p, const B2BBackwardPlan& plan, float
 }  // namespace
 
 B2BBackwardPlan plan_b2b_backward(const B2BBackwardParams& p) {
-  return plan_b2b_backward(p, kB2BShortBackwardRealignedRows, kB2BShortLastSpanTakesRealignedTail);
+  return plan_b2b_backward(p, kB2BShortBackwardRealignedRows, kB2BShortLastSpanTakesRealignedTail,
+                           kB2BWgmmaBackwardRealignedRows);
 }
 
-B2BBackwardPlan plan_b2b_backward(const B2BBackwardParams& p, bool realign_short_rows, bool last_span_takes_tail) {
+B2BBackwardPlan plan_b2b_backward(const B2BBackwardParams& p, bool realign_short_rows, bool last_span_takes_tail,
+                                  bool realign_wgmma_rows) {
   static_assert(B2BBackwardChunkTile::kThreads == Tile::kThreads, "one block size for every path");
   B2BBackwardPlan plan{};
-  if (wgmma_backward_applies(p)) {
+  if (wgmma_backward_applies(p, realign_wgmma_rows)) {
     plan.path = B2BBackwardPath::wgmma;
     const int64_t tiles = (p.length + WgmmaToeplitzTile::kOutputs - 1) / WgmmaToeplitzTile::kOutputs;
     const int64_t rows = p.batch * p.dim;
@@ -175,7 +190,9 @@ B2BBackwardPlan plan_b2b_backward(const B2BBackwardParams& p, bool realign_short
     per_segment = std::max({per_segment, (tiles + kB2BMaxGridY - 1) / kB2BMaxGridY, int64_t(1)});
     plan.tiling = {tiles, (tiles + per_segment - 1) / per_segment};
     plan.tc_max_blocks = toeplitz64_blocks(int(p.mixer_width));
-    plan.smem_bytes = b2b_wgmma_backward_smem_bytes(plan.tc_max_blocks);
+    plan.realigned = !rows_in_groups(p, 16 / int64_t(elem_bytes(p.dtype)));
+    plan.smem_bytes = plan.realigned ? b2b_wgmma_backward_smem_bytes<true>(plan.tc_max_blocks)
+                                     : b2b_wgmma_backward_smem_bytes<false>(plan.tc_max_blocks);
     return plan;
   }
   if (kB2BTensorCoreBackward && p.dtype != DType::f32 && p.mixer_width >= kB2BTcMinMixerWidth) {

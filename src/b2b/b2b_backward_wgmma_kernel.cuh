@@ -1,5 +1,5 @@
 // Fused b2b_causal_conv1d backward on Hopper's warpgroup MMA (sm_90a; fp16/bf16, Kp <= 32,
-// 9 <= Km <= 256, every x, dout and dx row 16-byte aligned): every convolution of the backward
+// 9 <= Km <= 256, every x, dout and dx row 16-byte aligned, or with kRealigned any rows): every convolution of the backward
 // and both weight gradients as wgmma products, in the Hankel-table form of the forward
 // (b2b_forward_wgmma_kernel.cuh; shared pieces in b2b_hankel_wgmma.cuh).
 //
@@ -53,8 +53,9 @@ namespace causalconv::detail {
 // 65 chunks, dout of 64 chunks and one carried dp0 chunk), the z rows (Hm halo + 64), the dh rows
 // (64 + Hm carried), the carries (dh's Hm chunks, one per dp_j), then bytes: dwp's lag-block-1
 // band, the three projection tables, the mixer's table and its transposed table, then rows again:
-// the z halo's x1 and x2 chunks per stage, and the z halo's taps.
-template <int kMixerBlocks>
+// the z halo's x1 and x2 chunks per stage, the z halo's taps, then (kRealigned) the raw units past
+// the staged rows (16 bytes per stage and row: x0, x1, x2, dout, then x1's and x2's halo).
+template <int kMixerBlocks, bool kRealigned = false>
 struct B2BWgmmaBackwardLayout {
   using Tile = WgmmaToeplitzTile;
   static constexpr int kProjBlocks = 2;  // Kp <= 65
@@ -74,7 +75,8 @@ struct B2BWgmmaBackwardLayout {
   static constexpr int kHaloXRow = (kMixerTableT + 128 * hankel_cores(kMixerBlocks)) / 128;
   // The z halo's taps: float2 (P1's, P2's) per tap, Kp <= 32.
   static constexpr int kHaloTaps = 128 * (kHaloXRow + 4 * kHalo);
-  static constexpr int kBytes = 1024 + kHaloTaps + 32 * 8;
+  static constexpr int kSpill = kHaloTaps + 32 * 8;
+  static constexpr int kBytes = 1024 + kSpill + (kRealigned ? 2 * 6 * 16 : 0);
   static_assert(2 * (kBytes + 1024) <= 228 * 1024, "two blocks per SM");
   // dwm's lag blocks in fp32 (lag_block_index) go over the idle stage, two at a time; dwp's
   // lag-block-0 band (float [64][32], band_index) over the dp row it came from.
@@ -111,12 +113,15 @@ __device__ __forceinline__ int band_index(int r, int s) { return 32 * r + (s ^ (
 // steps in registers across the walk, while the row's dx MMAs run.
 constexpr int kDwpCoreTaps = 4;
 
-template <typename T, int kMixerBlocks, bool kDwpOnCores>
+// kRealigned: rows off the 16-byte grid (odd L), each at its own lead, staged as raw 16-byte units
+// of its grid and realigned in shared memory as the forward's (common/toeplitz_wgmma.cuh); the dx
+// rows stored from their own grids.
+template <typename T, int kMixerBlocks, bool kDwpOnCores, bool kRealigned = false>
 __global__ void __launch_bounds__(WgmmaToeplitzTile::kThreads, 2)
     b2b_backward_wgmma_kernel(B2BBackwardParams p, int64_t tiles, int64_t tiles_per_segment, float* partials) {
 #ifdef CAUSALCONV_SM90A
   using Tile = WgmmaToeplitzTile;
-  using Layout = B2BWgmmaBackwardLayout<kMixerBlocks>;
+  using Layout = B2BWgmmaBackwardLayout<kMixerBlocks, kRealigned>;
   constexpr int kHalo = Layout::kHalo, kZRow = Layout::kZRow, kDhRow = Layout::kDhRow;
   constexpr int kCarryRow = Layout::kCarryRow;
   constexpr bool kSkewedLagBlocks = kMixerBlocks <= 3;  // (lag_block_index)
@@ -144,9 +149,41 @@ __global__ void __launch_bounds__(WgmmaToeplitzTile::kThreads, 2)
   // cp.async of a tile's rows: unit u of x row j (steps 64 (J - 1) + 8u .. + 7) to unit u % 8 of
   // row x_row + u / 8, dout's unit u (steps 64 J + 8u ..) likewise; zero outside [0, n).
   const int64_t x_stride = p.x_stride[1];
+  // kRealigned: the values before a row's first, back to the 16-byte boundary (x rows 0-2, then dout;
+  // from the pointers when needed: kept in registers, they made ptxas spill).
+  auto lead_of = [](const T* row) { return kRealigned ? int(row_shift16(row)) : 0; };
+  auto row_lead = [&](int j) { return lead_of(j < 3 ? x0 + j * x_stride : dout); };
+  // Raw unit 8 * kXRows of x row j (j = 3: dout; 4, 5: x1's, x2's halo) of stage `slot`.
+  auto spill = [&](int slot, int j) { return smem + Layout::kSpill + 16 * (6 * slot + j); };
   auto stage = [&](int slot, int64_t tile) {
     constexpr int kUnits = 8 * Layout::kXRows, kThreads = Tile::kThreads;
     const int64_t x_first = (tile * Tile::kChunks - 1) * Tile::kChunk, g_first = tile * Tile::kOutputs;
+    if constexpr (kRealigned) {
+      // Raw units 0 .. kUnits of each row's grid (the last to its spill); dout as the x rows (its row
+      // 64, the dp0 carry's, is written in step 5, after every read of the staged rows), then the halo's.
+      auto interior = [&](int64_t first_step) { return first_step >= 8 && first_step + 8 * (kUnits + 1) <= n; };
+      const bool x_interior = interior(x_first), g_interior = interior(g_first);
+#pragma unroll 1
+      for (int u = tid; u <= kUnits; u += kThreads) {
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          const int first_row = j < 3 ? x_row(slot, j) : g_row(slot);
+          unsigned char* const dst = u < kUnits ? smem + swizzled_unit_offset(first_row + (u >> 3), u & 7) : spill(slot, j);
+          const T* const row = j < 3 ? x0 + j * x_stride : dout;
+          cp_async_raw_unit(dst, row - row_lead(j), (j < 3 ? x_first : g_first) + 8 * u, row_lead(j), n,
+                            j < 3 ? x_interior : g_interior);
+        }
+      }
+      constexpr int kHaloUnits = 8 * Layout::kHalo + 1;  // per row, the last to its spill
+      static_assert(2 * kHaloUnits <= kThreads, "");
+      if (tid < 2 * kHaloUnits) {
+        const int j = 1 + tid / kHaloUnits, u = tid % kHaloUnits;
+        unsigned char* const dst = u < kHaloUnits - 1 ? smem + swizzled_unit_offset(halo_x_row(slot, j) + (u >> 3), u & 7)
+                                                      : spill(slot, 3 + j);
+        cp_async_raw_unit(dst, x0 + j * x_stride - row_lead(j), x_first - 64 * kHalo + 8 * u, row_lead(j), n, false);
+      }
+      return;
+    }
     auto bytes_at = [&](int64_t t) {  // the unit at step t, zero outside [0, n)
       const int64_t valid = t < 0 ? 0 : n - t;
       return valid >= 8 ? 16 : valid > 0 ? int(2 * valid) : 0;
@@ -230,6 +267,16 @@ __global__ void __launch_bounds__(WgmmaToeplitzTile::kThreads, 2)
     cp_async_wait<0>();                // this thread's copies of the tile are done
     sm90::fence_proxy_async_shared();  // ... and visible to wgmma, as are the tables and carries
     __syncthreads();                   // every thread's
+    if constexpr (kRealigned) {  // the raw units of this stage's rows into their chunks
+      wgmma_realign_rows<4, Layout::kXRows>(
+          smem, [&](int j) { return j < 3 ? x_row(slot, j) : g_row(slot); }, [&](int j) { return 2 * row_lead(j); },
+          [&](int j) { return spill(slot, j); });
+      wgmma_realign_rows<2, kHalo>(
+          smem, [&](int j) { return halo_x_row(slot, 1 + j); }, [&](int j) { return 2 * row_lead(1 + j); },
+          [&](int j) { return spill(slot, 4 + j); });
+      sm90::fence_proxy_async_shared();
+      __syncthreads();
+    }
 
     // 2. The three projections (the z halo on the CUDA cores meanwhile).
     float u[32], v[32], gate[32];
@@ -488,7 +535,12 @@ __global__ void __launch_bounds__(WgmmaToeplitzTile::kThreads, 2)
           }
       }
       __syncthreads();
-      wgmma_toeplitz_store_tile(dx0 + j * p.dx_stride[1], smem, out_row, j0, n);
+      if constexpr (kRealigned) {
+        T* const dx = dx0 + j * p.dx_stride[1];
+        wgmma_toeplitz_store_tile_realigned(dx, smem, out_row, j0, n, lead_of(dx));
+      } else {
+        wgmma_toeplitz_store_tile(dx0 + j * p.dx_stride[1], smem, out_row, j0, n);
+      }
       if (!kDwpOnCores && lane < kp) {  // lag s = lane over the warp's rows: band 0 rows 16w .., band 1 rows 32 + 8w ..
         float sum = 0.0f;
 #pragma unroll

@@ -52,7 +52,7 @@ struct B2BBackwardParams {
 // Km <= 16 (unrolled taps) or any Km (taps in blocks of 4); general: Kp > 4
 // (b2b_backward_kernel); tensor_core: fp16/bf16 with Km >= 9 (b2b_backward_tc_kernel,
 // dispatched only when kB2BTensorCoreBackward is on); wgmma: the same widths with Km <= 256 and
-// Kp <= 32 on 16-byte rows of a compute capability 9.0 GPU (b2b_backward_wgmma_kernel; grid.y
+// Kp <= 32 on a compute capability 9.0 GPU, rows off the 16-byte grid realigned (b2b_backward_wgmma_kernel; grid.y
 // holds the segments of a row, each walking ceil(tiles / segments) consecutive tiles).
 enum class B2BBackwardPath { general, short_span, chunked_mixer8, chunked_mixer16, chunked_wide, tensor_core, wgmma };
 struct B2BBackwardPlan {
@@ -61,13 +61,15 @@ struct B2BBackwardPlan {
   size_t smem_bytes;
   bool vectorised;    // chunked paths: x, dout and dx rows take 4-element vector accesses
   int tc_max_blocks;  // tensor_core: the kernel's mixer-block capacity (3, 5, 9 or 17); wgmma: its mixer blocks
-  bool realigned;     // short_span: rows off the 16-byte grid, realigned (b2b_backward_short_kernel's kRealigned)
+  bool realigned;     // short_span, wgmma: rows off the 16-byte grid, realigned (the kernels' kRealigned)
 };
 B2BBackwardPlan plan_b2b_backward(const B2BBackwardParams& p);
-// The same with the short kernel taking rows off the 16-byte grid or not, and their last span
-// walking the realigned tail or not, whatever the build's kB2BShortBackwardRealignedRows and
-// kB2BShortLastSpanTakesRealignedTail (the emulated tests' way to each form).
-B2BBackwardPlan plan_b2b_backward(const B2BBackwardParams& p, bool realign_short_rows, bool last_span_takes_tail);
+// The same with the short kernel taking rows off the 16-byte grid or not, their last span walking
+// the realigned tail or not, and the wgmma kernel taking such rows or not, whatever the build's
+// kB2BShortBackwardRealignedRows, kB2BShortLastSpanTakesRealignedTail and
+// kB2BWgmmaBackwardRealignedRows (the emulated tests' way to each form).
+B2BBackwardPlan plan_b2b_backward(const B2BBackwardParams& p, bool realign_short_rows, bool last_span_takes_tail,
+                                  bool realign_wgmma_rows);
 
 // Scratch for the per-block fp32 partials of the weight gradients (reduced in a
 // fixed order by a second kernel, so the weight gradients are deterministic).

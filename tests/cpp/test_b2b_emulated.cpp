@@ -92,9 +92,11 @@ void run_case(const Case& cs, double bound, double reduction_bound) {
   const detail::B2BBackwardParams g =
       test::b2b_backward_params(x_e, wp_e, wm_e, skip_e, dout_e, dx_e, &dwp_e, &dwm_e, &dskip_e);
   // (Not realigned: the short kernel only on 16-byte rows, so that the chunked kernels keep their
-  // cases; the default plan's choice for the other rows is B2BKernelsEmulated.DefaultPlanRealignsShortRows.)
-  const detail::B2BBackwardPlan plan = cs.realigned ? detail::plan_b2b_backward(g, true, cs.tail_in_last_span)
-                                                    : detail::plan_b2b_backward(g, false, false);
+  // cases; the default plan's choice for the other rows is B2BKernelsEmulated.DefaultPlanRealignsShortRows.
+  // Nor the wgmma kernel's realigned rows, so that the mma.sync cases below keep theirs on a Hopper
+  // GPU: test_b2b_tc_backward_emulated.cpp runs that form.)
+  const detail::B2BBackwardPlan plan = cs.realigned ? detail::plan_b2b_backward(g, true, cs.tail_in_last_span, false)
+                                                    : detail::plan_b2b_backward(g, false, false, false);
   // Kp <= 4 and Km <= 8 on rows of whole 16-byte vectors take the short kernel.
   const bool vector_rows = (L + cs.pad) % detail::Vec16<T>::kElems == 0 &&
                            reinterpret_cast<uintptr_t>(x_e.data.data()) % 16 == 0 &&
@@ -286,7 +288,7 @@ TEST(B2BKernelsEmulated, ShortBackwardRealignedPlansNothingForEmptyRows) {
   Weight<float> wp(3, 3), wm(1, 7), skip(1, 1);
   const detail::B2BBackwardParams g = test::b2b_backward_params(x, wp, wm, skip, dout, dx);
   for (bool tail_in_last_span : {false, true}) {
-    const detail::B2BBackwardPlan plan = detail::plan_b2b_backward(g, true, tail_in_last_span);
+    const detail::B2BBackwardPlan plan = detail::plan_b2b_backward(g, true, tail_in_last_span, false);
     EXPECT_EQ(plan.path, Path::short_span);
     EXPECT_TRUE(plan.realigned);
     EXPECT_EQ(plan.tiling.tiles, 0);

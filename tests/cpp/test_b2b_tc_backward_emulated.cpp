@@ -50,8 +50,9 @@ struct Case {
 };
 
 // The mma.sync form (b2b_backward_tc_kernel) or, on rows of 16-byte vectors, the wgmma form
-// (wgmma_dwp_on_cores: its dwp on the CUDA cores, Kp <= detail::kDwpCoreTaps).
-enum class Form { mma_sync, wgmma, wgmma_dwp_on_cores };
+// (wgmma_dwp_on_cores: its dwp on the CUDA cores, Kp <= detail::kDwpCoreTaps); the *_realigned
+// wgmma forms on rows off the 16-byte grid (kRealigned).
+enum class Form { mma_sync, wgmma, wgmma_dwp_on_cores, wgmma_realigned, wgmma_dwp_on_cores_realigned };
 
 using test::ErrorTally;
 
@@ -62,28 +63,33 @@ void launch_emulated(const detail::B2BBackwardParams& p, const detail::B2BTiling
               [&] { detail::b2b_backward_tc_kernel_emulated<T, kMaxBlocks>(p, tiling, partials); });
 }
 
-template <typename T, int kMixerBlocks>
+template <typename T, int kMixerBlocks, bool kRealigned>
 void launch_wgmma_emulated(const detail::B2BBackwardParams& p, const detail::B2BTiling& tiling,
                            int64_t tiles_per_segment, bool dwp_on_cores, float* partials) {
   using Tile = detail::WgmmaToeplitzTile;
   emu::launch({unsigned(p.batch * p.dim), unsigned(tiling.tile_blocks), 1}, Tile::kThreads,
-              size_t(detail::B2BWgmmaBackwardLayout<kMixerBlocks>::kBytes), [&] {
+              size_t(detail::B2BWgmmaBackwardLayout<kMixerBlocks, kRealigned>::kBytes), [&] {
                 if (dwp_on_cores)
-                  detail::b2b_backward_wgmma_kernel_emulated<T, kMixerBlocks, true>(p, tiling.tiles,
-                                                                                    tiles_per_segment, partials);
+                  detail::b2b_backward_wgmma_kernel_emulated<T, kMixerBlocks, true, kRealigned>(
+                      p, tiling.tiles, tiles_per_segment, partials);
                 else
-                  detail::b2b_backward_wgmma_kernel_emulated<T, kMixerBlocks, false>(p, tiling.tiles,
-                                                                                     tiles_per_segment, partials);
+                  detail::b2b_backward_wgmma_kernel_emulated<T, kMixerBlocks, false, kRealigned>(
+                      p, tiling.tiles, tiles_per_segment, partials);
               });
 }
 
 template <typename T>
 void run_case(const Case& cs, Form form = Form::mma_sync) {
-  SCOPED_TRACE(::testing::Message() << (form == Form::mma_sync ? "mma.sync" : form == Form::wgmma ? "wgmma" : "wgmma, dwp on the CUDA cores") << " B" << cs.batch << " D"
+  const bool realigned = form == Form::wgmma_realigned || form == Form::wgmma_dwp_on_cores_realigned;
+  const bool cores = form == Form::wgmma_dwp_on_cores || form == Form::wgmma_dwp_on_cores_realigned;
+  SCOPED_TRACE(::testing::Message() << (form == Form::mma_sync ? "mma.sync" : cores ? "wgmma, dwp on the CUDA cores" : "wgmma")
+                                    << (realigned ? " realigned" : "") << " B" << cs.batch << " D"
                                     << cs.dim << " L" << cs.length << " Kp" << cs.kp << " Km" << cs.km << " aligned "
                                     << cs.aligned);
   const int64_t B = cs.batch, D = cs.dim, L = cs.length, Kp = cs.kp, Km = cs.km;
-  const bool aligned = cs.aligned || form != Form::mma_sync;  // wgmma: every row 16-byte aligned
+  // wgmma: every row 16-byte aligned, or (realigned) x and dout rows at stride L + 3 and dx's at
+  // L + 5, so that the rows of a channel lie at different leads.
+  const bool aligned = cs.aligned || (form != Form::mma_sync && !realigned);
   const int64_t pad = aligned ? 8 - L % 8 : 3;  // >= 1 NaN slot after each row
   HostTensor xh({B, 3 * D, L}), gh({B, D, L}), wph({3 * D, Kp}), wmh({D, Km}), skiph({D});
   std::random_device seed;
@@ -92,7 +98,7 @@ void run_case(const Case& cs, Form form = Form::mma_sync) {
   wph.fill_uniform(seed());
   wmh.fill_uniform(seed(), -1.0 / std::sqrt(double(Km)), 1.0 / std::sqrt(double(Km)));
   skiph.fill_uniform(seed());
-  Activation<T> x(B, 3 * D, L, pad), dout(B, D, L, pad), dx(B, 3 * D, L, pad);
+  Activation<T> x(B, 3 * D, L, pad), dout(B, D, L, pad), dx(B, 3 * D, L, realigned ? 5 : pad);
   Weight<T> wp(3 * D, Kp), wm(D, Km), skip(D, 1);
   x.load(xh);  // the host tensors now hold the rounded values
   dout.load(gh);
@@ -112,13 +118,19 @@ void run_case(const Case& cs, Form form = Form::mma_sync) {
   std::vector<float> again = partials;
   auto run = [&](float* out) {
     if (form != Form::mma_sync) {
-      const bool cores = form == Form::wgmma_dwp_on_cores;
-      switch (detail::toeplitz64_blocks(int(Km))) {
-        case 2: launch_wgmma_emulated<T, 2>(p, tiling, cs.tiles_per_block, cores, out); break;
-        case 3: launch_wgmma_emulated<T, 3>(p, tiling, cs.tiles_per_block, cores, out); break;
-        case 4: launch_wgmma_emulated<T, 4>(p, tiling, cs.tiles_per_block, cores, out); break;
-        default: launch_wgmma_emulated<T, 5>(p, tiling, cs.tiles_per_block, cores, out); break;
-      }
+      auto launch = [&](auto realigned_rows) {
+        constexpr bool kRealigned = decltype(realigned_rows)::value;
+        switch (detail::toeplitz64_blocks(int(Km))) {
+          case 2: launch_wgmma_emulated<T, 2, kRealigned>(p, tiling, cs.tiles_per_block, cores, out); break;
+          case 3: launch_wgmma_emulated<T, 3, kRealigned>(p, tiling, cs.tiles_per_block, cores, out); break;
+          case 4: launch_wgmma_emulated<T, 4, kRealigned>(p, tiling, cs.tiles_per_block, cores, out); break;
+          default: launch_wgmma_emulated<T, 5, kRealigned>(p, tiling, cs.tiles_per_block, cores, out); break;
+        }
+      };
+      if (realigned)
+        launch(std::true_type{});
+      else
+        launch(std::false_type{});
       return;
     }
     detail::with_toeplitz_max_blocks(
@@ -285,6 +297,18 @@ TEST(B2BTensorCoreBackwardEmulated, WgmmaDwpOnCoresFloat16) {
 TEST(B2BTensorCoreBackwardEmulated, WgmmaFloat16) {
   run_case<__half>({1, 2, 700, 18, 64}, Form::wgmma);                  // Kp 18: one more k-slice
   run_case<__half>({3, 1, 8200, 3, 129, false, 2}, Form::wgmma);       // B 3, segments 2 + 1, 3 blocks
+}
+
+// Rows off the 16-byte grid (kRealigned): x's and dout's rows at stride L + 3 and dx's at L + 5
+// (every lead among a channel's rows, 0 included): L = 1, L < one unit, a tile boundary inside a
+// unit, priming tiles, every mixer block count, both dwp forms, fp16 and bf16.
+TEST(B2BTensorCoreBackwardEmulated, WgmmaRealignedRows) {
+  run_case<__nv_bfloat16>({1, 3, 1, 2, 16}, Form::wgmma_realigned);                     // L = 1
+  run_case<__nv_bfloat16>({1, 3, 7, 3, 9}, Form::wgmma_dwp_on_cores_realigned);         // L < one unit
+  run_case<__nv_bfloat16>({2, 2, 4100, 3, 128}, Form::wgmma_dwp_on_cores_realigned);    // 2 tiles, 4 steps in the second
+  run_case<__nv_bfloat16>({1, 1, 12291, 17, 193, false, 1}, Form::wgmma_realigned);     // segments of 1: priming tiles
+  run_case<__half>({1, 2, 8197, 4, 256, false, 2}, Form::wgmma_dwp_on_cores_realigned);  // segments 2 + 1, 5 blocks
+  run_case<__half>({1, 1, 301, 18, 65}, Form::wgmma_realigned);                         // L < Km, Kp 18
 }
 
 TEST(B2BTensorCoreBackwardEmulated, Float16) {

@@ -112,6 +112,8 @@ def test_b2b_racecheck_shapes(seeded):
     check(*make_inputs(1, 1, 5000, 3, 128, torch.bfloat16))
     # fp32 Kp <= 4 with a wide mixer across a 4096-step tile: the unit projections of the tf32 forms.
     check(*make_inputs(1, 1, 5000, 3, 128, torch.float32))
+    # Rows off the 16-byte grid (odd L) across a tile: the wgmma forms' realigned staging.
+    check(*make_inputs(1, 1, 5001, 3, 128, torch.bfloat16))
 
 
 @requires_cuda
@@ -501,6 +503,24 @@ def test_wgmma_backward_segments(dtype, seeded):
         x, wp, wm, skip = make_inputs(b, d, length, 3, 128, dtype)
         dout = torch.randn(b, d, length, device="cuda", dtype=dtype)
         _backward_into_poisoned(x, wp, wm, skip, dout, torch.empty_like(x))
+
+
+@requires_cuda
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("km", [9, 128, 256])
+def test_wgmma_backward_rows_off_the_16_byte_boundary(dtype, km, seeded):
+    # Odd L: every x, dout row at its own lead past a 16-byte boundary, and dx a view at another
+    # offset into a wider buffer: the wgmma backward's realigned rows (kB2BWgmmaBackwardRealignedRows).
+    # L = 1, under one unit, a tile boundary inside a unit, two tiles; the NaN-poisoned values around
+    # each dx row stay untouched.
+    for kp in (3, 18):
+        for length in (1, 7, 4097, 8191):
+            x, wp, wm, skip = make_inputs(1, 3, length, kp, km, dtype)
+            dout = torch.randn(1, 3, length, device="cuda", dtype=dtype)
+            wide = torch.full((1, 9, length + 6), float("nan"), device="cuda", dtype=dtype)
+            dx = wide[:, :, 3:3 + length]
+            _backward_into_poisoned(x, wp, wm, skip, dout, dx)
+            assert wide[:, :, :3].isnan().all() and wide[:, :, 3 + length:].isnan().all()
 
 
 # ---- the chunked backward (Kp <= 4; Km <= 8, <= 16 or wide): register-blocked, with
