@@ -139,10 +139,10 @@ void launch_typed(const B2BBackwardParams& p, const B2BBackwardPlan& plan, float
             }
           };
           auto run_rows = [&](auto dwp_on_cores) {
-            if constexpr (kB2BWgmmaBackwardRealignedRows) {
-              if (plan.realigned) return run_width(dwp_on_cores, std::true_type{});
-            }
-            run_width(dwp_on_cores, std::false_type{});
+            if (plan.realigned)
+              run_width(dwp_on_cores, std::true_type{});
+            else
+              run_width(dwp_on_cores, std::false_type{});
           };
           if (p.proj_width <= kDwpCoreTaps)
             run_rows(std::true_type{});

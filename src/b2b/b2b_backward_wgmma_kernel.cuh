@@ -1,7 +1,7 @@
 // Fused b2b_causal_conv1d backward on Hopper's warpgroup MMA (sm_90a; fp16/bf16, Kp <= 32,
-// 9 <= Km <= 256, every x, dout and dx row 16-byte aligned, or with kRealigned any rows): every convolution of the backward
-// and both weight gradients as wgmma products, in the Hankel-table form of the forward
-// (b2b_forward_wgmma_kernel.cuh; shared pieces in b2b_hankel_wgmma.cuh).
+// 9 <= Km <= 256, every x, dout and dx row 16-byte aligned, or with kRealigned any rows): every
+// convolution of the backward and both weight gradients as wgmma products, in the Hankel-table form
+// of the forward (b2b_forward_wgmma_kernel.cuh; shared pieces in b2b_hankel_wgmma.cuh).
 //
 // A block owns one (b, c) row and walks the 4096-step tiles (64 chunks of 64 steps) of its
 // segment of the row from the last to the first, so that what the look-ahead filters need from
@@ -149,8 +149,8 @@ __global__ void __launch_bounds__(WgmmaToeplitzTile::kThreads, 2)
   // cp.async of a tile's rows: unit u of x row j (steps 64 (J - 1) + 8u .. + 7) to unit u % 8 of
   // row x_row + u / 8, dout's unit u (steps 64 J + 8u ..) likewise; zero outside [0, n).
   const int64_t x_stride = p.x_stride[1];
-  // kRealigned: the values before a row's first, back to the 16-byte boundary (x rows 0-2, then dout;
-  // from the pointers when needed: kept in registers, they made ptxas spill).
+  // kRealigned: the values before a row's first, back to the 16-byte boundary (x rows 0-2, then dout),
+  // computed from the pointers where they are used.
   auto lead_of = [](const T* row) { return kRealigned ? int(row_shift16(row)) : 0; };
   auto row_lead = [&](int j) { return lead_of(j < 3 ? x0 + j * x_stride : dout); };
   // Raw unit 8 * kXRows of x row j (j = 3: dout; 4, 5: x1's, x2's halo) of stage `slot`.
@@ -168,7 +168,8 @@ __global__ void __launch_bounds__(WgmmaToeplitzTile::kThreads, 2)
 #pragma unroll
         for (int j = 0; j < 4; ++j) {
           const int first_row = j < 3 ? x_row(slot, j) : g_row(slot);
-          unsigned char* const dst = u < kUnits ? smem + swizzled_unit_offset(first_row + (u >> 3), u & 7) : spill(slot, j);
+          unsigned char* const dst =
+              u < kUnits ? smem + swizzled_unit_offset(first_row + (u >> 3), u & 7) : spill(slot, j);
           const T* const row = j < 3 ? x0 + j * x_stride : dout;
           cp_async_raw_unit(dst, row - row_lead(j), (j < 3 ? x_first : g_first) + 8 * u, row_lead(j), n,
                             j < 3 ? x_interior : g_interior);
@@ -178,8 +179,9 @@ __global__ void __launch_bounds__(WgmmaToeplitzTile::kThreads, 2)
       static_assert(2 * kHaloUnits <= kThreads, "");
       if (tid < 2 * kHaloUnits) {
         const int j = 1 + tid / kHaloUnits, u = tid % kHaloUnits;
-        unsigned char* const dst = u < kHaloUnits - 1 ? smem + swizzled_unit_offset(halo_x_row(slot, j) + (u >> 3), u & 7)
-                                                      : spill(slot, 3 + j);
+        unsigned char* const dst = u < kHaloUnits - 1
+                                       ? smem + swizzled_unit_offset(halo_x_row(slot, j) + (u >> 3), u & 7)
+                                       : spill(slot, 3 + j);
         cp_async_raw_unit(dst, x0 + j * x_stride - row_lead(j), x_first - 64 * kHalo + 8 * u, row_lead(j), n, false);
       }
       return;

@@ -52,8 +52,9 @@ struct B2BBackwardParams {
 // Km <= 16 (unrolled taps) or any Km (taps in blocks of 4); general: Kp > 4
 // (b2b_backward_kernel); tensor_core: fp16/bf16 with Km >= 9 (b2b_backward_tc_kernel,
 // dispatched only when kB2BTensorCoreBackward is on); wgmma: the same widths with Km <= 256 and
-// Kp <= 32 on a compute capability 9.0 GPU, rows off the 16-byte grid realigned (b2b_backward_wgmma_kernel; grid.y
-// holds the segments of a row, each walking ceil(tiles / segments) consecutive tiles).
+// Kp <= 32 on a compute capability 9.0 GPU, rows off the 16-byte grid realigned
+// (b2b_backward_wgmma_kernel; grid.y holds the segments of a row, each walking ceil(tiles /
+// segments) consecutive tiles).
 enum class B2BBackwardPath { general, short_span, chunked_mixer8, chunked_mixer16, chunked_wide, tensor_core, wgmma };
 struct B2BBackwardPlan {
   B2BBackwardPath path;
