@@ -69,17 +69,17 @@ bool rows_in_groups(const B2BBackwardParams& p, int64_t group) {
   return aligned(p.x, p.x_stride) && aligned(p.dout, p.dout_stride) && aligned(p.dx, p.dx_stride);
 }
 
-// fp16/bf16, kB2BTcMinMixerWidth <= Km <= 256, Kp <= 32, every x, dout and dx row of 16-byte
-// vectors (any rows with realign_rows), on a compute capability 9.0 device with an sm_90a image.
-bool wgmma_backward_applies(const B2BBackwardParams& p, bool realign_rows) {
+// fp16/bf16, kB2BTcMinMixerWidth <= Km <= 256, Kp <= 32, rows_fit (every x, dout and dx row of
+// 16-byte vectors, or the rows realigned), on a compute capability 9.0 device with an sm_90a image.
+bool wgmma_backward_applies(const B2BBackwardParams& p, bool rows_fit) {
 #ifdef CAUSALCONV_HAS_SM90A
   if (p.dtype == DType::f32 || p.mixer_width < kB2BTcMinMixerWidth || p.mixer_width > 256 || p.proj_width > 32 ||
-      !(realign_rows || rows_in_groups(p, 16 / int64_t(elem_bytes(p.dtype)))))
+      !rows_fit)
     return false;
   return current_device_is_sm90("b2b_causal_conv1d backward");
 #else
   (void)p;
-  (void)realign_rows;
+  (void)rows_fit;
   return false;
 #endif
 }
@@ -180,8 +180,10 @@ B2BBackwardPlan plan_b2b_backward(const B2BBackwardParams& p) {
 B2BBackwardPlan plan_b2b_backward(const B2BBackwardParams& p, bool realign_short_rows, bool last_span_takes_tail,
                                   bool realign_wgmma_rows) {
   static_assert(B2BBackwardChunkTile::kThreads == Tile::kThreads, "one block size for every path");
+  const int64_t unit_values = 16 / int64_t(elem_bytes(p.dtype));  // a 16-byte vector's
+  const bool vector_rows = rows_in_groups(p, unit_values);
   B2BBackwardPlan plan{};
-  if (wgmma_backward_applies(p, realign_wgmma_rows)) {
+  if (wgmma_backward_applies(p, vector_rows || realign_wgmma_rows)) {
     plan.path = B2BBackwardPath::wgmma;
     const int64_t tiles = (p.length + WgmmaToeplitzTile::kOutputs - 1) / WgmmaToeplitzTile::kOutputs;
     const int64_t rows = p.batch * p.dim;
@@ -190,7 +192,7 @@ B2BBackwardPlan plan_b2b_backward(const B2BBackwardParams& p, bool realign_short
     per_segment = std::max({per_segment, (tiles + kB2BMaxGridY - 1) / kB2BMaxGridY, int64_t(1)});
     plan.tiling = {tiles, (tiles + per_segment - 1) / per_segment};
     plan.tc_max_blocks = toeplitz64_blocks(int(p.mixer_width));
-    plan.realigned = !rows_in_groups(p, 16 / int64_t(elem_bytes(p.dtype)));
+    plan.realigned = !vector_rows;
     plan.smem_bytes = plan.realigned ? b2b_wgmma_backward_smem_bytes<true>(plan.tc_max_blocks)
                                      : b2b_wgmma_backward_smem_bytes<false>(plan.tc_max_blocks);
     return plan;
@@ -202,8 +204,6 @@ B2BBackwardPlan plan_b2b_backward(const B2BBackwardParams& p, bool realign_short
     plan.smem_bytes = b2b_tc_backward_smem_bytes(plan.tc_max_blocks);
     return plan;
   }
-  const int64_t unit_values = 16 / int64_t(elem_bytes(p.dtype));
-  const bool vector_rows = rows_in_groups(p, unit_values);
   const int64_t spans_per_row =
       b2b_short_spans_per_row(p.length, short_span_steps(p.dtype), unit_values, !vector_rows, last_span_takes_tail);
   const int64_t short_blocks = p.batch * p.dim * spans_per_row / (kB2BShortThreads / 32) + 1;  // its 1-D grid

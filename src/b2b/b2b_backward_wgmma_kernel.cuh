@@ -186,10 +186,6 @@ __global__ void __launch_bounds__(WgmmaToeplitzTile::kThreads, 2)
       }
       return;
     }
-    auto bytes_at = [&](int64_t t) {  // the unit at step t, zero outside [0, n)
-      const int64_t valid = t < 0 ? 0 : n - t;
-      return valid >= 8 ? 16 : valid > 0 ? int(2 * valid) : 0;
-    };
     // to_end: the tile's x steps pass n. Otherwise every unit is whole but the first tile's first
     // chunk (steps -64 .. -1: each thread's first unit), and dout's, inside x's, are all whole.
     auto copy_units = [&](auto to_end) {
@@ -198,14 +194,14 @@ __global__ void __launch_bounds__(WgmmaToeplitzTile::kThreads, 2)
         const int u = tid + k * kThreads;
         if (u >= kUnits) break;
         const int64_t t = x_first + 8 * u;
-        const int bytes = to_end ? bytes_at(t) : k > 0 || t >= 0 ? 16 : 0;
+        const int bytes = to_end ? staged_unit_bytes(t, n) : k > 0 || t >= 0 ? 16 : 0;
         const T* src = x0 + (bytes > 0 ? t : 0);
 #pragma unroll
         for (int j = 0; j < 3; ++j)
           cp_async16(smem + swizzled_unit_offset(x_row(slot, j) + (u >> 3), u & 7), src + j * x_stride, bytes);
         if (u < 8 * Tile::kChunks) {
           const int64_t tg = g_first + 8 * u;
-          const int gbytes = to_end ? bytes_at(tg) : 16;
+          const int gbytes = to_end ? staged_unit_bytes(tg, n) : 16;
           cp_async16(smem + swizzled_unit_offset(g_row(slot) + (u >> 3), u & 7), dout + (gbytes > 0 ? tg : 0), gbytes);
         }
       }
@@ -219,7 +215,7 @@ __global__ void __launch_bounds__(WgmmaToeplitzTile::kThreads, 2)
     if (tid < 2 * kHaloUnits) {
       const int j = 1 + tid / kHaloUnits, u = tid % kHaloUnits;
       const int64_t t = x_first - 64 * kHalo + 8 * u;
-      const int bytes = bytes_at(t);
+      const int bytes = staged_unit_bytes(t, n);
       cp_async16(smem + swizzled_unit_offset(halo_x_row(slot, j) + (u >> 3), u & 7),
                  x0 + j * x_stride + (bytes > 0 ? t : 0), bytes);
     }

@@ -119,8 +119,8 @@ __global__ void __launch_bounds__(WgmmaToeplitzTile::kThreads, 3)
       for (int k = 0; k < (kUnits + kThreads - 1) / kThreads; ++k) {
         const int u = int(threadIdx.x) + k * kThreads;
         if (u >= kUnits) break;
-        const int64_t t = first_step + 8 * u, valid = t < 0 ? 0 : n - t;
-        const int bytes = !to_end ? (k > 0 || t >= 0 ? 16 : 0) : valid >= 8 ? 16 : valid > 0 ? int(2 * valid) : 0;
+        const int64_t t = first_step + 8 * u;
+        const int bytes = to_end ? staged_unit_bytes(t, n) : k > 0 || t >= 0 ? 16 : 0;
         const T* src = x0 + (bytes > 0 ? t : 0);
 #pragma unroll
         for (int j = 0; j < 3; ++j)

@@ -125,6 +125,13 @@ __device__ __forceinline__ void wgmma_hankel_conv(float (&d)[32], uint32_t a_row
 }
 #endif
 
+// The bytes of the 16-byte unit at step t (a multiple of 8) of a row of n 16-bit values that lie in
+// [0, n): a cp.async's source size, the rest zero-filled.
+__device__ __forceinline__ int staged_unit_bytes(int64_t t, int64_t n) {
+  const int64_t valid = t < 0 ? 0 : n - t;
+  return valid >= 8 ? 16 : valid > 0 ? int(2 * valid) : 0;
+}
+
 // Byte offset of the pair of steps 62 - 8j - 2q, 63 - 8j - 2q (accumulator elements 4j + 2h + 1
 // and 4j + 2h of lane q = lane % 4) in swizzled row r: unit 7 - j, bytes 12 - 4q.
 __device__ __forceinline__ int hankel_pair_offset(int r, int j, int q) {
