@@ -3,6 +3,7 @@
 #include "b2b/b2b_backward_short_kernel.cuh"
 #include "b2b/b2b_backward_tc_kernel.cuh"
 #include "b2b/b2b_backward_wgmma_kernel.cuh"
+#include "b2b/b2b_backward_wgmma_tf32_kernel.cuh"
 #include "b2b/b2b_kernels.h"
 #include "b2b/b2b_tiling.cuh"
 #include "common/cuda_runtime.h"
@@ -67,6 +68,35 @@ bool rows_in_groups(const B2BBackwardParams& p, int64_t group) {
     return reinterpret_cast<uintptr_t>(base) % bytes == 0 && strides[0] % group == 0 && strides[1] % group == 0;
   };
   return aligned(p.x, p.x_stride) && aligned(p.dout, p.dout_stride) && aligned(p.dx, p.dx_stride);
+}
+
+// The fp32 backward on warpgroup MMA (b2b_backward_wgmma_tf32_kernel.cuh) from this mixer width, Kp <=
+// kB2BUnitProjectionTaps; the CUDA-core kernels below it and at wider projections. Tiles per block:
+// the filters are set up once for them.
+constexpr int64_t kB2BWgmmaTf32BackwardMinMixerWidth = 65;
+constexpr int64_t kB2BWgmmaTf32BackwardTilesPerBlock = 2;
+
+size_t b2b_wgmma_tf32_backward_smem_bytes(int mixer_blocks) {
+  switch (mixer_blocks) {
+    case 2: return B2BWgmmaTf32BackwardLayout<2>::kBytes;
+    case 3: return B2BWgmmaTf32BackwardLayout<3>::kBytes;
+    case 4: return B2BWgmmaTf32BackwardLayout<4>::kBytes;
+    default: return B2BWgmmaTf32BackwardLayout<5>::kBytes;
+  }
+}
+
+// fp32, kB2BWgmmaTf32BackwardMinMixerWidth <= Km <= 256, Kp <= 4, on a compute capability 9.0 device
+// with an sm_90a image.
+bool wgmma_tf32_backward_applies(const B2BBackwardParams& p) {
+#ifdef CAUSALCONV_HAS_SM90A
+  if (p.dtype != DType::f32 || p.mixer_width < kB2BWgmmaTf32BackwardMinMixerWidth || p.mixer_width > 256 ||
+      p.proj_width > kB2BUnitProjectionTaps)
+    return false;
+  return current_device_is_sm90("b2b_causal_conv1d backward");
+#else
+  (void)p;
+  return false;
+#endif
 }
 
 // fp16/bf16, kB2BTcMinMixerWidth <= Km <= 256, Kp <= 32, rows_fit (every x, dout and dx row of
@@ -150,6 +180,20 @@ void launch_typed(const B2BBackwardParams& p, const B2BBackwardPlan& plan, float
             run_rows(std::false_type{});
         }
         break;
+      case B2BBackwardPath::wgmma_tf32:
+        if constexpr (std::is_same<T, float>::value) {
+          auto run = [&](auto kernel) {
+            allow_dynamic_shared_memory(kernel, plan.smem_bytes, "b2b_causal_conv1d backward (shared-memory opt-in)");
+            kernel<<<grid, WgmmaToeplitzTile::kThreads, plan.smem_bytes, stream>>>(p, plan.tiling.tiles, partials);
+          };
+          switch (plan.tc_max_blocks) {
+            case 2: run(b2b_backward_wgmma_tf32x3_kernel<2>); break;  // Km <= 65
+            case 3: run(b2b_backward_wgmma_tf32x3_kernel<3>); break;  // Km <= 129
+            case 4: run(b2b_backward_wgmma_tf32x3_kernel<4>); break;  // Km <= 193
+            default: run(b2b_backward_wgmma_tf32x3_kernel<5>); break;  // Km <= 256
+          }
+        }
+        break;
       case B2BBackwardPath::tensor_core:
         if constexpr (!std::is_same<T, float>::value) {
           switch (plan.tc_max_blocks) {
@@ -195,6 +239,13 @@ B2BBackwardPlan plan_b2b_backward(const B2BBackwardParams& p, bool realign_short
     plan.realigned = !vector_rows;
     plan.smem_bytes = plan.realigned ? b2b_wgmma_backward_smem_bytes<true>(plan.tc_max_blocks)
                                      : b2b_wgmma_backward_smem_bytes<false>(plan.tc_max_blocks);
+    return plan;
+  }
+  if (wgmma_tf32_backward_applies(p)) {
+    plan.path = B2BBackwardPath::wgmma_tf32;
+    plan.tiling = make_b2b_tiling(p.length, WgmmaToeplitzTile::kOutputs, kB2BWgmmaTf32BackwardTilesPerBlock);
+    plan.tc_max_blocks = toeplitz64_blocks(int(p.mixer_width));
+    plan.smem_bytes = b2b_wgmma_tf32_backward_smem_bytes(plan.tc_max_blocks);
     return plan;
   }
   if (kB2BTensorCoreBackward && p.dtype != DType::f32 && p.mixer_width >= kB2BTcMinMixerWidth) {

@@ -11,9 +11,10 @@
 
 namespace causalconv::detail {
 
-// wp_s[32 j + k] = tap k of projection row 3c + j (zero from Kp on), by the block's `threads`.
-__device__ __forceinline__ void b2b_stage_projection_taps(float* wp_s, const B2BForwardParams& p, int64_t c,
-                                                          int threads) {
+// wp_s[32 j + k] = tap k of projection row 3c + j (zero from Kp on), by the block's `threads`
+// (Params: B2BForwardParams or B2BBackwardParams).
+template <typename Params>
+__device__ __forceinline__ void b2b_stage_projection_taps(float* wp_s, const Params& p, int64_t c, int threads) {
   for (int i = int(threadIdx.x); i < 3 * 32; i += threads) {
     const int j = i >> 5, k = i & 31;
     wp_s[i] = k < int(p.proj_width)
@@ -40,31 +41,51 @@ __device__ __forceinline__ float b2b_staged_projection(const float* x_s, const f
 // 16-byte loads from the rows are conflict-free.
 constexpr int kB2BUnitProjectionTaps = 4;
 
+// The three rows' taps in registers for b2b_tf32_project_unit: w[j][k] multiplies x_j[s - 3 + k]
+// (taps before 4 - Kp are never read).
+__device__ __forceinline__ void b2b_unit_projection_taps(const float* wp_s, int kp,
+                                                         float (&w)[3][kB2BUnitProjectionTaps]) {
+  constexpr int kTaps = kB2BUnitProjectionTaps;
+#pragma unroll
+  for (int j = 0; j < 3; ++j)
+#pragma unroll
+    for (int k = 0; k < kTaps; ++k) w[j][k] = wp_s[32 * j + (k >= kTaps - kp ? k - (kTaps - kp) : 0)];
+}
+
+// xs[i] = x_s[s - 4 + i] (s a multiple of 4, x_s 16-byte aligned): the window a unit's projection reads.
+__device__ __forceinline__ void b2b_unit_window(const float* x_s, int s, float (&xs)[8]) {
+  const float4 a = *reinterpret_cast<const float4*>(x_s + s - 4), b = *reinterpret_cast<const float4*>(x_s + s);
+  xs[0] = a.x, xs[1] = a.y, xs[2] = a.z, xs[3] = a.w, xs[4] = b.x, xs[5] = b.y, xs[6] = b.z, xs[7] = b.w;
+}
+
+// A row's projection at steps s .. s + 3 from its window xs (b2b_unit_window).
+__device__ __forceinline__ void b2b_tf32_project_unit(const float (&xs)[8], const float (&wj)[kB2BUnitProjectionTaps],
+                                                      int kp, float (&out)[4]) {
+  constexpr int kTaps = kB2BUnitProjectionTaps;
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    float acc = 0.0f;
+#pragma unroll
+    for (int k = 0; k < kTaps; ++k)
+      if (k >= kTaps - kp) acc = fmaf(wj[k], xs[i + 1 + k], acc);
+    out[i] = acc;
+  }
+}
+
 template <int kReach, typename ZUnitOffset, typename GateOffset>
 __device__ __forceinline__ void b2b_tf32_unit_projections(unsigned char* z_hi_s, unsigned char* z_lo_s,
                                                           float* gate_s, const float* x0_s, const float* x1_s,
                                                           const float* v_s, const float* wp_s, int kp, int z_units,
                                                           int out_first, int threads, ZUnitOffset z_unit_offset,
                                                           GateOffset gate_offset) {
-  constexpr int kTaps = kB2BUnitProjectionTaps;
   static_assert(kReach >= 4 && kReach % 4 == 0, "the unit before the z range is staged");
-  float w[3][kTaps];
-#pragma unroll
-  for (int j = 0; j < 3; ++j)
-#pragma unroll
-    for (int k = 0; k < kTaps; ++k) w[j][k] = wp_s[32 * j + (k >= kTaps - kp ? k - (kTaps - kp) : 0)];
+  float w[3][kB2BUnitProjectionTaps];
+  b2b_unit_projection_taps(wp_s, kp, w);
   // Row x_s's projection at steps s .. s + 3 (s a multiple of 4), from units s / 4 - 1 and s / 4.
-  auto project = [&](const float* x_s, const float (&wj)[kTaps], int s, float (&out)[4]) {
-    const float4 a = *reinterpret_cast<const float4*>(x_s + s - 4), b = *reinterpret_cast<const float4*>(x_s + s);
-    const float xs[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};  // steps s - 4 .. s + 3
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      float acc = 0.0f;
-#pragma unroll
-      for (int k = 0; k < kTaps; ++k)
-        if (k >= kTaps - kp) acc = fmaf(wj[k], xs[i + 1 + k], acc);
-      out[i] = acc;
-    }
+  auto project = [&](const float* x_s, const float (&wj)[kB2BUnitProjectionTaps], int s, float (&out)[4]) {
+    float xs[8];
+    b2b_unit_window(x_s, s, xs);
+    b2b_tf32_project_unit(xs, wj, kp, out);
   };
 #pragma unroll 1
   for (int u = int(threadIdx.x); u < z_units; u += threads) {

@@ -54,14 +54,16 @@ struct B2BBackwardParams {
 // dispatched only when kB2BTensorCoreBackward is on); wgmma: the same widths with Km <= 256 and
 // Kp <= 32 on a compute capability 9.0 GPU, rows off the 16-byte grid realigned
 // (b2b_backward_wgmma_kernel; grid.y holds the segments of a row, each walking ceil(tiles /
-// segments) consecutive tiles).
-enum class B2BBackwardPath { general, short_span, chunked_mixer8, chunked_mixer16, chunked_wide, tensor_core, wgmma };
+// segments) consecutive tiles); wgmma_tf32: fp32 with Kp <= 4 and kB2BWgmmaTf32BackwardMinMixerWidth
+// <= Km <= 256 on the same GPUs, any rows (b2b_backward_wgmma_tf32_kernel; 4096-step tiles walked
+// strided by grid.y).
+enum class B2BBackwardPath { general, short_span, chunked_mixer8, chunked_mixer16, chunked_wide, tensor_core, wgmma, wgmma_tf32 };
 struct B2BBackwardPlan {
   B2BBackwardPath path;
   B2BTiling tiling;
   size_t smem_bytes;
   bool vectorised;    // chunked paths: x, dout and dx rows take 4-element vector accesses
-  int tc_max_blocks;  // tensor_core: the kernel's mixer-block capacity (3, 5, 9 or 17); wgmma: its mixer blocks
+  int tc_max_blocks;  // tensor_core: the kernel's mixer-block capacity (3, 5, 9 or 17); wgmma*: its mixer blocks
   bool realigned;     // short_span, wgmma: rows off the 16-byte grid, realigned (the kernels' kRealigned)
 };
 B2BBackwardPlan plan_b2b_backward(const B2BBackwardParams& p);

@@ -16,6 +16,9 @@
 #define b2b_backward_wgmma_kernel b2b_backward_wgmma_kernel_emulated
 #include "b2b/b2b_backward_wgmma_kernel.cuh"
 #undef b2b_backward_wgmma_kernel
+#define b2b_backward_wgmma_tf32x3_kernel b2b_backward_wgmma_tf32x3_kernel_emulated
+#include "b2b/b2b_backward_wgmma_tf32_kernel.cuh"
+#undef b2b_backward_wgmma_tf32x3_kernel
 
 #include <gtest/gtest.h>
 
@@ -51,8 +54,9 @@ struct Case {
 
 // The mma.sync form (b2b_backward_tc_kernel) or, on rows of 16-byte vectors, the wgmma form
 // (wgmma_dwp_on_cores: its dwp on the CUDA cores, Kp <= detail::kDwpCoreTaps); the *_realigned
-// wgmma forms on rows off the 16-byte grid (kRealigned).
-enum class Form { mma_sync, wgmma, wgmma_dwp_on_cores, wgmma_realigned, wgmma_dwp_on_cores_realigned };
+// wgmma forms on rows off the 16-byte grid (kRealigned); wgmma_tf32: the fp32 form
+// (b2b_backward_wgmma_tf32_kernel.cuh: independent 4096-step tiles walked strided, any rows).
+enum class Form { mma_sync, wgmma, wgmma_dwp_on_cores, wgmma_realigned, wgmma_dwp_on_cores_realigned, wgmma_tf32 };
 
 using test::ErrorTally;
 
@@ -78,18 +82,29 @@ void launch_wgmma_emulated(const detail::B2BBackwardParams& p, const detail::B2B
               });
 }
 
+template <int kMixerBlocks>
+void launch_wgmma_tf32_emulated(const detail::B2BBackwardParams& p, const detail::B2BTiling& tiling, float* partials) {
+  emu::launch({unsigned(p.batch * p.dim), unsigned(tiling.tile_blocks), 1}, detail::WgmmaToeplitzTile::kThreads,
+              size_t(detail::B2BWgmmaTf32BackwardLayout<kMixerBlocks>::kBytes),
+              [&] { detail::b2b_backward_wgmma_tf32x3_kernel_emulated<kMixerBlocks>(p, tiling.tiles, partials); });
+}
+
 template <typename T>
 void run_case(const Case& cs, Form form = Form::mma_sync) {
   const bool realigned = form == Form::wgmma_realigned || form == Form::wgmma_dwp_on_cores_realigned;
   const bool cores = form == Form::wgmma_dwp_on_cores || form == Form::wgmma_dwp_on_cores_realigned;
-  SCOPED_TRACE(::testing::Message() << (form == Form::mma_sync ? "mma.sync" : cores ? "wgmma, dwp on the CUDA cores" : "wgmma")
+  const bool tf32 = form == Form::wgmma_tf32;
+  SCOPED_TRACE(::testing::Message() << (form == Form::mma_sync ? "mma.sync"
+                                        : tf32                 ? "wgmma tf32x3"
+                                        : cores                ? "wgmma, dwp on the CUDA cores"
+                                                               : "wgmma")
                                     << (realigned ? " realigned" : "") << " B" << cs.batch << " D"
                                     << cs.dim << " L" << cs.length << " Kp" << cs.kp << " Km" << cs.km << " aligned "
                                     << cs.aligned);
   const int64_t B = cs.batch, D = cs.dim, L = cs.length, Kp = cs.kp, Km = cs.km;
   // wgmma: every row 16-byte aligned, or (realigned) x and dout rows at stride L + 3 and dx's at
   // L + 5, so that the rows of a channel lie at different leads.
-  const bool aligned = cs.aligned || (form != Form::mma_sync && !realigned);
+  const bool aligned = cs.aligned || (form != Form::mma_sync && !tf32 && !realigned);
   const int64_t pad = aligned ? 8 - L % 8 : 3;  // >= 1 NaN slot after each row
   HostTensor xh({B, 3 * D, L}), gh({B, D, L}), wph({3 * D, Kp}), wmh({D, Km}), skiph({D});
   std::random_device seed;
@@ -109,7 +124,9 @@ void run_case(const Case& cs, Form form = Form::mma_sync) {
   const detail::B2BBackwardParams p = test::b2b_backward_params(x, wp, wm, skip, dout, dx);
 
   detail::B2BTiling tiling = detail::make_b2b_tiling(L, detail::ToeplitzTile::kOutputs, cs.tiles_per_block);
-  if (form != Form::mma_sync) {  // segments of tiles_per_block consecutive 4096-step tiles
+  if (tf32) {  // tiles_per_block 4096-step tiles a block, strided
+    tiling = detail::make_b2b_tiling(L, detail::WgmmaToeplitzTile::kOutputs, cs.tiles_per_block);
+  } else if (form != Form::mma_sync) {  // segments of tiles_per_block consecutive 4096-step tiles
     const int64_t tiles = (L + detail::WgmmaToeplitzTile::kOutputs - 1) / detail::WgmmaToeplitzTile::kOutputs;
     tiling = {tiles, (tiles + cs.tiles_per_block - 1) / cs.tiles_per_block};
   }
@@ -117,6 +134,14 @@ void run_case(const Case& cs, Form form = Form::mma_sync) {
   std::vector<float> partials(size_t(D * parts * slots), std::numeric_limits<float>::quiet_NaN());
   std::vector<float> again = partials;
   auto run = [&](float* out) {
+    if constexpr (std::is_same<T, float>::value) {  // only the tf32 form takes fp32
+      switch (detail::toeplitz64_blocks(int(Km))) {
+        case 2: launch_wgmma_tf32_emulated<2>(p, tiling, out); break;
+        case 3: launch_wgmma_tf32_emulated<3>(p, tiling, out); break;
+        case 4: launch_wgmma_tf32_emulated<4>(p, tiling, out); break;
+        default: launch_wgmma_tf32_emulated<5>(p, tiling, out); break;
+      }
+    } else {
     if (form != Form::mma_sync) {
       auto launch = [&](auto realigned_rows) {
         constexpr bool kRealigned = decltype(realigned_rows)::value;
@@ -135,6 +160,7 @@ void run_case(const Case& cs, Form form = Form::mma_sync) {
     }
     detail::with_toeplitz_max_blocks(
         Km, [&](auto max_blocks) { launch_emulated<T, decltype(max_blocks)::value>(p, tiling, out); });
+    }
   };
   run(partials.data());
   run(again.data());
@@ -143,8 +169,11 @@ void run_case(const Case& cs, Form form = Form::mma_sync) {
 
   // fp64 brute force, with magnitudes (the same formulas over absolute values) for the
   // tolerances: z or dh, then dp, then dx are each rounded to T (<= ulp/2 relative), so
-  // |dx error| <= ulp * mag(dx) + ulp/2 |dx| to first order, plus fp32 accumulation.
-  const double ulp = std::is_same<T, __half>::value ? std::ldexp(1.0, -10) : std::ldexp(1.0, -7);
+  // |dx error| <= ulp * mag(dx) + ulp/2 |dx| to first order, plus fp32 accumulation (fp32: the
+  // tf32 split's ~2^-21 a mixer term sits inside the 1e-5 of the magnitude).
+  constexpr bool kFloat = std::is_same<T, float>::value;
+  const double ulp = kFloat ? std::ldexp(1.0, -24) : std::is_same<T, __half>::value ? std::ldexp(1.0, -10)
+                                                                                       : std::ldexp(1.0, -7);
   const size_t Ls = size_t(L);
   std::vector<double> dwp(size_t(3 * D * Kp), 0.0), dwp_mag(dwp.size(), 0.0);
   std::vector<double> dwm(size_t(D * Km), 0.0), dwm_mag(dwm.size(), 0.0), dsk(size_t(D), 0.0), dsk_mag(dsk.size(), 0.0);
@@ -225,7 +254,7 @@ void run_case(const Case& cs, Form form = Form::mma_sync) {
             << "wrote past the end of dx row " << b << "," << row;
       }
     }
-  const double bound = std::is_same<T, __half>::value ? 2e-3 : 1e-2;  // tests/python/conftest.py
+  const double bound = kFloat ? 1e-5 : std::is_same<T, __half>::value ? 2e-3 : 1e-2;  // tests/python/conftest.py
   EXPECT_EQ(dx_tally.bad, 0) << "dx elements out of tolerance";
   // The element-wise tolerances above are the real check; the L2 error must also meet the
   // dtype's bound (with fresh random inputs it has reached 0.5 of it in bf16).
@@ -309,6 +338,18 @@ TEST(B2BTensorCoreBackwardEmulated, WgmmaRealignedRows) {
   run_case<__nv_bfloat16>({1, 1, 12291, 17, 193, false, 1}, Form::wgmma_realigned);     // segments of 1: priming tiles
   run_case<__half>({1, 2, 8197, 4, 256, false, 2}, Form::wgmma_dwp_on_cores_realigned);  // segments 2 + 1, 5 blocks
   run_case<__half>({1, 1, 301, 18, 65}, Form::wgmma_realigned);                         // L < Km, Kp 18
+}
+
+// fp32 on warpgroup MMA (Kp <= 4): L = 1, odd D, L < Km, every mixer block count, a tile boundary
+// (the dp steps past a tile summed directly), blocks walking two tiles strided, aligned rows
+// (cp.async staging, 16-byte dx stores) and rows at stride L + 3 (element paths), Kp 2 to 4.
+TEST(B2BTensorCoreBackwardEmulated, WgmmaTf32x3Float32) {
+  run_case<float>({1, 1, 1, 2, 16}, Form::wgmma_tf32);                 // L = 1, 2 blocks
+  run_case<float>({1, 3, 70, 3, 9}, Form::wgmma_tf32);                 // odd D, narrow mixer
+  run_case<float>({2, 1, 4100, 3, 128, true}, Form::wgmma_tf32);       // B 2, 2 tiles (4 steps in the second)
+  run_case<float>({1, 1, 300, 4, 256}, Form::wgmma_tf32);              // L < Km, 5 blocks
+  run_case<float>({1, 2, 8192, 4, 193, true, 1}, Form::wgmma_tf32);    // 2 tiles in 2 blocks, 4 blocks
+  run_case<float>({1, 1, 12290, 2, 65, false, 2}, Form::wgmma_tf32);   // 4 tiles, 2 blocks walking 2 each
 }
 
 TEST(B2BTensorCoreBackwardEmulated, Float16) {

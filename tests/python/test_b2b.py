@@ -145,9 +145,11 @@ def test_runs_on_the_current_stream(seeded):
 
 
 @requires_cuda
-def test_gradients_are_deterministic(seeded):
-    x, wp, wm, skip = make_inputs(4, 32, 20000, 3, 128, torch.bfloat16)
-    dout = torch.randn(4, 32, 20000, device="cuda", dtype=torch.bfloat16)
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_gradients_are_deterministic(dtype, seeded):
+    # Km 128: the wgmma backwards on an H100/H200 (the tf32 form in fp32).
+    x, wp, wm, skip = make_inputs(4, 32, 20000, 3, 128, dtype)
+    dout = torch.randn(4, 32, 20000, device="cuda", dtype=dtype)
     runs = []
     for _ in range(3):
         inputs = [t.detach().requires_grad_(True) for t in (x, wp, wm, skip)]
@@ -518,6 +520,24 @@ def test_wgmma_backward_rows_off_the_16_byte_boundary(dtype, km, seeded):
             x, wp, wm, skip = make_inputs(1, 3, length, kp, km, dtype)
             dout = torch.randn(1, 3, length, device="cuda", dtype=dtype)
             wide = torch.full((1, 9, length + 6), float("nan"), device="cuda", dtype=dtype)
+            dx = wide[:, :, 3:3 + length]
+            _backward_into_poisoned(x, wp, wm, skip, dout, dx)
+            assert wide[:, :, :3].isnan().all() and wide[:, :, 3 + length:].isnan().all()
+
+
+@requires_cuda
+@pytest.mark.parametrize("km", [65, 128, 129, 193, 256])
+def test_wgmma_tf32_backward(km, seeded):
+    # fp32 with Kp <= 4 and Km >= 65: the tf32 wgmma backward on an H100/H200 (every mixer block
+    # count), into NaN-poisoned outputs. L = 1, inside one chunk, one tile and 8 steps (the dp steps
+    # past a tile summed directly), odd L (rows off the 16-byte grid: x and dout at their own leads,
+    # dx a view into a wider buffer whose padding must stay NaN), 3 tiles over D = 3 (blocks walking
+    # two tiles).
+    for kp in (2, 3, 4):
+        for b, d, length in ((1, 3, 1), (1, 3, 40), (2, 3, 4096 + 8), (1, 3, 4097), (1, 3, 4096 * 2 + 77)):
+            x, wp, wm, skip = make_inputs(b, d, length, kp, km, torch.float32)
+            dout = torch.randn(b, d, length, device="cuda")
+            wide = torch.full((b, 3 * d, length + 6), float("nan"), device="cuda")
             dx = wide[:, :, 3:3 + length]
             _backward_into_poisoned(x, wp, wm, skip, dout, dx)
             assert wide[:, :, :3].isnan().all() and wide[:, :, 3 + length:].isnan().all()
