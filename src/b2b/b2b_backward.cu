@@ -184,7 +184,7 @@ void launch_typed(const B2BBackwardParams& p, const B2BBackwardPlan& plan, float
         if constexpr (std::is_same<T, float>::value) {
           auto run = [&](auto kernel) {
             allow_dynamic_shared_memory(kernel, plan.smem_bytes, "b2b_causal_conv1d backward (shared-memory opt-in)");
-            kernel<<<grid, WgmmaToeplitzTile::kThreads, plan.smem_bytes, stream>>>(p, plan.tiling.tiles, partials);
+            kernel<<<grid, kB2BWgmmaTf32BackwardThreads, plan.smem_bytes, stream>>>(p, plan.tiling.tiles, partials);
           };
           switch (plan.tc_max_blocks) {
             case 2: run(b2b_backward_wgmma_tf32x3_kernel<2>); break;  // Km <= 65

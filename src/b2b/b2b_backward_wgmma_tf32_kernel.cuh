@@ -41,6 +41,7 @@
 #include "common/cuda_math.cuh"
 #include "common/sm90_primitives.cuh"
 #include "common/toeplitz_wgmma_tf32.cuh"
+#include "common/vector_access.cuh"
 
 namespace causalconv::detail {
 
@@ -54,10 +55,10 @@ __device__ __forceinline__ int b2b_dh_transposed_offset(int r, int m) {
 }
 
 // Shared memory (bytes from the 1024-byte aligned start): the z and the reversed dh tiles (hi, lo),
-// the transposed dh tile (hi, lo), the stage of x's three rows, dout's row (68-word chunk rows), the
-// mixer's split lag filter and its plain taps, the projections' taps, the boundary sums, the block's
-// end sums. After step 3: dz' then dp1 over the dh tile's hi part, dwm's lag-block copies over its lo
-// part; after step 4: dp2 over the z tile's hi part, dp0 over its lo part.
+// the transposed dh tile (hi, lo), the stage of x's three rows, dout's row and dp0's (68-word chunk
+// rows), the two warpgroups' lag-block halves, the mixer's split lag filter and its plain taps, the
+// projections' taps, the boundary sums. After step 3: dz' then dp1 over the dh tile's hi part, dp2
+// over its lo part.
 template <int kMixerBlocks>
 struct B2BWgmmaTf32BackwardLayout {
   using Split = WgmmaTf32Tile<kMixerBlocks>;
@@ -70,6 +71,7 @@ struct B2BWgmmaTf32BackwardLayout {
   static constexpr int kXUnits = kXSteps / 4;
   static constexpr int kDoutUnits = (kSpan + kPast) / 4;  // dout from j0, in 68-word chunk rows
   static constexpr int kRowBytes = 4 * Split::kOutRow;   // a 68-word chunk row
+  static constexpr int kLagHalfBytes = 4 * 64 * 33;      // 64 rows of 32 lag-block columns, padded
   static constexpr int kZHi = 0;
   static constexpr int kZLo = Split::kBytes;
   static constexpr int kDhHi = 2 * Split::kBytes;
@@ -79,14 +81,15 @@ struct B2BWgmmaTf32BackwardLayout {
   static constexpr int kStage = kDhTLo + 2 * kB2BDhTransposedHalfBytes;
   static constexpr int kXBytes = 4 * kXSteps;
   static constexpr int kDout = kStage + 3 * kXBytes;
-  static constexpr int kWm = kDout + kRowBytes * ((kDoutUnits + 15) / 16);  // hi, then lo
-  static constexpr int kWmPlain = kWm + 2 * 4 * Split::kLags;             // float [256]
-  static constexpr int kWp = kWmPlain + 4 * 256;                          // float [3][32]
-  static constexpr int kBoundary = kWp + 4 * 3 * 32;                      // float [8]
+  static constexpr int kDp0 = kDout + kRowBytes * ((kDoutUnits + 15) / 16);
+  static constexpr int kLagHalves = kDp0 + kRowBytes * 65;  // [warpgroup]
+  static constexpr int kWm = kLagHalves + 2 * kLagHalfBytes;  // hi, then lo
+  static constexpr int kWmPlain = kWm + 2 * 4 * Split::kLags;  // float [256]
+  static constexpr int kWp = kWmPlain + 4 * 256;               // float [3][32]
+  static constexpr int kBoundary = kWp + 4 * 3 * 32;           // float [8]
   static constexpr int kBytes = 1024 + kBoundary + 4 * 8;
   static_assert(kBytes <= 227 * 1024, "one block per SM");
   static_assert(kRowBytes * 65 <= Split::kBytes, "a dp row (4096 steps and the boundary) fits a tile part");
-  static_assert(4 * 64 * 65 <= Split::kBytes, "a padded lag block fits a tile part");
   static_assert(kDhTHi % 1024 == 0 && Split::kBytes % 1024 == 0, "tiles 1024-byte aligned");
 };
 
@@ -100,7 +103,7 @@ struct B2BWgmmaTf32BackwardLayout {
 template <int kBlocks>
 __device__ __forceinline__ void wgmma_tf32x3_lag_block(float (&acc)[32], int a, const unsigned char* z_hi_s,
                                                        const unsigned char* z_lo_s, uint32_t dht_hi, uint32_t dht_lo) {
-  const int lane = int(threadIdx.x) & 31, warp = int(threadIdx.x) >> 5;
+  const int lane = int(threadIdx.x) & 31, warp = (int(threadIdx.x) >> 5) & 3;  // of its warpgroup
   const int c0 = 16 * warp + (lane >> 2), q = lane & 3;
   uint32_t a_hi[2][4], a_lo[2][4];
   const uint64_t hi_desc = sm90::smem_descriptor(dht_hi, 16, 1024), lo_desc = sm90::smem_descriptor(dht_lo, 16, 1024);
@@ -130,20 +133,24 @@ __device__ __forceinline__ void wgmma_tf32x3_lag_block(float (&acc)[32], int a, 
 }
 #endif
 
-// Block (b*D + c, y) walks tiles y, y + gridDim.y, ... of `tiles` 4096-step tiles; partials as
-// b2b_backward_kernel's.
+// Two warpgroups: the CUDA-core passes take all 256 threads; warpgroup 0 computes h and warpgroup 1
+// dz, then they split dwm's lag blocks (a % 2). Block (b*D + c, y) walks tiles y, y + gridDim.y, ...
+// of `tiles` 4096-step tiles; partials as b2b_backward_kernel's.
+constexpr int kB2BWgmmaTf32BackwardThreads = 2 * WgmmaToeplitzTile::kThreads;
+
 template <int kMixerBlocks>
-__global__ void __launch_bounds__(WgmmaToeplitzTile::kThreads, 1)
+__global__ void __launch_bounds__(kB2BWgmmaTf32BackwardThreads, 1)
     b2b_backward_wgmma_tf32x3_kernel(B2BBackwardParams p, int64_t tiles, float* partials) {
 #ifdef CAUSALCONV_SM90A
   using Layout = B2BWgmmaTf32BackwardLayout<kMixerBlocks>;
   using Split = WgmmaTf32Tile<kMixerBlocks>;
-  constexpr int kThreads = WgmmaToeplitzTile::kThreads, kSteps = Layout::kSteps, kSpan = Layout::kSpan;
+  constexpr int kThreads = kB2BWgmmaTf32BackwardThreads, kSteps = Layout::kSteps, kSpan = Layout::kSpan;
   constexpr int kHalo = kMixerBlocks - 1;
   constexpr int kFirst = Layout::kReach + 64 * kHalo;  // x's local step of j0
   constexpr int kTaps = kB2BUnitProjectionTaps;
   const int kp = int(p.proj_width), km = int(p.mixer_width);
   const int tid = int(threadIdx.x), lane = tid & 31, warp = tid >> 5;
+  const int group = tid >> 7, group_tid = tid & 127;  // warpgroup
 
   unsigned char* const smem = sm90::aligned_dynamic_shared();
   unsigned char* const z_hi_s = smem + Layout::kZHi;
@@ -152,11 +159,11 @@ __global__ void __launch_bounds__(WgmmaToeplitzTile::kThreads, 1)
   unsigned char* const dh_lo_s = smem + Layout::kDhLo;
   unsigned char* const dht_hi_s = smem + Layout::kDhTHi;
   unsigned char* const dht_lo_s = smem + Layout::kDhTLo;
-  float* const dout_s = reinterpret_cast<float*>(smem + Layout::kDout);  // then dp0
-  float* const dz_s = reinterpret_cast<float*>(dh_hi_s);                 // dz + skip dh, then dp1
-  float* const lag_s = reinterpret_cast<float*>(dh_lo_s);                // a lag block, [64][65]
-  float* const dp2_s = reinterpret_cast<float*>(z_hi_s);
-  float* const dp0_s = reinterpret_cast<float*>(z_lo_s);
+  float* const dout_s = reinterpret_cast<float*>(smem + Layout::kDout);
+  float* const dp0_s = reinterpret_cast<float*>(smem + Layout::kDp0);
+  float* const dp1_s = reinterpret_cast<float*>(dh_hi_s);  // dz + skip dh first
+  float* const dp2_s = reinterpret_cast<float*>(dh_lo_s);
+  float* const half_s = reinterpret_cast<float*>(smem + Layout::kLagHalves + group * Layout::kLagHalfBytes);
   uint32_t* const wm_hi_s = reinterpret_cast<uint32_t*>(smem + Layout::kWm);
   uint32_t* const wm_lo_s = wm_hi_s + Split::kLags;
   float* const wm_s = reinterpret_cast<float*>(smem + Layout::kWmPlain);
@@ -177,7 +184,7 @@ __global__ void __launch_bounds__(WgmmaToeplitzTile::kThreads, 1)
   const float* const dout = static_cast<const float*>(p.dout) + b * p.dout_stride[0] + c * p.dout_stride[1];
   float* const dx0 = static_cast<float*>(p.dx) + b * p.dx_stride[0] + 3 * c * p.dx_stride[1];
   auto aligned = [](const void* row) { return (reinterpret_cast<uintptr_t>(row) & 15) == 0; };
-  auto stage = [&](int64_t tile) {
+  auto stage = [&](int64_t tile) {  // by warpgroup 0 (the staging helpers stride by 128 threads)
     const int64_t j0 = tile * kSteps;
     for (int j = 0; j < 3; ++j) {
       const float* row = x0 + j * p.x_stride[1];
@@ -189,17 +196,19 @@ __global__ void __launch_bounds__(WgmmaToeplitzTile::kThreads, 1)
                                              [](int u) { return 4 * Split::output_offset(4 * u); });
   };
 
-  if (int64_t(blockIdx.y) < tiles) stage(blockIdx.y);
-  cp_async_commit();
   const float* const wm = static_cast<const float*>(p.weight_mixer) + c * p.wm_stride[0];
-  wgmma_tf32_lag_filter<kMixerBlocks>(wm_hi_s, wm_lo_s, wm, p.wm_stride[1], km);
+  if (group == 0) {
+    if (int64_t(blockIdx.y) < tiles) stage(blockIdx.y);
+    wgmma_tf32_lag_filter<kMixerBlocks>(wm_hi_s, wm_lo_s, wm, p.wm_stride[1], km);
+  }
+  cp_async_commit();
   for (int k = tid; k < km; k += kThreads) wm_s[k] = wm[k * p.wm_stride[1]];
   b2b_stage_projection_taps(wp_s, p, c, kThreads);
   const float skip = static_cast<const float*>(p.skip_bias)[c * p.skip_stride];
   const int extra = kp - 1;  // dp steps past the tile that dx reads
 
   // This thread's sums over the block's tiles: dwp (w[j][k] order), dskip, and dwm's lags
-  // 64 a + tid - 63 (tid < 127) of lag block a.
+  // 64 a + group_tid - 63 (group_tid < 127) of this warpgroup's lag blocks a.
   float dwp[3][kTaps] = {}, dskip = 0.0f, dwm[kMixerBlocks] = {};
 
 #pragma unroll 1
@@ -252,8 +261,8 @@ __global__ void __launch_bounds__(WgmmaToeplitzTile::kThreads, 1)
       }
     }
     //    The boundary: h and dz at the `extra` steps after the tile, summed directly from the staged
-    //    rows (warp w takes sums w and w + 4 of [h_0, dz_0, h_1, dz_1, h_2, dz_2], lanes the taps).
-    {
+    //    rows (warp w takes sum w of [h_0, dz_0, h_1, dz_1, h_2, dz_2], its lanes the taps).
+    if (warp < 2 * extra) {
       auto z_direct = [&](int i) {  // z at j0 + i
         return b2b_staged_projection(x_stage(1), wp_s + 32, kp, kFirst + i) *
                b2b_staged_projection(x_stage(2), wp_s + 64, kp, kFirst + i);
@@ -261,61 +270,45 @@ __global__ void __launch_bounds__(WgmmaToeplitzTile::kThreads, 1)
       auto dh_direct = [&](int i) {  // dh at j0 + i
         return row_at(dout_s, i) * b2b_staged_projection(x_stage(0), wp_s, kp, kFirst + i);
       };
-#pragma unroll 1
-      for (int sum = warp; sum < 2 * extra; sum += kThreads / 32) {
-        const int e = sum >> 1, i = kSteps + e;
-        float acc = 0.0f;
-        if (sum & 1) {
-          for (int k = lane; k < km; k += 32) acc = fmaf(wm_s[k], dh_direct(i + km - 1 - k), acc);
-        } else {
-          for (int k = lane; k < km; k += 32) acc = fmaf(wm_s[k], z_direct(i - (km - 1 - k)), acc);
-        }
-        acc = warp_sum(acc);
-        if (lane == 0) boundary_s[sum] = acc;
+      const int i = kSteps + (warp >> 1);
+      float acc = 0.0f;
+      if (warp & 1) {
+        for (int k = lane; k < km; k += 32) acc = fmaf(wm_s[k], dh_direct(i + km - 1 - k), acc);
+      } else {
+        for (int k = lane; k < km; k += 32) acc = fmaf(wm_s[k], z_direct(i - (km - 1 - k)), acc);
       }
+      acc = warp_sum(acc);
+      if (lane == 0) boundary_s[warp] = acc;
     }
     sm90::fence_proxy_async_shared();  // the tiles, before the MMAs read them
     __syncthreads();
 
-    // 3. h[i] and dz[i] at output (chunk, step) of for_each_wgmma_tf32_output: h at j0 + 64 chunk +
-    //    step (z tile row chunk + H), dz at reversed step 64 (chunk + H) + step, i.e. j0 + 4095 -
-    //    64 chunk - step (where the dh tile holds dh of that step).
-    float h[32], dz[32];
-    wgmma_tf32x3_toeplitz<kMixerBlocks>(h, wm_hi_s, wm_lo_s, sm90::smem_u32(z_hi_s), sm90::smem_u32(z_lo_s));
-    wgmma_tf32x3_toeplitz<kMixerBlocks>(dz, wm_hi_s, wm_lo_s, sm90::smem_u32(dh_hi_s), sm90::smem_u32(dh_lo_s));
-    for_each_wgmma_tf32_output([&](int i, int chunk, int step) {
-      const int o = 64 * chunk + step, tau = kSpan - 1 - o;
-      const float z = split_at(z_hi_s, z_lo_s, chunk + kHalo, step);
-      dskip = fmaf(split_at(dh_hi_s, dh_lo_s, tau >> 6, tau & 63), z, dskip);
-      float* const g = dout_s + Split::output_offset(o);
-      *g *= fmaf(skip, z, h[i]);  // dp0
-      dz[i] = fmaf(skip, split_at(dh_hi_s, dh_lo_s, chunk + kHalo, step), dz[i]);
-    });
-    __syncthreads();  // every read of the dh tile is done
-    for_each_wgmma_tf32_output(
-        [&](int i, int chunk, int step) { dz_s[Split::output_offset(kSteps - 1 - 64 * chunk - step)] = dz[i]; });
-
-    // 4. dwm: lag block a's diagonal r - c = tid - 63 is lag 64 a + tid - 63.
-#pragma unroll 1
-    for (int a = 0; a < kMixerBlocks; ++a) {
-      float d[32];
-      wgmma_tf32x3_lag_block<kMixerBlocks>(d, a, z_hi_s, z_lo_s, sm90::smem_u32(dht_hi_s), sm90::smem_u32(dht_lo_s));
-      __syncthreads();  // the previous block's diagonals are read
-      for_each_wgmma_tf32_output([&](int i, int r, int c_) { lag_s[65 * c_ + r] = d[i]; });
-      __syncthreads();
-      if (tid < 127) {
-        const int diagonal = tid - 63;  // r - c
-        const int c_first = diagonal < 0 ? -diagonal : 0, c_end = diagonal < 0 ? 64 : 64 - diagonal;
-        float sum = 0.0f;
-#pragma unroll 4
-        for (int c_ = c_first; c_ < c_end; ++c_) sum += lag_s[66 * c_ + diagonal];
-        dwm[a] += sum;
-      }
+    // 3. Warpgroup 0: h[i] at output (chunk, step) of for_each_wgmma_tf32_output, i.e. at j0 + 64 chunk
+    //    + step (z tile row chunk + H); dp0 = dout (h + skip z), dskip += dh z. Warpgroup 1: dz[i] at
+    //    reversed step 64 (chunk + H) + step, i.e. j0 + 4095 - 64 chunk - step (where the dh tile holds
+    //    dh of that step); dz' = dz + skip dh, stored once every read of the dh tile is done.
+    float acc[32];
+    if (group == 0) {
+      wgmma_tf32x3_toeplitz<kMixerBlocks>(acc, wm_hi_s, wm_lo_s, sm90::smem_u32(z_hi_s), sm90::smem_u32(z_lo_s));
+      for_each_wgmma_tf32_output([&](int i, int chunk, int step) {
+        const int o = 64 * chunk + step, tau = kSpan - 1 - o;
+        const float z = split_at(z_hi_s, z_lo_s, chunk + kHalo, step);
+        dskip = fmaf(split_at(dh_hi_s, dh_lo_s, tau >> 6, tau & 63), z, dskip);
+        dp0_s[Split::output_offset(o)] = row_at(dout_s, o) * fmaf(skip, z, acc[i]);
+      });
+    } else {
+      wgmma_tf32x3_toeplitz<kMixerBlocks>(acc, wm_hi_s, wm_lo_s, sm90::smem_u32(dh_hi_s), sm90::smem_u32(dh_lo_s));
+      for_each_wgmma_tf32_output(
+          [&](int i, int chunk, int step) { acc[i] = fmaf(skip, split_at(dh_hi_s, dh_lo_s, chunk + kHalo, step), acc[i]); });
     }
-    __syncthreads();  // the MMAs are done with the z tile
+    __syncthreads();  // every read of the dh tile is done
+    if (group == 1)
+      for_each_wgmma_tf32_output(
+          [&](int i, int chunk, int step) { dp1_s[Split::output_offset(kSteps - 1 - 64 * chunk - step)] = acc[i]; });
+    __syncthreads();
 
-    // 5. dp1 = dz' v, dp2 = dz' x1 over the tile, dp0 moved beside them; dwp's sums; the boundary's
-    //    dp at steps 4096 .. 4096 + Kp - 2.
+    // 4. dp1 = dz' v (in place) and dp2 = dz' x1 over the tile; dwp's sums; the boundary's dp at
+    //    steps 4096 .. 4096 + Kp - 2.
 #pragma unroll 1
     for (int u = tid; u < kSteps / 4; u += kThreads) {
       const int s = kFirst + 4 * u, at = Split::output_offset(4 * u);
@@ -325,14 +318,13 @@ __global__ void __launch_bounds__(WgmmaToeplitzTile::kThreads, 1)
       b2b_unit_window(x_stage(2), s, xb);
       b2b_tf32_project_unit(xa, w[1], kp, p1);
       b2b_tf32_project_unit(xb, w[2], kp, p2);
-      const float4 dzu = *reinterpret_cast<const float4*>(dz_s + at);
-      const float4 dp0u = *reinterpret_cast<const float4*>(dout_s + at);
+      const float4 dzu = *reinterpret_cast<const float4*>(dp1_s + at);
+      const float4 dp0u = *reinterpret_cast<const float4*>(dp0_s + at);
       const float dzv[4] = {dzu.x, dzu.y, dzu.z, dzu.w};
       const float dp[3][4] = {{dp0u.x, dp0u.y, dp0u.z, dp0u.w},
                               {dzv[0] * p2[0], dzv[1] * p2[1], dzv[2] * p2[2], dzv[3] * p2[3]},
                               {dzv[0] * p1[0], dzv[1] * p1[1], dzv[2] * p1[2], dzv[3] * p1[3]}};
-      *reinterpret_cast<float4*>(dp0_s + at) = dp0u;
-      *reinterpret_cast<float4*>(dz_s + at) = make_float4(dp[1][0], dp[1][1], dp[1][2], dp[1][3]);
+      *reinterpret_cast<float4*>(dp1_s + at) = make_float4(dp[1][0], dp[1][1], dp[1][2], dp[1][3]);
       *reinterpret_cast<float4*>(dp2_s + at) = make_float4(dp[2][0], dp[2][1], dp[2][2], dp[2][3]);
       const float* const xs[3] = {xg, xa, xb};
 #pragma unroll
@@ -351,15 +343,45 @@ __global__ void __launch_bounds__(WgmmaToeplitzTile::kThreads, 1)
       const float g = row_at(dout_s, i);
       const float dzb = fmaf(skip, g * gate, boundary_s[2 * tid + 1]);
       dp0_s[Split::output_offset(i)] = g * fmaf(skip, p1 * v, boundary_s[2 * tid]);
-      dz_s[Split::output_offset(i)] = dzb * v;
+      dp1_s[Split::output_offset(i)] = dzb * v;
       dp2_s[Split::output_offset(i)] = dzb * p1;
     }
     __syncthreads();  // the dp rows are in place; the stage and dout's row are free
-    if (tile + gridDim.y < tiles) stage(tile + gridDim.y);
+    if (group == 0 && tile + gridDim.y < tiles) stage(tile + gridDim.y);
     cp_async_commit();
 
+    // 5. dwm: lag block a (a % 2 = this warpgroup), its diagonal r - c = group_tid - 63 at lag
+    //    64 a + group_tid - 63, summed through the padded copy of one half (32 columns r) at a time.
+#pragma unroll 1
+    for (int a = group; a < kMixerBlocks; a += 2) {
+      float d[32];
+      wgmma_tf32x3_lag_block<kMixerBlocks>(d, a, z_hi_s, z_lo_s, sm90::smem_u32(dht_hi_s), sm90::smem_u32(dht_lo_s));
+      float total = 0.0f;
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        sm90::named_barrier_sync(1 + group, 128);  // the copy before is read
+        for_each_wgmma_tf32_output([&](int i, int r, int c_) {
+          if ((r >> 5) == half) half_s[33 * c_ + r - 32 * half] = d[i];
+        });
+        sm90::named_barrier_sync(1 + group, 128);
+        if (group_tid < 127) {
+          const int diagonal = group_tid - 63;  // r - c, r = 32 half + column
+          const int c_end = diagonal > 32 * half - 32 ? 32 * half + 32 - diagonal : 64;
+          const float* at = half_s + diagonal - 32 * half;  // (c, c + diagonal) at 34 c
+          float sum0 = 0.0f, sum1 = 0.0f;  // two chains
+          int c_ = diagonal < 32 * half ? 32 * half - diagonal : 0;
+          for (; c_ + 1 < c_end; c_ += 2) sum0 += at[34 * c_], sum1 += at[34 * c_ + 34];
+          if (c_ < c_end) sum0 += at[34 * c_];
+          total += sum0 + sum1;
+        }
+      }
+#pragma unroll
+      for (int i = 0; i < kMixerBlocks; ++i)  // (dwm stays in registers: no index unknown to the compiler)
+        if (i == a) dwm[i] += total;
+    }
+
     // 6. dx_j[t] = sum_k wp_j[k] dp_j[t + Kp - 1 - k]: w[j][k] takes dp_j at t + 3 - k.
-    const float* const dps[3] = {dp0_s, dz_s, dp2_s};
+    const float* const dps[3] = {dp0_s, dp1_s, dp2_s};
 #pragma unroll 1
     for (int u = tid; u < kSteps / 4; u += kThreads) {
       const int64_t t = j0 + 4 * u;
@@ -374,15 +396,16 @@ __global__ void __launch_bounds__(WgmmaToeplitzTile::kThreads, 1)
         float o[4];
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
-          float acc = 0.0f;
+          float sum = 0.0f;
 #pragma unroll
           for (int k = 0; k < kTaps; ++k)
-            if (k >= kTaps - kp) acc = fmaf(w[j][k], win[e + 3 - k], acc);
-          o[e] = acc;
+            if (k >= kTaps - kp) sum = fmaf(w[j][k], win[e + 3 - k], sum);
+          o[e] = sum;
         }
         float* const row = dx0 + j * p.dx_stride[1] + t;
         if (n - t >= 4 && aligned(row)) {
-          *reinterpret_cast<float4*>(row) = make_float4(o[0], o[1], o[2], o[3]);
+          store_raw16(row, make_uint4(__float_as_uint(o[0]), __float_as_uint(o[1]), __float_as_uint(o[2]),
+                                      __float_as_uint(o[3])));
         } else {
           for (int e = 0; e < 4 && e < n - t; ++e) row[e] = o[e];
         }
@@ -391,25 +414,27 @@ __global__ void __launch_bounds__(WgmmaToeplitzTile::kThreads, 1)
   }
 
   // The block's sums in a fixed order: dwp and dskip by a shuffle tree per warp, then the warps in
-  // order; dwm's lag l from lag block a's diagonal l - 64 a (a ascending). Over the dh tile's lo
-  // part (free: the last tile's barrier is passed, or no tile ran).
+  // order; dwm's lag l from lag block a's diagonal l - 64 a (a ascending). Over dp0's row (the last
+  // tile's barrier is passed).
   cp_async_wait<0>();
-  float* const red_s = lag_s;                         // [4][3 * kTaps + 1]
-  float* const lags_s = lag_s + 4 * (3 * kTaps + 1);  // [kMixerBlocks][128]
   __syncthreads();
+  constexpr int kRed = 3 * kTaps + 1;
+  float* const red_s = dp0_s;                      // [8 warps][kRed]
+  float* const lags_s = dp0_s + kThreads / 32 * kRed;  // [kMixerBlocks][128]
 #pragma unroll
   for (int j = 0; j < 3; ++j)
 #pragma unroll
     for (int k = 0; k < kTaps; ++k) {
       const float sum = warp_sum(dwp[j][k]);
-      if (lane == 0) red_s[warp * (3 * kTaps + 1) + j * kTaps + k] = sum;
+      if (lane == 0) red_s[warp * kRed + j * kTaps + k] = sum;
     }
   {
     const float sum = warp_sum(dskip);
-    if (lane == 0) red_s[warp * (3 * kTaps + 1) + 3 * kTaps] = sum;
+    if (lane == 0) red_s[warp * kRed + 3 * kTaps] = sum;
   }
 #pragma unroll
-  for (int a = 0; a < kMixerBlocks; ++a) lags_s[128 * a + tid] = dwm[a];
+  for (int a = 0; a < kMixerBlocks; ++a)
+    if ((a & 1) == group) lags_s[128 * a + group_tid] = dwm[a];
   __syncthreads();
   const int slots = 3 * kp + km + 1;
   float* const part = partials + ((c * p.batch + b) * int64_t(gridDim.y) + blockIdx.y) * slots;
@@ -417,7 +442,7 @@ __global__ void __launch_bounds__(WgmmaToeplitzTile::kThreads, 1)
     float sum = 0.0f;
     if (s < 3 * kp || s == slots - 1) {
       const int r = s < 3 * kp ? (s / kp) * kTaps + s % kp + kTaps - kp : 3 * kTaps;
-      for (int w_ = 0; w_ < kThreads / 32; ++w_) sum += red_s[w_ * (3 * kTaps + 1) + r];
+      for (int w_ = 0; w_ < kThreads / 32; ++w_) sum += red_s[w_ * kRed + r];
     } else {
       const int lag = km - 1 - (s - 3 * kp);
       for (int a = 0; a < kMixerBlocks; ++a) {

@@ -77,7 +77,7 @@ template <int kBlocks>
 __device__ __forceinline__ void wgmma_tf32x3_toeplitz(float (&acc)[32], const uint32_t* wr_hi_s,
                                                       const uint32_t* wr_lo_s, uint32_t hi, uint32_t lo) {
   using Split = WgmmaTf32Tile<kBlocks>;
-  const int lane = int(threadIdx.x) & 31, warp = int(threadIdx.x) >> 5;
+  const int lane = int(threadIdx.x) & 31, warp = (int(threadIdx.x) >> 5) & 3;  // the warp of its warpgroup
   const int base0 = 64 + 16 * warp + (lane >> 2) - (lane & 3);  // index of lag base at i = ks = 0
   constexpr int kLag[4] = {0, 8, -4, 4};
   uint32_t a_hi[2][4], a_lo[2][4];
@@ -107,10 +107,10 @@ __device__ __forceinline__ void wgmma_tf32x3_toeplitz(float (&acc)[32], const ui
 #endif
 
 // f(i, chunk, step) for this thread's 32 accumulators of wgmma_tf32x3_toeplitz: acc[i] is the output at
-// step `step` of output chunk `chunk` (D[step][chunk]).
+// step `step` of output chunk `chunk` (D[step][chunk]). Any warpgroup of the block.
 template <typename F>
 __device__ __forceinline__ void for_each_wgmma_tf32_output(F&& f) {
-  const int lane = int(threadIdx.x) & 31, warp = int(threadIdx.x) >> 5, g = lane >> 2, q = lane & 3;
+  const int lane = int(threadIdx.x) & 31, warp = (int(threadIdx.x) >> 5) & 3, g = lane >> 2, q = lane & 3;
 #pragma unroll
   for (int j = 0; j < 8; ++j)
 #pragma unroll

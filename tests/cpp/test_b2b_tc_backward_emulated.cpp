@@ -84,7 +84,7 @@ void launch_wgmma_emulated(const detail::B2BBackwardParams& p, const detail::B2B
 
 template <int kMixerBlocks>
 void launch_wgmma_tf32_emulated(const detail::B2BBackwardParams& p, const detail::B2BTiling& tiling, float* partials) {
-  emu::launch({unsigned(p.batch * p.dim), unsigned(tiling.tile_blocks), 1}, detail::WgmmaToeplitzTile::kThreads,
+  emu::launch({unsigned(p.batch * p.dim), unsigned(tiling.tile_blocks), 1}, detail::kB2BWgmmaTf32BackwardThreads,
               size_t(detail::B2BWgmmaTf32BackwardLayout<kMixerBlocks>::kBytes),
               [&] { detail::b2b_backward_wgmma_tf32x3_kernel_emulated<kMixerBlocks>(p, tiling.tiles, partials); });
 }
@@ -254,7 +254,9 @@ void run_case(const Case& cs, Form form = Form::mma_sync) {
             << "wrote past the end of dx row " << b << "," << row;
       }
     }
-  const double bound = kFloat ? 1e-5 : std::is_same<T, __half>::value ? 2e-3 : 1e-2;  // tests/python/conftest.py
+  // tests/python/conftest.py's REL_L2_BOUND and REDUCTION_REL_L2_BOUND.
+  const double bound = kFloat ? 1e-6 : std::is_same<T, __half>::value ? 2e-3 : 1e-2;
+  const double reduction_bound = kFloat ? 5e-5 : bound;
   EXPECT_EQ(dx_tally.bad, 0) << "dx elements out of tolerance";
   // The element-wise tolerances above are the real check; the L2 error must also meet the
   // dtype's bound (with fresh random inputs it has reached 0.5 of it in bf16).
@@ -287,9 +289,9 @@ void run_case(const Case& cs, Form form = Form::mma_sync) {
   // cancel below that (D = 1, Kp 3: nine dwp values reached 1.13x the bound against their own
   // norm in a fresh-clone CI run, every element within its tolerance). So their L2 error is
   // bounded against the root sum of squares of the terms.
-  EXPECT_LE(dwp_tally.l2_relative_to(dwp_terms2), bound);
-  EXPECT_LE(dwm_tally.l2_relative_to(dwm_terms2), bound);
-  EXPECT_LE(dsk_tally.rel_l2(), bound);
+  EXPECT_LE(dwp_tally.l2_relative_to(dwp_terms2), reduction_bound);
+  EXPECT_LE(dwm_tally.l2_relative_to(dwm_terms2), reduction_bound);
+  EXPECT_LE(dsk_tally.rel_l2(), reduction_bound);
 }
 
 TEST(B2BTensorCoreBackwardEmulated, BFloat16) {
