@@ -98,8 +98,8 @@ struct B2BWgmmaTf32BackwardLayout {
 // return): A[c][k] = z at step c of z tile row 8 ks + k - a + H, loaded into registers per k8 slice
 // (the m16n8k8 tf32 layout: lane (g, q) of warp w takes steps 16w + g (+ 8) of rows + q (+ 4));
 // B = the transposed dh tile (row r, K = the chunks), slice ks at 32 (ks % 4) of half ks / 4. The
-// products w_lo x_hi, w_hi x_lo, w_hi x_hi as wgmma_tf32x3_toeplitz's, whose register-set
-// alternation this follows. acc[4j + 2h + e] = D[16 warp + g + 8h][8j + 2q + e].
+// products w_lo x_hi, w_hi x_lo, w_hi x_hi (wgmma_tf32x3_slice), the register sets alternating as
+// wgmma_tf32x3_toeplitz's. acc[4j + 2h + e] = D[16 warp + g + 8h][8j + 2q + e].
 template <int kBlocks>
 __device__ __forceinline__ void wgmma_tf32x3_lag_block(float (&acc)[32], int a, const unsigned char* z_hi_s,
                                                        const unsigned char* z_lo_s, uint32_t dht_hi, uint32_t dht_lo) {
@@ -119,14 +119,8 @@ __device__ __forceinline__ void wgmma_tf32x3_lag_block(float (&acc)[32], int a, 
       a_lo[set][reg] = *reinterpret_cast<const uint32_t*>(z_lo_s + offset[reg]);
     }
     const uint32_t b_offset = uint32_t((ks >> 2) * kB2BDhTransposedHalfBytes + 32 * (ks & 3));
-    const uint64_t b_hi = sm90::descriptor_plus(hi_desc, b_offset);
-    const uint64_t b_lo = sm90::descriptor_plus(lo_desc, b_offset);
-    sm90::wgmma_fence();
-    sm90::wgmma_m64n64k8_tf32_rs(acc, a_lo[set], b_hi, ks != 0);
-    sm90::wgmma_m64n64k8_tf32_rs(acc, a_hi[set], b_lo, 1);
-    sm90::wgmma_m64n64k8_tf32_rs(acc, a_hi[set], b_hi, 1);
-    sm90::wgmma_commit();
-    sm90::wgmma_wait<1>();  // the slice before this one is done: its register set is free
+    wgmma_tf32x3_slice(acc, a_hi[set], a_lo[set], sm90::descriptor_plus(hi_desc, b_offset),
+                       sm90::descriptor_plus(lo_desc, b_offset), ks != 0);
   }
   sm90::wgmma_wait<0>();
   sm90::fence_registers(acc);
@@ -221,21 +215,9 @@ __global__ void __launch_bounds__(kB2BWgmmaTf32BackwardThreads, 1)
     b2b_unit_projection_taps(wp_s, kp, w);
     // 2. z over [j0 - 64 H, j0 + 4096): unit u at x's local step kReach + 4u.
 #pragma unroll 1
-    for (int u = tid; u < kSpan / 4; u += kThreads) {
-      float xa[8], xb[8], p1[4], p2[4];
-      b2b_unit_window(x_stage(1), Layout::kReach + 4 * u, xa);
-      b2b_unit_window(x_stage(2), Layout::kReach + 4 * u, xb);
-      b2b_tf32_project_unit(xa, w[1], kp, p1);
-      b2b_tf32_project_unit(xb, w[2], kp, p2);
-      uint4 hi, lo;
-      tf32_split(p1[0] * p2[0], hi.x, lo.x);
-      tf32_split(p1[1] * p2[1], hi.y, lo.y);
-      tf32_split(p1[2] * p2[2], hi.z, lo.z);
-      tf32_split(p1[3] * p2[3], hi.w, lo.w);
-      const int offset = wgmma_tf32_unit_offset<kMixerBlocks>(u);
-      *reinterpret_cast<uint4*>(z_hi_s + offset) = hi;
-      *reinterpret_cast<uint4*>(z_lo_s + offset) = lo;
-    }
+    for (int u = tid; u < kSpan / 4; u += kThreads)
+      b2b_tf32_store_z_unit(z_hi_s, z_lo_s, wgmma_tf32_unit_offset<kMixerBlocks>(u), x_stage(1), x_stage(2), w, kp,
+                            Layout::kReach + 4 * u);
     //    dh over [j0, j0 + 4096 + 64 H): unit u (steps j0 + 4u ..) is unit kSpan / 4 - 1 - u of the
     //    reversed tile, its steps in reverse; its chunk u / 16 < 64 also goes to the transposed tile.
 #pragma unroll 1

@@ -72,6 +72,25 @@ __device__ __forceinline__ void b2b_tf32_project_unit(const float (&xs)[8], cons
   }
 }
 
+// z = x1 v at steps s .. s + 3 of the staged rows x1_s, v_s, split into its tf32 parts at byte
+// `offset` of z_hi_s and z_lo_s (w: b2b_unit_projection_taps).
+__device__ __forceinline__ void b2b_tf32_store_z_unit(unsigned char* z_hi_s, unsigned char* z_lo_s, int offset,
+                                                      const float* x1_s, const float* v_s,
+                                                      const float (&w)[3][kB2BUnitProjectionTaps], int kp, int s) {
+  float xa[8], xb[8], p1[4], p2[4];
+  b2b_unit_window(x1_s, s, xa);
+  b2b_unit_window(v_s, s, xb);
+  b2b_tf32_project_unit(xa, w[1], kp, p1);
+  b2b_tf32_project_unit(xb, w[2], kp, p2);
+  uint4 hi, lo;
+  tf32_split(p1[0] * p2[0], hi.x, lo.x);
+  tf32_split(p1[1] * p2[1], hi.y, lo.y);
+  tf32_split(p1[2] * p2[2], hi.z, lo.z);
+  tf32_split(p1[3] * p2[3], hi.w, lo.w);
+  *reinterpret_cast<uint4*>(z_hi_s + offset) = hi;
+  *reinterpret_cast<uint4*>(z_lo_s + offset) = lo;
+}
+
 template <int kReach, typename ZUnitOffset, typename GateOffset>
 __device__ __forceinline__ void b2b_tf32_unit_projections(unsigned char* z_hi_s, unsigned char* z_lo_s,
                                                           float* gate_s, const float* x0_s, const float* x1_s,
@@ -81,30 +100,15 @@ __device__ __forceinline__ void b2b_tf32_unit_projections(unsigned char* z_hi_s,
   static_assert(kReach >= 4 && kReach % 4 == 0, "the unit before the z range is staged");
   float w[3][kB2BUnitProjectionTaps];
   b2b_unit_projection_taps(wp_s, kp, w);
-  // Row x_s's projection at steps s .. s + 3 (s a multiple of 4), from units s / 4 - 1 and s / 4.
-  auto project = [&](const float* x_s, const float (&wj)[kB2BUnitProjectionTaps], int s, float (&out)[4]) {
-    float xs[8];
-    b2b_unit_window(x_s, s, xs);
-    b2b_tf32_project_unit(xs, wj, kp, out);
-  };
 #pragma unroll 1
   for (int u = int(threadIdx.x); u < z_units; u += threads) {
     const int s = 4 * u + kReach;
-    float p1[4], p2[4];
-    project(x1_s, w[1], s, p1);
-    project(v_s, w[2], s, p2);
-    uint4 hi, lo;
-    tf32_split(p1[0] * p2[0], hi.x, lo.x);
-    tf32_split(p1[1] * p2[1], hi.y, lo.y);
-    tf32_split(p1[2] * p2[2], hi.z, lo.z);
-    tf32_split(p1[3] * p2[3], hi.w, lo.w);
-    const int offset = z_unit_offset(u);
-    *reinterpret_cast<uint4*>(z_hi_s + offset) = hi;
-    *reinterpret_cast<uint4*>(z_lo_s + offset) = lo;
+    b2b_tf32_store_z_unit(z_hi_s, z_lo_s, z_unit_offset(u), x1_s, v_s, w, kp, s);
     const int i = 4 * u - out_first;
     if (i >= 0) {
-      float g[4];
-      project(x0_s, w[0], s, g);
+      float xs[8], g[4];
+      b2b_unit_window(x0_s, s, xs);
+      b2b_tf32_project_unit(xs, w[0], kp, g);
       *reinterpret_cast<float4*>(gate_s + gate_offset(i)) = make_float4(g[0], g[1], g[2], g[3]);
     }
   }

@@ -65,6 +65,20 @@ __device__ __forceinline__ void wgmma_tf32_store_outputs(float* row, const float
 }
 
 #ifdef CAUSALCONV_SM90A
+// acc (+)= A B for one k8 slice split three ways: the products a_lo b_hi, a_hi b_lo, a_hi b_hi (smallest
+// first), committed as one group; returns once the group before it is done, so that the register set
+// of the slice before can be reloaded (the caller alternates two sets and waits for all at the end).
+__device__ __forceinline__ void wgmma_tf32x3_slice(float (&acc)[32], const uint32_t (&a_hi)[4],
+                                                   const uint32_t (&a_lo)[4], uint64_t b_hi, uint64_t b_lo,
+                                                   bool accumulate) {
+  sm90::wgmma_fence();
+  sm90::wgmma_m64n64k8_tf32_rs(acc, a_lo, b_hi, accumulate);
+  sm90::wgmma_m64n64k8_tf32_rs(acc, a_hi, b_lo, 1);
+  sm90::wgmma_m64n64k8_tf32_rs(acc, a_hi, b_hi, 1);
+  sm90::wgmma_commit();
+  sm90::wgmma_wait<1>();
+}
+
 // D[r][n] = sum_i sum_c T_i[r][c] B[kBlocks - 1 + n - i][c] with T_i[r][c] = wr[64i + r - c] (the lag
 // filters wr_hi_s, wr_lo_s of wgmma_tf32_lag_filter) and B the tile split at shared addresses hi, lo:
 // per k8 slice ks of block i, A = T_i's slice in registers (m16n8k8's tf32 layout; lane (g, q) of
@@ -92,14 +106,8 @@ __device__ __forceinline__ void wgmma_tf32x3_toeplitz(float (&acc)[32], const ui
       a_lo[set][reg] = wr_lo_s[lag];
     }
     const uint32_t offset = uint32_t((ks >> 2) * Split::kHalfBytes + (kBlocks - 1 - i) * 128 + 32 * (ks & 3));
-    const uint64_t b_hi = sm90::descriptor_plus(hi_desc, offset);
-    const uint64_t b_lo = sm90::descriptor_plus(lo_desc, offset);
-    sm90::wgmma_fence();
-    sm90::wgmma_m64n64k8_tf32_rs(acc, a_lo[set], b_hi, slice != 0);
-    sm90::wgmma_m64n64k8_tf32_rs(acc, a_hi[set], b_lo, 1);
-    sm90::wgmma_m64n64k8_tf32_rs(acc, a_hi[set], b_hi, 1);
-    sm90::wgmma_commit();
-    sm90::wgmma_wait<1>();  // the slice before this one is done: its register set is free
+    wgmma_tf32x3_slice(acc, a_hi[set], a_lo[set], sm90::descriptor_plus(hi_desc, offset),
+                       sm90::descriptor_plus(lo_desc, offset), slice != 0);
   }
   sm90::wgmma_wait<0>();
   sm90::fence_registers(acc);
