@@ -75,6 +75,10 @@ bool rows_in_groups(const B2BBackwardParams& p, int64_t group) {
 // the filters are set up once for them.
 constexpr int64_t kB2BWgmmaTf32BackwardMinMixerWidth = 65;
 constexpr int64_t kB2BWgmmaTf32BackwardTilesPerBlock = 2;
+// A third warpgroup on dwm while the other two compute h, dz and the dp rows (the kernel's
+// kDwmGroup; written in session 38 after its last GPU call: emulated only, off until the GPU has
+// timed it against the two-warpgroup form).
+constexpr bool kB2BWgmmaTf32BackwardDwmWarpgroup = false;
 
 size_t b2b_wgmma_tf32_backward_smem_bytes(int mixer_blocks) {
   switch (mixer_blocks) {
@@ -182,15 +186,17 @@ void launch_typed(const B2BBackwardParams& p, const B2BBackwardPlan& plan, float
         break;
       case B2BBackwardPath::wgmma_tf32:
         if constexpr (std::is_same<T, float>::value) {
+          constexpr bool kDwmGroup = kB2BWgmmaTf32BackwardDwmWarpgroup;
           auto run = [&](auto kernel) {
             allow_dynamic_shared_memory(kernel, plan.smem_bytes, "b2b_causal_conv1d backward (shared-memory opt-in)");
-            kernel<<<grid, kB2BWgmmaTf32BackwardThreads, plan.smem_bytes, stream>>>(p, plan.tiling.tiles, partials);
+            kernel<<<grid, b2b_wgmma_tf32_backward_threads(kDwmGroup), plan.smem_bytes, stream>>>(p, plan.tiling.tiles,
+                                                                                                 partials);
           };
           switch (plan.tc_max_blocks) {
-            case 2: run(b2b_backward_wgmma_tf32x3_kernel<2>); break;  // Km <= 65
-            case 3: run(b2b_backward_wgmma_tf32x3_kernel<3>); break;  // Km <= 129
-            case 4: run(b2b_backward_wgmma_tf32x3_kernel<4>); break;  // Km <= 193
-            default: run(b2b_backward_wgmma_tf32x3_kernel<5>); break;  // Km <= 256
+            case 2: run(b2b_backward_wgmma_tf32x3_kernel<2, kDwmGroup>); break;  // Km <= 65
+            case 3: run(b2b_backward_wgmma_tf32x3_kernel<3, kDwmGroup>); break;  // Km <= 129
+            case 4: run(b2b_backward_wgmma_tf32x3_kernel<4, kDwmGroup>); break;  // Km <= 193
+            default: run(b2b_backward_wgmma_tf32x3_kernel<5, kDwmGroup>); break;  // Km <= 256
           }
         }
         break;

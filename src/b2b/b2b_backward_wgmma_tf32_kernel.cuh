@@ -128,17 +128,23 @@ __device__ __forceinline__ void wgmma_tf32x3_lag_block(float (&acc)[32], int a, 
 #endif
 
 // Two warpgroups: the CUDA-core passes take all 256 threads; warpgroup 0 computes h and warpgroup 1
-// dz, then they split dwm's lag blocks (a % 2). Block (b*D + c, y) walks tiles y, y + gridDim.y, ...
-// of `tiles` 4096-step tiles; partials as b2b_backward_kernel's.
-constexpr int kB2BWgmmaTf32BackwardThreads = 2 * WgmmaToeplitzTile::kThreads;
+// dz, then they split dwm's lag blocks (a % 2). kDwmGroup: a third warpgroup computes every lag block
+// of dwm while the other two compute h and dz and the dp rows (384 threads; the first and last
+// passes on all of them). Block (b*D + c, y) walks tiles y, y + gridDim.y, ... of `tiles` 4096-step
+// tiles; partials as b2b_backward_kernel's.
+__host__ __device__ constexpr int b2b_wgmma_tf32_backward_threads(bool dwm_group) {
+  return (dwm_group ? 3 : 2) * WgmmaToeplitzTile::kThreads;
+}
 
-template <int kMixerBlocks>
-__global__ void __launch_bounds__(kB2BWgmmaTf32BackwardThreads, 1)
+template <int kMixerBlocks, bool kDwmGroup = false>
+__global__ void __launch_bounds__(b2b_wgmma_tf32_backward_threads(kDwmGroup), 1)
     b2b_backward_wgmma_tf32x3_kernel(B2BBackwardParams p, int64_t tiles, float* partials) {
 #ifdef CAUSALCONV_SM90A
   using Layout = B2BWgmmaTf32BackwardLayout<kMixerBlocks>;
   using Split = WgmmaTf32Tile<kMixerBlocks>;
-  constexpr int kThreads = kB2BWgmmaTf32BackwardThreads, kSteps = Layout::kSteps, kSpan = Layout::kSpan;
+  constexpr int kThreads = b2b_wgmma_tf32_backward_threads(kDwmGroup), kSteps = Layout::kSteps;
+  constexpr int kSpan = Layout::kSpan;
+  constexpr int kDpThreads = 2 * WgmmaToeplitzTile::kThreads;  // warpgroups 0 and 1: the dp pass
   constexpr int kHalo = kMixerBlocks - 1;
   constexpr int kFirst = Layout::kReach + 64 * kHalo;  // x's local step of j0
   constexpr int kTaps = kB2BUnitProjectionTaps;
@@ -157,7 +163,7 @@ __global__ void __launch_bounds__(kB2BWgmmaTf32BackwardThreads, 1)
   float* const dp0_s = reinterpret_cast<float*>(smem + Layout::kDp0);
   float* const dp1_s = reinterpret_cast<float*>(dh_hi_s);  // dz + skip dh first
   float* const dp2_s = reinterpret_cast<float*>(dh_lo_s);
-  float* const half_s = reinterpret_cast<float*>(smem + Layout::kLagHalves + group * Layout::kLagHalfBytes);
+  float* const half_s = reinterpret_cast<float*>(smem + Layout::kLagHalves + (group & 1) * Layout::kLagHalfBytes);
   uint32_t* const wm_hi_s = reinterpret_cast<uint32_t*>(smem + Layout::kWm);
   uint32_t* const wm_lo_s = wm_hi_s + Split::kLags;
   float* const wm_s = reinterpret_cast<float*>(smem + Layout::kWmPlain);
@@ -204,6 +210,46 @@ __global__ void __launch_bounds__(kB2BWgmmaTf32BackwardThreads, 1)
   // This thread's sums over the block's tiles: dwp (w[j][k] order), dskip, and dwm's lags
   // 64 a + group_tid - 63 (group_tid < 127) of this warpgroup's lag blocks a.
   float dwp[3][kTaps] = {}, dskip = 0.0f, dwm[kMixerBlocks] = {};
+  auto owns_lag_block = [&](int a) { return kDwmGroup ? group == 2 : (a & 1) == group; };
+  // dwm's lag blocks first, first + step, ...: lag block a's diagonal r - c = group_tid - 63 (lag
+  // 64 a + group_tid - 63) summed through the padded copy of one half (32 columns r) at a time, behind
+  // the warpgroup's named barrier.
+  auto lag_blocks = [&](int first, int step) {
+#pragma unroll 1
+    for (int a = first; a < kMixerBlocks; a += step) {
+      float d[32];
+      wgmma_tf32x3_lag_block<kMixerBlocks>(d, a, z_hi_s, z_lo_s, sm90::smem_u32(dht_hi_s), sm90::smem_u32(dht_lo_s));
+      float total = 0.0f;
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        sm90::named_barrier_sync(1 + group, 128);  // the copy before is read
+        for_each_wgmma_tf32_output([&](int i, int r, int c_) {
+          if ((r >> 5) == half) half_s[33 * c_ + r - 32 * half] = d[i];
+        });
+        sm90::named_barrier_sync(1 + group, 128);
+        if (group_tid < 127) {
+          const int diagonal = group_tid - 63;  // r - c, r = 32 half + column
+          const int c_end = diagonal > 32 * half - 32 ? 32 * half + 32 - diagonal : 64;
+          const float* at = half_s + diagonal - 32 * half;  // (c, c + diagonal) at 34 c
+          float sum0 = 0.0f, sum1 = 0.0f;  // two chains
+          int c_ = diagonal < 32 * half ? 32 * half - diagonal : 0;
+          for (; c_ + 1 < c_end; c_ += 2) sum0 += at[34 * c_], sum1 += at[34 * c_ + 34];
+          if (c_ < c_end) sum0 += at[34 * c_];
+          total += sum0 + sum1;
+        }
+      }
+#pragma unroll
+      for (int i = 0; i < kMixerBlocks; ++i)  // (dwm stays in registers: no index unknown to the compiler)
+        if (i == a) dwm[i] += total;
+    }
+  };
+  // Warpgroups 0 and 1 alone (kDwmGroup: the third is on dwm meanwhile), or the block.
+  auto dp_groups_sync = [&] {
+    if constexpr (kDwmGroup)
+      sm90::named_barrier_sync(4, kDpThreads);
+    else
+      __syncthreads();
+  };
 
 #pragma unroll 1
   for (int64_t tile = blockIdx.y; tile < tiles; tile += gridDim.y) {
@@ -268,7 +314,8 @@ __global__ void __launch_bounds__(kB2BWgmmaTf32BackwardThreads, 1)
     // 3. Warpgroup 0: h[i] at output (chunk, step) of for_each_wgmma_tf32_output, i.e. at j0 + 64 chunk
     //    + step (z tile row chunk + H); dp0 = dout (h + skip z), dskip += dh z. Warpgroup 1: dz[i] at
     //    reversed step 64 (chunk + H) + step, i.e. j0 + 4095 - 64 chunk - step (where the dh tile holds
-    //    dh of that step); dz' = dz + skip dh, stored once every read of the dh tile is done.
+    //    dh of that step); dz' = dz + skip dh, stored once every read of the dh tile is done. kDwmGroup:
+    //    warpgroup 2 on dwm (step 5) meanwhile, up to the barrier after step 4.
     float acc[32];
     if (group == 0) {
       wgmma_tf32x3_toeplitz<kMixerBlocks>(acc, wm_hi_s, wm_lo_s, sm90::smem_u32(z_hi_s), sm90::smem_u32(z_lo_s));
@@ -278,89 +325,66 @@ __global__ void __launch_bounds__(kB2BWgmmaTf32BackwardThreads, 1)
         dskip = fmaf(split_at(dh_hi_s, dh_lo_s, tau >> 6, tau & 63), z, dskip);
         dp0_s[Split::output_offset(o)] = row_at(dout_s, o) * fmaf(skip, z, acc[i]);
       });
-    } else {
+    } else if (group == 1) {
       wgmma_tf32x3_toeplitz<kMixerBlocks>(acc, wm_hi_s, wm_lo_s, sm90::smem_u32(dh_hi_s), sm90::smem_u32(dh_lo_s));
       for_each_wgmma_tf32_output(
           [&](int i, int chunk, int step) { acc[i] = fmaf(skip, split_at(dh_hi_s, dh_lo_s, chunk + kHalo, step), acc[i]); });
+    } else if constexpr (kDwmGroup) {
+      lag_blocks(0, 1);  // 5. (kDwmGroup): reads the z and the transposed dh tiles only
     }
-    __syncthreads();  // every read of the dh tile is done
-    if (group == 1)
-      for_each_wgmma_tf32_output(
-          [&](int i, int chunk, int step) { dp1_s[Split::output_offset(kSteps - 1 - 64 * chunk - step)] = acc[i]; });
-    __syncthreads();
+    if (group < 2) {
+      dp_groups_sync();  // every read of the dh tile is done
+      if (group == 1)
+        for_each_wgmma_tf32_output(
+            [&](int i, int chunk, int step) { dp1_s[Split::output_offset(kSteps - 1 - 64 * chunk - step)] = acc[i]; });
+      dp_groups_sync();
 
-    // 4. dp1 = dz' v (in place) and dp2 = dz' x1 over the tile; dwp's sums; the boundary's dp at
-    //    steps 4096 .. 4096 + Kp - 2.
+      // 4. dp1 = dz' v (in place) and dp2 = dz' x1 over the tile; dwp's sums; the boundary's dp at
+      //    steps 4096 .. 4096 + Kp - 2.
 #pragma unroll 1
-    for (int u = tid; u < kSteps / 4; u += kThreads) {
-      const int s = kFirst + 4 * u, at = Split::output_offset(4 * u);
-      float xg[8], xa[8], xb[8], p1[4], p2[4];
-      b2b_unit_window(x_stage(0), s, xg);
-      b2b_unit_window(x_stage(1), s, xa);
-      b2b_unit_window(x_stage(2), s, xb);
-      b2b_tf32_project_unit(xa, w[1], kp, p1);
-      b2b_tf32_project_unit(xb, w[2], kp, p2);
-      const float4 dzu = *reinterpret_cast<const float4*>(dp1_s + at);
-      const float4 dp0u = *reinterpret_cast<const float4*>(dp0_s + at);
-      const float dzv[4] = {dzu.x, dzu.y, dzu.z, dzu.w};
-      const float dp[3][4] = {{dp0u.x, dp0u.y, dp0u.z, dp0u.w},
-                              {dzv[0] * p2[0], dzv[1] * p2[1], dzv[2] * p2[2], dzv[3] * p2[3]},
-                              {dzv[0] * p1[0], dzv[1] * p1[1], dzv[2] * p1[2], dzv[3] * p1[3]}};
-      *reinterpret_cast<float4*>(dp1_s + at) = make_float4(dp[1][0], dp[1][1], dp[1][2], dp[1][3]);
-      *reinterpret_cast<float4*>(dp2_s + at) = make_float4(dp[2][0], dp[2][1], dp[2][2], dp[2][3]);
-      const float* const xs[3] = {xg, xa, xb};
+      for (int u = tid; u < kSteps / 4; u += kDpThreads) {
+        const int s = kFirst + 4 * u, at = Split::output_offset(4 * u);
+        float xg[8], xa[8], xb[8], p1[4], p2[4];
+        b2b_unit_window(x_stage(0), s, xg);
+        b2b_unit_window(x_stage(1), s, xa);
+        b2b_unit_window(x_stage(2), s, xb);
+        b2b_tf32_project_unit(xa, w[1], kp, p1);
+        b2b_tf32_project_unit(xb, w[2], kp, p2);
+        const float4 dzu = *reinterpret_cast<const float4*>(dp1_s + at);
+        const float4 dp0u = *reinterpret_cast<const float4*>(dp0_s + at);
+        const float dzv[4] = {dzu.x, dzu.y, dzu.z, dzu.w};
+        const float dp[3][4] = {{dp0u.x, dp0u.y, dp0u.z, dp0u.w},
+                                {dzv[0] * p2[0], dzv[1] * p2[1], dzv[2] * p2[2], dzv[3] * p2[3]},
+                                {dzv[0] * p1[0], dzv[1] * p1[1], dzv[2] * p1[2], dzv[3] * p1[3]}};
+        *reinterpret_cast<float4*>(dp1_s + at) = make_float4(dp[1][0], dp[1][1], dp[1][2], dp[1][3]);
+        *reinterpret_cast<float4*>(dp2_s + at) = make_float4(dp[2][0], dp[2][1], dp[2][2], dp[2][3]);
+        const float* const xs[3] = {xg, xa, xb};
 #pragma unroll
-      for (int j = 0; j < 3; ++j)
+        for (int j = 0; j < 3; ++j)
 #pragma unroll
-        for (int k = 0; k < kTaps; ++k)
-          if (k >= kTaps - kp)
+          for (int k = 0; k < kTaps; ++k)
+            if (k >= kTaps - kp)
 #pragma unroll
-            for (int e = 0; e < 4; ++e) dwp[j][k] = fmaf(dp[j][e], xs[j][e + 1 + k], dwp[j][k]);
+              for (int e = 0; e < 4; ++e) dwp[j][k] = fmaf(dp[j][e], xs[j][e + 1 + k], dwp[j][k]);
+      }
+      if (tid < extra) {
+        const int i = kSteps + tid, s = kFirst + i;
+        const float p1 = b2b_staged_projection(x_stage(1), wp_s + 32, kp, s);
+        const float v = b2b_staged_projection(x_stage(2), wp_s + 64, kp, s);
+        const float gate = b2b_staged_projection(x_stage(0), wp_s, kp, s);
+        const float g = row_at(dout_s, i);
+        const float dzb = fmaf(skip, g * gate, boundary_s[2 * tid + 1]);
+        dp0_s[Split::output_offset(i)] = g * fmaf(skip, p1 * v, boundary_s[2 * tid]);
+        dp1_s[Split::output_offset(i)] = dzb * v;
+        dp2_s[Split::output_offset(i)] = dzb * p1;
+      }
     }
-    if (tid < extra) {
-      const int i = kSteps + tid, s = kFirst + i;
-      const float p1 = b2b_staged_projection(x_stage(1), wp_s + 32, kp, s);
-      const float v = b2b_staged_projection(x_stage(2), wp_s + 64, kp, s);
-      const float gate = b2b_staged_projection(x_stage(0), wp_s, kp, s);
-      const float g = row_at(dout_s, i);
-      const float dzb = fmaf(skip, g * gate, boundary_s[2 * tid + 1]);
-      dp0_s[Split::output_offset(i)] = g * fmaf(skip, p1 * v, boundary_s[2 * tid]);
-      dp1_s[Split::output_offset(i)] = dzb * v;
-      dp2_s[Split::output_offset(i)] = dzb * p1;
-    }
-    __syncthreads();  // the dp rows are in place; the stage and dout's row are free
+    __syncthreads();  // the dp rows are in place (kDwmGroup: and dwm's sums); the stage and dout's row are free
     if (group == 0 && tile + gridDim.y < tiles) stage(tile + gridDim.y);
     cp_async_commit();
 
-    // 5. dwm: lag block a (a % 2 = this warpgroup), its diagonal r - c = group_tid - 63 at lag
-    //    64 a + group_tid - 63, summed through the padded copy of one half (32 columns r) at a time.
-#pragma unroll 1
-    for (int a = group; a < kMixerBlocks; a += 2) {
-      float d[32];
-      wgmma_tf32x3_lag_block<kMixerBlocks>(d, a, z_hi_s, z_lo_s, sm90::smem_u32(dht_hi_s), sm90::smem_u32(dht_lo_s));
-      float total = 0.0f;
-#pragma unroll
-      for (int half = 0; half < 2; ++half) {
-        sm90::named_barrier_sync(1 + group, 128);  // the copy before is read
-        for_each_wgmma_tf32_output([&](int i, int r, int c_) {
-          if ((r >> 5) == half) half_s[33 * c_ + r - 32 * half] = d[i];
-        });
-        sm90::named_barrier_sync(1 + group, 128);
-        if (group_tid < 127) {
-          const int diagonal = group_tid - 63;  // r - c, r = 32 half + column
-          const int c_end = diagonal > 32 * half - 32 ? 32 * half + 32 - diagonal : 64;
-          const float* at = half_s + diagonal - 32 * half;  // (c, c + diagonal) at 34 c
-          float sum0 = 0.0f, sum1 = 0.0f;  // two chains
-          int c_ = diagonal < 32 * half ? 32 * half - diagonal : 0;
-          for (; c_ + 1 < c_end; c_ += 2) sum0 += at[34 * c_], sum1 += at[34 * c_ + 34];
-          if (c_ < c_end) sum0 += at[34 * c_];
-          total += sum0 + sum1;
-        }
-      }
-#pragma unroll
-      for (int i = 0; i < kMixerBlocks; ++i)  // (dwm stays in registers: no index unknown to the compiler)
-        if (i == a) dwm[i] += total;
-    }
+    // 5. dwm: the two warpgroups take lag blocks a % 2 (kDwmGroup: the third took them all in step 3).
+    if constexpr (!kDwmGroup) lag_blocks(group, 2);
 
     // 6. dx_j[t] = sum_k wp_j[k] dp_j[t + Kp - 1 - k]: w[j][k] takes dp_j at t + 3 - k.
     const float* const dps[3] = {dp0_s, dp1_s, dp2_s};
@@ -416,7 +440,7 @@ __global__ void __launch_bounds__(kB2BWgmmaTf32BackwardThreads, 1)
   }
 #pragma unroll
   for (int a = 0; a < kMixerBlocks; ++a)
-    if ((a & 1) == group) lags_s[128 * a + group_tid] = dwm[a];
+    if (owns_lag_block(a)) lags_s[128 * a + group_tid] = dwm[a];
   __syncthreads();
   const int slots = 3 * kp + km + 1;
   float* const part = partials + ((c * p.batch + b) * int64_t(gridDim.y) + blockIdx.y) * slots;

@@ -56,7 +56,15 @@ struct Case {
 // (wgmma_dwp_on_cores: its dwp on the CUDA cores, Kp <= detail::kDwpCoreTaps); the *_realigned
 // wgmma forms on rows off the 16-byte grid (kRealigned); wgmma_tf32: the fp32 form
 // (b2b_backward_wgmma_tf32_kernel.cuh: independent 4096-step tiles walked strided, any rows).
-enum class Form { mma_sync, wgmma, wgmma_dwp_on_cores, wgmma_realigned, wgmma_dwp_on_cores_realigned, wgmma_tf32 };
+enum class Form {
+  mma_sync,
+  wgmma,
+  wgmma_dwp_on_cores,
+  wgmma_realigned,
+  wgmma_dwp_on_cores_realigned,
+  wgmma_tf32,
+  wgmma_tf32_dwm_group  // the tf32 form with a third warpgroup on dwm (kDwmGroup)
+};
 
 using test::ErrorTally;
 
@@ -83,18 +91,26 @@ void launch_wgmma_emulated(const detail::B2BBackwardParams& p, const detail::B2B
 }
 
 template <int kMixerBlocks>
-void launch_wgmma_tf32_emulated(const detail::B2BBackwardParams& p, const detail::B2BTiling& tiling, float* partials) {
-  emu::launch({unsigned(p.batch * p.dim), unsigned(tiling.tile_blocks), 1}, detail::kB2BWgmmaTf32BackwardThreads,
-              size_t(detail::B2BWgmmaTf32BackwardLayout<kMixerBlocks>::kBytes),
-              [&] { detail::b2b_backward_wgmma_tf32x3_kernel_emulated<kMixerBlocks>(p, tiling.tiles, partials); });
+void launch_wgmma_tf32_emulated(const detail::B2BBackwardParams& p, const detail::B2BTiling& tiling, bool dwm_group,
+                                float* partials) {
+  emu::launch({unsigned(p.batch * p.dim), unsigned(tiling.tile_blocks), 1},
+              detail::b2b_wgmma_tf32_backward_threads(dwm_group),
+              size_t(detail::B2BWgmmaTf32BackwardLayout<kMixerBlocks>::kBytes), [&] {
+                if (dwm_group)
+                  detail::b2b_backward_wgmma_tf32x3_kernel_emulated<kMixerBlocks, true>(p, tiling.tiles, partials);
+                else
+                  detail::b2b_backward_wgmma_tf32x3_kernel_emulated<kMixerBlocks, false>(p, tiling.tiles, partials);
+              });
 }
 
 template <typename T>
 void run_case(const Case& cs, Form form = Form::mma_sync) {
   const bool realigned = form == Form::wgmma_realigned || form == Form::wgmma_dwp_on_cores_realigned;
   const bool cores = form == Form::wgmma_dwp_on_cores || form == Form::wgmma_dwp_on_cores_realigned;
-  const bool tf32 = form == Form::wgmma_tf32;
+  const bool tf32 = form == Form::wgmma_tf32 || form == Form::wgmma_tf32_dwm_group;
+  const bool dwm_group = form == Form::wgmma_tf32_dwm_group;
   SCOPED_TRACE(::testing::Message() << (form == Form::mma_sync ? "mma.sync"
+                                        : dwm_group            ? "wgmma tf32x3, a warpgroup on dwm"
                                         : tf32                 ? "wgmma tf32x3"
                                         : cores                ? "wgmma, dwp on the CUDA cores"
                                                                : "wgmma")
@@ -136,10 +152,10 @@ void run_case(const Case& cs, Form form = Form::mma_sync) {
   auto run = [&](float* out) {
     if constexpr (std::is_same<T, float>::value) {  // only the tf32 form takes fp32
       switch (detail::toeplitz64_blocks(int(Km))) {
-        case 2: launch_wgmma_tf32_emulated<2>(p, tiling, out); break;
-        case 3: launch_wgmma_tf32_emulated<3>(p, tiling, out); break;
-        case 4: launch_wgmma_tf32_emulated<4>(p, tiling, out); break;
-        default: launch_wgmma_tf32_emulated<5>(p, tiling, out); break;
+        case 2: launch_wgmma_tf32_emulated<2>(p, tiling, dwm_group, out); break;
+        case 3: launch_wgmma_tf32_emulated<3>(p, tiling, dwm_group, out); break;
+        case 4: launch_wgmma_tf32_emulated<4>(p, tiling, dwm_group, out); break;
+        default: launch_wgmma_tf32_emulated<5>(p, tiling, dwm_group, out); break;
       }
     } else {
     if (form != Form::mma_sync) {
@@ -352,6 +368,14 @@ TEST(B2BTensorCoreBackwardEmulated, WgmmaTf32x3Float32) {
   run_case<float>({1, 1, 300, 4, 256}, Form::wgmma_tf32);              // L < Km, 5 blocks
   run_case<float>({1, 2, 8192, 4, 193, true, 1}, Form::wgmma_tf32);    // 2 tiles in 2 blocks, 4 blocks
   run_case<float>({1, 1, 12290, 2, 65, false, 2}, Form::wgmma_tf32);   // 4 tiles, 2 blocks walking 2 each
+}
+
+// The same with a third warpgroup on dwm (kB2BWgmmaTf32BackwardDwmWarpgroup's form).
+TEST(B2BTensorCoreBackwardEmulated, WgmmaTf32x3DwmWarpgroupFloat32) {
+  run_case<float>({1, 3, 70, 3, 9}, Form::wgmma_tf32_dwm_group);
+  run_case<float>({2, 1, 4100, 3, 128, true}, Form::wgmma_tf32_dwm_group);
+  run_case<float>({1, 1, 300, 4, 256}, Form::wgmma_tf32_dwm_group);
+  run_case<float>({1, 1, 12290, 2, 65, false, 2}, Form::wgmma_tf32_dwm_group);
 }
 
 TEST(B2BTensorCoreBackwardEmulated, Float16) {
