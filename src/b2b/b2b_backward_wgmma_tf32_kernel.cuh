@@ -17,13 +17,15 @@
 //      and, over the tile's own steps, into a transposed tile (dwm's B operand: a row per step of a
 //      chunk, the chunks along K). The dp rows past the tile that dx reaches (Kp - 1 <= 3 steps)
 //      are summed directly from the staged rows meanwhile;
-//   3. h and dz (wgmma_tf32x3_toeplitz over the z and the reversed dh tile); dp0 = dout (h + skip z)
-//      over dout's row, dz + skip dh over the dh tile's place, dskip += dh z;
-//   4. dwm's lag blocks D_a[c][r] = sum_m z[m - a][c] dh[m][r] (m the tile's chunks, lag 64 a + r - c;
-//      A = z from the z tile in registers, as any shift of it can be loaded; B = the transposed dh),
-//      each summed along its diagonals through a padded fp32 copy;
-//   5. dp1 = dz' v and dp2 = dz' x1 by units (projections again from the staged rows), dwp's sums;
-//      the next tile's rows are then staged while
+//   3. h and dz (wgmma_tf32x3_toeplitz over the z and the reversed dh tile; warpgroups 0 and 1 side
+//      by side); dp0 = dout (h + skip z) into its own row, dz' = dz + skip dh over the dh tile's
+//      place, dskip += dh z;
+//   4. dp1 = dz' v and dp2 = dz' x1 by units (projections again from the staged rows), dwp's sums.
+//      x's stage and dout's row are then free: the next tile's rows are copied while
+//   5. dwm's lag blocks D_a[c][r] = sum_m z[m - a][c] dh[m][r] (m the tile's chunks, lag 64 a + r - c;
+//      A = z from the z tile in registers, as any shift of it can be loaded; B = the transposed dh)
+//      are computed by both warpgroups (a % 2), each summed along its diagonals through a padded
+//      fp32 copy of half the block at a time (kDwmGroup: by a third warpgroup during steps 3-4), and
 //   6. dx_j = P_j^T dp_j goes out by units.
 // dp and dz' rows sit in 68-word chunk rows (WgmmaTf32Tile::output_offset): the accumulators'
 // stores hit 32 distinct banks. The block's weight-gradient sums go out as one partial per
