@@ -96,7 +96,7 @@ bool wgmma_tf32_backward_applies(const B2BBackwardParams& p) {
   if (p.dtype != DType::f32 || p.mixer_width < kB2BWgmmaTf32BackwardMinMixerWidth || p.mixer_width > 256 ||
       p.proj_width > kB2BUnitProjectionTaps)
     return false;
-  return current_device_is_sm90("b2b_causal_conv1d backward");
+  return current_device_is_sm90();
 #else
   (void)p;
   return false;
@@ -110,7 +110,7 @@ bool wgmma_backward_applies(const B2BBackwardParams& p, bool rows_fit) {
   if (p.dtype == DType::f32 || p.mixer_width < kB2BTcMinMixerWidth || p.mixer_width > 256 || p.proj_width > 32 ||
       !rows_fit)
     return false;
-  return current_device_is_sm90("b2b_causal_conv1d backward");
+  return current_device_is_sm90();
 #else
   (void)p;
   (void)rows_fit;
@@ -228,7 +228,7 @@ B2BBackwardPlan plan_b2b_backward(const B2BBackwardParams& p) {
 }
 
 B2BBackwardPlan plan_b2b_backward(const B2BBackwardParams& p, bool realign_short_rows, bool last_span_takes_tail,
-                                  bool realign_wgmma_rows) {
+                                  bool realign_wgmma_rows, bool fp32_wgmma) {
   static_assert(B2BBackwardChunkTile::kThreads == Tile::kThreads, "one block size for every path");
   const int64_t unit_values = 16 / int64_t(elem_bytes(p.dtype));  // a 16-byte vector's
   const bool vector_rows = rows_in_groups(p, unit_values);
@@ -247,7 +247,7 @@ B2BBackwardPlan plan_b2b_backward(const B2BBackwardParams& p, bool realign_short
                                      : b2b_wgmma_backward_smem_bytes<false>(plan.tc_max_blocks);
     return plan;
   }
-  if (wgmma_tf32_backward_applies(p)) {
+  if (fp32_wgmma && wgmma_tf32_backward_applies(p)) {
     plan.path = B2BBackwardPath::wgmma_tf32;
     plan.tiling = make_b2b_tiling(p.length, WgmmaToeplitzTile::kOutputs, kB2BWgmmaTf32BackwardTilesPerBlock);
     plan.tc_max_blocks = toeplitz64_blocks(int(p.mixer_width));

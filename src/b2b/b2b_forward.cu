@@ -84,7 +84,7 @@ void launch_wgmma_tf32x3(const B2BForwardParams& p, cudaStream_t stream) {
 // The warpgroup-MMA forms need an sm_90a image in this build and a compute capability 9.0 device.
 bool wgmma_forms_available() {
 #ifdef CAUSALCONV_HAS_SM90A
-  return current_device_is_sm90("b2b_causal_conv1d forward");
+  return current_device_is_sm90();
 #else
   return false;
 #endif

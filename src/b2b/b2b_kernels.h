@@ -68,11 +68,12 @@ struct B2BBackwardPlan {
 };
 B2BBackwardPlan plan_b2b_backward(const B2BBackwardParams& p);
 // The same with the short kernel taking rows off the 16-byte grid or not, their last span walking
-// the realigned tail or not, and the wgmma kernel taking such rows or not, whatever the build's
+// the realigned tail or not, the wgmma kernel taking such rows or not, whatever the build's
 // kB2BShortBackwardRealignedRows, kB2BShortLastSpanTakesRealignedTail and
-// kB2BWgmmaBackwardRealignedRows (the emulated tests' way to each form).
+// kB2BWgmmaBackwardRealignedRows, and fp32 on the tf32 wgmma kernel where it applies or never (the
+// emulated tests' way to each form, on any machine).
 B2BBackwardPlan plan_b2b_backward(const B2BBackwardParams& p, bool realign_short_rows, bool last_span_takes_tail,
-                                  bool realign_wgmma_rows);
+                                  bool realign_wgmma_rows, bool fp32_wgmma = true);
 
 // Scratch for the per-block fp32 partials of the weight gradients (reduced in a
 // fixed order by a second kernel, so the weight gradients are deterministic).

@@ -158,7 +158,7 @@ constexpr int64_t kWgmmaMinWidth = 33;
 bool wgmma_rows_apply(const DepthwiseForwardParams& p) {
 #ifdef CAUSALCONV_HAS_SM90A
   if (!rows_aligned(p) && !(kToeplitzShiftedRows && rows_share_lead(p))) return false;
-  return current_device_is_sm90("causal_conv1d forward");
+  return current_device_is_sm90();
 #else
   (void)p;
   return false;

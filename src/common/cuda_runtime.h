@@ -40,10 +40,14 @@ inline int current_device_sm_count(const char* op) {
 // asked of the driver once per device.
 bool device_is_sm90(int device);
 
-// The same for the current device (the op's: DeviceGuard has made it current).
-inline bool current_device_is_sm90(const char* op) {
+// The same for the current device (the op's: DeviceGuard has made it current); false without one
+// (a machine with no GPU asking which kernel would serve a call, e.g. for its workspace).
+inline bool current_device_is_sm90() {
   int device = 0;
-  check_cuda(cudaGetDevice(&device), op);
+  if (cudaGetDevice(&device) != cudaSuccess) {
+    cudaGetLastError();
+    return false;
+  }
   return device_is_sm90(device);
 }
 

@@ -94,9 +94,11 @@ void run_case(const Case& cs, double bound, double reduction_bound) {
   // (Not realigned: the short kernel only on 16-byte rows, so that the chunked kernels keep their
   // cases; the default plan's choice for the other rows is B2BKernelsEmulated.DefaultPlanRealignsShortRows.
   // Nor the wgmma kernel's realigned rows, so that the mma.sync cases below keep theirs on a Hopper
-  // GPU: test_b2b_tc_backward_emulated.cpp runs that form.)
-  const detail::B2BBackwardPlan plan = cs.realigned ? detail::plan_b2b_backward(g, true, cs.tail_in_last_span, false)
-                                                    : detail::plan_b2b_backward(g, false, false, false);
+  // GPU, nor fp32 on the tf32 wgmma kernel, so that the chunked cases keep theirs:
+  // test_b2b_tc_backward_emulated.cpp runs those forms.)
+  const detail::B2BBackwardPlan plan = cs.realigned
+                                           ? detail::plan_b2b_backward(g, true, cs.tail_in_last_span, false, false)
+                                           : detail::plan_b2b_backward(g, false, false, false, false);
   // Kp <= 4 and Km <= 8 on rows of whole 16-byte vectors take the short kernel.
   const bool vector_rows = (L + cs.pad) % detail::Vec16<T>::kElems == 0 &&
                            reinterpret_cast<uintptr_t>(x_e.data.data()) % 16 == 0 &&
