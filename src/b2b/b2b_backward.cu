@@ -80,42 +80,18 @@ constexpr int64_t kB2BWgmmaTf32BackwardTilesPerBlock = 2;
 // timed it against the two-warpgroup form).
 constexpr bool kB2BWgmmaTf32BackwardDwmWarpgroup = false;
 
-size_t b2b_wgmma_tf32_backward_smem_bytes(int mixer_blocks) {
-  switch (mixer_blocks) {
-    case 2: return B2BWgmmaTf32BackwardLayout<2>::kBytes;
-    case 3: return B2BWgmmaTf32BackwardLayout<3>::kBytes;
-    case 4: return B2BWgmmaTf32BackwardLayout<4>::kBytes;
-    default: return B2BWgmmaTf32BackwardLayout<5>::kBytes;
-  }
-}
-
 // fp32, kB2BWgmmaTf32BackwardMinMixerWidth <= Km <= 256, Kp <= 4, on a compute capability 9.0 device
 // with an sm_90a image.
 bool wgmma_tf32_backward_applies(const B2BBackwardParams& p) {
-#ifdef CAUSALCONV_HAS_SM90A
-  if (p.dtype != DType::f32 || p.mixer_width < kB2BWgmmaTf32BackwardMinMixerWidth || p.mixer_width > 256 ||
-      p.proj_width > kB2BUnitProjectionTaps)
-    return false;
-  return current_device_is_sm90();
-#else
-  (void)p;
-  return false;
-#endif
+  return p.dtype == DType::f32 && p.mixer_width >= kB2BWgmmaTf32BackwardMinMixerWidth && p.mixer_width <= 256 &&
+         p.proj_width <= kB2BUnitProjectionTaps && current_device_runs_sm90a();
 }
 
 // fp16/bf16, kB2BTcMinMixerWidth <= Km <= 256, Kp <= 32, rows_fit (every x, dout and dx row of
 // 16-byte vectors, or the rows realigned), on a compute capability 9.0 device with an sm_90a image.
 bool wgmma_backward_applies(const B2BBackwardParams& p, bool rows_fit) {
-#ifdef CAUSALCONV_HAS_SM90A
-  if (p.dtype == DType::f32 || p.mixer_width < kB2BTcMinMixerWidth || p.mixer_width > 256 || p.proj_width > 32 ||
-      !rows_fit)
-    return false;
-  return current_device_is_sm90();
-#else
-  (void)p;
-  (void)rows_fit;
-  return false;
-#endif
+  return p.dtype != DType::f32 && p.mixer_width >= kB2BTcMinMixerWidth && p.mixer_width <= 256 &&
+         p.proj_width <= 32 && rows_fit && current_device_runs_sm90a();
 }
 
 // The short backward on rows off the 16-byte grid (odd L), each row realigned from its own 16-byte
@@ -192,12 +168,9 @@ void launch_typed(const B2BBackwardParams& p, const B2BBackwardPlan& plan, float
             kernel<<<grid, b2b_wgmma_tf32_backward_threads(kDwmGroup), plan.smem_bytes, stream>>>(p, plan.tiling.tiles,
                                                                                                  partials);
           };
-          switch (plan.tc_max_blocks) {
-            case 2: run(b2b_backward_wgmma_tf32x3_kernel<2, kDwmGroup>); break;  // Km <= 65
-            case 3: run(b2b_backward_wgmma_tf32x3_kernel<3, kDwmGroup>); break;  // Km <= 129
-            case 4: run(b2b_backward_wgmma_tf32x3_kernel<4, kDwmGroup>); break;  // Km <= 193
-            default: run(b2b_backward_wgmma_tf32x3_kernel<5, kDwmGroup>); break;  // Km <= 256
-          }
+          with_toeplitz64_blocks(p.mixer_width, [&](auto blocks) {
+            run(b2b_backward_wgmma_tf32x3_kernel<decltype(blocks)::value, kDwmGroup>);
+          });
         }
         break;
       case B2BBackwardPath::tensor_core:
@@ -251,7 +224,9 @@ B2BBackwardPlan plan_b2b_backward(const B2BBackwardParams& p, bool realign_short
     plan.path = B2BBackwardPath::wgmma_tf32;
     plan.tiling = make_b2b_tiling(p.length, WgmmaToeplitzTile::kOutputs, kB2BWgmmaTf32BackwardTilesPerBlock);
     plan.tc_max_blocks = toeplitz64_blocks(int(p.mixer_width));
-    plan.smem_bytes = b2b_wgmma_tf32_backward_smem_bytes(plan.tc_max_blocks);
+    with_toeplitz64_blocks(p.mixer_width, [&](auto blocks) {
+      plan.smem_bytes = B2BWgmmaTf32BackwardLayout<decltype(blocks)::value>::kBytes;
+    });
     return plan;
   }
   if (kB2BTensorCoreBackward && p.dtype != DType::f32 && p.mixer_width >= kB2BTcMinMixerWidth) {

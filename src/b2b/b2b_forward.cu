@@ -81,18 +81,9 @@ void launch_wgmma_tf32x3(const B2BForwardParams& p, cudaStream_t stream) {
   kernel<<<grid, WgmmaToeplitzTile::kThreads, smem, stream>>>(p, tiling.tiles);
 }
 
-// The warpgroup-MMA forms need an sm_90a image in this build and a compute capability 9.0 device.
-bool wgmma_forms_available() {
-#ifdef CAUSALCONV_HAS_SM90A
-  return current_device_is_sm90();
-#else
-  return false;
-#endif
-}
-
 bool try_launch_wgmma_tf32x3(const B2BForwardParams& p, cudaStream_t stream) {
   if (!kB2BWgmmaTf32x3Forward || p.mixer_width < kB2BWgmmaTf32MinMixerWidth || p.proj_width > kB2BUnitProjectionTaps ||
-      !wgmma_forms_available())
+      !current_device_runs_sm90a())
     return false;
   with_toeplitz64_blocks(p.mixer_width, [&](auto blocks) { launch_wgmma_tf32x3<decltype(blocks)::value>(p, stream); });
   return true;
@@ -155,7 +146,7 @@ bool try_launch_wgmma(const B2BForwardParams& p, cudaStream_t stream) {
     if (p.mixer_width < kB2BTcMinMixerWidth || p.mixer_width > 256 || p.proj_width > 32) return false;
     const bool aligned = vector_aligned<T>(p.x, p.x_stride, 2) && vector_aligned<T>(p.out, p.out_stride, 2);
     if (!aligned && !kB2BWgmmaRealignedRows) return false;
-    if (!wgmma_forms_available()) return false;
+    if (!current_device_runs_sm90a()) return false;
     with_toeplitz64_blocks(p.mixer_width, [&](auto blocks) {
       constexpr int kBlocks = decltype(blocks)::value;
       if constexpr (kB2BWgmmaRealignedRows) {

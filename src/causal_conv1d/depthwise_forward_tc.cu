@@ -156,13 +156,7 @@ constexpr int64_t kWgmmaMinWidth = 33;
 // aligned, or (kToeplitzShiftedRows; the cp.async form only) lies as far past a boundary as its
 // row of y. They need an sm_90a image and a compute capability 9.0 device.
 bool wgmma_rows_apply(const DepthwiseForwardParams& p) {
-#ifdef CAUSALCONV_HAS_SM90A
-  if (!rows_aligned(p) && !(kToeplitzShiftedRows && rows_share_lead(p))) return false;
-  return current_device_is_sm90();
-#else
-  (void)p;
-  return false;
-#endif
+  return (rows_aligned(p) || (kToeplitzShiftedRows && rows_share_lead(p))) && current_device_runs_sm90a();
 }
 
 // The streaming form from this width on (3 Toeplitz blocks), where rows are whole chunks. Side by

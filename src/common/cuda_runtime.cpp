@@ -57,6 +57,19 @@ bool device_is_sm90(int device) {
   return sm90;
 }
 
+bool current_device_runs_sm90a() {
+#ifdef CAUSALCONV_HAS_SM90A
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess) {
+    cudaGetLastError();
+    return false;
+  }
+  return device_is_sm90(device);
+#else
+  return false;
+#endif
+}
+
 DeviceGuard::DeviceGuard(int device) {
   int current = -1;
   check_cuda(cudaGetDevice(&current), "selecting the device");

@@ -40,16 +40,10 @@ inline int current_device_sm_count(const char* op) {
 // asked of the driver once per device.
 bool device_is_sm90(int device);
 
-// The same for the current device (the op's: DeviceGuard has made it current); false without one
-// (a machine with no GPU asking which kernel would serve a call, e.g. for its workspace).
-inline bool current_device_is_sm90() {
-  int device = 0;
-  if (cudaGetDevice(&device) != cudaSuccess) {
-    cudaGetLastError();
-    return false;
-  }
-  return device_is_sm90(device);
-}
+// Whether the sm_90a kernels can serve the current device (the op's: DeviceGuard has made it
+// current): this build has an sm_90a image and the device is compute capability 9.0. False without
+// a device (a machine with no GPU asking which kernel would serve a call, e.g. for its workspace).
+bool current_device_runs_sm90a();
 
 // Makes `device` current for the scope (ops run on the device of their tensors).
 class DeviceGuard {
