@@ -76,9 +76,9 @@ bool rows_in_groups(const B2BBackwardParams& p, int64_t group) {
 constexpr int64_t kB2BWgmmaTf32BackwardMinMixerWidth = 65;
 constexpr int64_t kB2BWgmmaTf32BackwardTilesPerBlock = 2;
 // A third warpgroup on dwm while the other two compute h, dz and the dp rows (the kernel's
-// kDwmGroup; written in session 38 after its last GPU call: emulated only, off until the GPU has
-// timed it against the two-warpgroup form).
-constexpr bool kB2BWgmmaTf32BackwardDwmWarpgroup = false;
+// kDwmGroup) up to this many mixer blocks (Km <= 193): measured on the H100 (session 39) 7 % faster
+// at Km128 than the two-warpgroup form; at 5 blocks its 168 registers spill (832 B).
+constexpr int kB2BWgmmaTf32BackwardDwmWarpgroupMaxBlocks = 4;
 
 // fp32, kB2BWgmmaTf32BackwardMinMixerWidth <= Km <= 256, Kp <= 4, on a compute capability 9.0 device
 // with an sm_90a image.
@@ -162,14 +162,13 @@ void launch_typed(const B2BBackwardParams& p, const B2BBackwardPlan& plan, float
         break;
       case B2BBackwardPath::wgmma_tf32:
         if constexpr (std::is_same<T, float>::value) {
-          constexpr bool kDwmGroup = kB2BWgmmaTf32BackwardDwmWarpgroup;
-          auto run = [&](auto kernel) {
+          with_toeplitz64_blocks(p.mixer_width, [&](auto blocks) {
+            constexpr int kBlocks = decltype(blocks)::value;
+            constexpr bool kDwmGroup = kBlocks <= kB2BWgmmaTf32BackwardDwmWarpgroupMaxBlocks;
+            auto kernel = b2b_backward_wgmma_tf32x3_kernel<kBlocks, kDwmGroup>;
             allow_dynamic_shared_memory(kernel, plan.smem_bytes, "b2b_causal_conv1d backward (shared-memory opt-in)");
             kernel<<<grid, b2b_wgmma_tf32_backward_threads(kDwmGroup), plan.smem_bytes, stream>>>(p, plan.tiling.tiles,
                                                                                                  partials);
-          };
-          with_toeplitz64_blocks(p.mixer_width, [&](auto blocks) {
-            run(b2b_backward_wgmma_tf32x3_kernel<decltype(blocks)::value, kDwmGroup>);
           });
         }
         break;

@@ -37,10 +37,12 @@ __device__ __forceinline__ int wgmma_tf32_unit_offset(int u) {
   return (h >> 3) * WgmmaTf32Tile<kBlocks>::kHalfBytes + swizzled_unit_offset(u >> 4, h & 7);
 }
 
-// Byte offset of step s (0-63) of chunk row m of a tile.
+// Byte offset of step s (0-63) of chunk row m of a tile: wgmma_tf32_unit_offset(16 m + s / 4) + 4 (s % 4),
+// written from (m, s) so that a row offset known at compile time (m = 8 j + x) folds into the address
+// (through the unit index, the compiler could not see that s / 4 < 16).
 template <int kBlocks>
 __device__ __forceinline__ int wgmma_tf32_element_offset(int m, int s) {
-  return wgmma_tf32_unit_offset<kBlocks>(16 * m + (s >> 2)) + 4 * (s & 3);
+  return (s >> 5) * WgmmaTf32Tile<kBlocks>::kHalfBytes + swizzled_unit_offset(m, (s >> 2) & 7) + 4 * (s & 3);
 }
 
 // The lag filter's tf32 parts at wr_hi_s[64 + s], wr_lo_s[64 + s] for lags s in [-64, 64 kBlocks).

@@ -370,10 +370,13 @@ TEST(B2BTensorCoreBackwardEmulated, WgmmaTf32x3Float32) {
   run_case<float>({1, 1, 12290, 2, 65, false, 2}, Form::wgmma_tf32);   // 4 tiles, 2 blocks walking 2 each
 }
 
-// The same with a third warpgroup on dwm (kB2BWgmmaTf32BackwardDwmWarpgroup's form).
+// The same with a third warpgroup on dwm (the form b2b_backward.cu dispatches up to
+// kB2BWgmmaTf32BackwardDwmWarpgroupMaxBlocks mixer blocks; the test above runs the two-warpgroup form
+// at every block count).
 TEST(B2BTensorCoreBackwardEmulated, WgmmaTf32x3DwmWarpgroupFloat32) {
   run_case<float>({1, 3, 70, 3, 9}, Form::wgmma_tf32_dwm_group);
   run_case<float>({2, 1, 4100, 3, 128, true}, Form::wgmma_tf32_dwm_group);
+  run_case<float>({1, 2, 8192, 4, 193, true, 1}, Form::wgmma_tf32_dwm_group);  // 4 blocks
   run_case<float>({1, 1, 300, 4, 256}, Form::wgmma_tf32_dwm_group);
   run_case<float>({1, 1, 12290, 2, 65, false, 2}, Form::wgmma_tf32_dwm_group);
 }
