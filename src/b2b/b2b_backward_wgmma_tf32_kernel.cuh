@@ -13,13 +13,13 @@
 //      [j0 - 64 H - 32, j0 + 4100 + 64 H) and dout over [j0, j0 + 4100 + 64 H);
 //   2. z over [j0 - 64 H, j0 + 4096) into the z tile (tf32 hi / lo, the forward's layout), and
 //      dh = dout * gate over [j0, j0 + 4096 + 64 H) into the dh tile in reversed time (tile step τ is
-//      j0 + 4095 + 64 H - τ: the look-ahead dz = M^T dh becomes the causal product of the forward)
-//      and, over the tile's own steps, into a transposed tile (dwm's B operand: a row per step of a
-//      chunk, the chunks along K). The dp rows past the tile that dx reaches (Kp - 1 <= 3 steps)
-//      are summed directly from the staged rows meanwhile;
+//      j0 + 4095 + 64 H - τ: the look-ahead dz = M^T dh becomes the causal product of the forward).
+//      The dp rows past the tile that dx reaches (Kp - 1 <= 3 steps) are summed directly from the
+//      staged rows meanwhile;
 //   3. h and dz (wgmma_tf32x3_toeplitz over the z and the reversed dh tile; warpgroups 0 and 1 side
-//      by side); dp0 = dout (h + skip z) into its own row, dz' = dz + skip dh over the dh tile's
-//      place, dskip += dh z;
+//      by side); the tile's own steps of dh copied into a transposed tile (dwm's B operand: a row
+//      per step of a chunk, the chunks along K); dp0 = dout (h + skip z) into its own row,
+//      dz' = dz + skip dh over the dh tile's place, dskip += dh z;
 //   4. dp1 = dz' v and dp2 = dz' x1 by units (projections again from the staged rows), dwp's sums.
 //      x's stage and dout's row are then free: the next tile's rows are copied while
 //   5. dwm's lag blocks D_a[c][r] = sum_m z[m - a][c] dh[m][r] (m the tile's chunks, lag 64 a + r - c;
@@ -147,6 +147,9 @@ __global__ void __launch_bounds__(b2b_wgmma_tf32_backward_threads(kDwmGroup), 1)
   constexpr int kThreads = b2b_wgmma_tf32_backward_threads(kDwmGroup), kSteps = Layout::kSteps;
   constexpr int kSpan = Layout::kSpan;
   constexpr int kDpThreads = 2 * WgmmaToeplitzTile::kThreads;  // warpgroups 0 and 1: the dp pass
+  // Named barriers: 1 + warpgroup (its lag-block halves), kDpBarrier (warpgroups 0 and 1, kDwmGroup),
+  // kDhReadBarrier (the block, warpgroup 2 arriving: the dh tile is read).
+  constexpr uint32_t kDpBarrier = 4, kDhReadBarrier = 5;
   constexpr int kHalo = kMixerBlocks - 1;
   constexpr int kFirst = Layout::kReach + 64 * kHalo;  // x's local step of j0
   constexpr int kTaps = kB2BUnitProjectionTaps;
@@ -245,10 +248,31 @@ __global__ void __launch_bounds__(b2b_wgmma_tf32_backward_threads(kDwmGroup), 1)
         if (i == a) dwm[i] += total;
     }
   };
+  // The transposed dh tile from the reversed one: its unit v (step r = v % 64 of chunks m0 = 4 (v / 64)
+  // .. m0 + 3) gathers dh at tile steps 64 m + r, i.e. reversed row 63 + H - m, step 63 - r. A warp
+  // reads 32 steps of one row and stores one unit to each of 32 rows: no bank conflicts either way
+  // (written in the dh pass, each thread's 4 steps of one chunk were 8 scalar stores 8-way conflicted).
+  auto transpose_dh = [&](int thread, int threads) {
+#pragma unroll 1
+    for (int v = thread; v < kSteps / 4; v += threads) {
+      const int r = v & 63, m0 = 4 * (v >> 6);
+      uint32_t hi[4], lo[4];
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int offset = wgmma_tf32_element_offset<kMixerBlocks>(63 + kHalo - m0 - e, 63 - r);
+        hi[e] = *reinterpret_cast<const uint32_t*>(dh_hi_s + offset);
+        lo[e] = *reinterpret_cast<const uint32_t*>(dh_lo_s + offset);
+      }
+      const int at = b2b_dh_transposed_offset(r, m0);
+      *reinterpret_cast<uint4*>(dht_hi_s + at) = make_uint4(hi[0], hi[1], hi[2], hi[3]);
+      *reinterpret_cast<uint4*>(dht_lo_s + at) = make_uint4(lo[0], lo[1], lo[2], lo[3]);
+    }
+    sm90::fence_proxy_async_shared();  // before the lag blocks' MMAs read it
+  };
   // Warpgroups 0 and 1 alone (kDwmGroup: the third is on dwm meanwhile), or the block.
   auto dp_groups_sync = [&] {
     if constexpr (kDwmGroup)
-      sm90::named_barrier_sync(4, kDpThreads);
+      sm90::named_barrier_sync(kDpBarrier, kDpThreads);
     else
       __syncthreads();
   };
@@ -267,7 +291,7 @@ __global__ void __launch_bounds__(b2b_wgmma_tf32_backward_threads(kDwmGroup), 1)
       b2b_tf32_store_z_unit(z_hi_s, z_lo_s, wgmma_tf32_unit_offset<kMixerBlocks>(u), x_stage(1), x_stage(2), w, kp,
                             Layout::kReach + 4 * u);
     //    dh over [j0, j0 + 4096 + 64 H): unit u (steps j0 + 4u ..) is unit kSpan / 4 - 1 - u of the
-    //    reversed tile, its steps in reverse; its chunk u / 16 < 64 also goes to the transposed tile.
+    //    reversed tile, its steps in reverse.
 #pragma unroll 1
     for (int u = tid; u < kSpan / 4; u += kThreads) {
       float xg[8], gate[4];
@@ -281,14 +305,6 @@ __global__ void __launch_bounds__(b2b_wgmma_tf32_backward_threads(kDwmGroup), 1)
       const int offset = wgmma_tf32_unit_offset<kMixerBlocks>(kSpan / 4 - 1 - u);
       *reinterpret_cast<uint4*>(dh_hi_s + offset) = make_uint4(hi[3], hi[2], hi[1], hi[0]);
       *reinterpret_cast<uint4*>(dh_lo_s + offset) = make_uint4(lo[3], lo[2], lo[1], lo[0]);
-      if (u < kSteps / 4) {
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int at = b2b_dh_transposed_offset(4 * (u & 15) + e, u >> 4);
-          *reinterpret_cast<uint32_t*>(dht_hi_s + at) = hi[e];
-          *reinterpret_cast<uint32_t*>(dht_lo_s + at) = lo[e];
-        }
-      }
     }
     //    The boundary: h and dz at the `extra` steps after the tile, summed directly from the staged
     //    rows (warp w takes sum w of [h_0, dz_0, h_1, dz_1, h_2, dz_2], its lanes the taps).
@@ -316,8 +332,9 @@ __global__ void __launch_bounds__(b2b_wgmma_tf32_backward_threads(kDwmGroup), 1)
     // 3. Warpgroup 0: h[i] at output (chunk, step) of for_each_wgmma_tf32_output, i.e. at j0 + 64 chunk
     //    + step (z tile row chunk + H); dp0 = dout (h + skip z), dskip += dh z. Warpgroup 1: dz[i] at
     //    reversed step 64 (chunk + H) + step, i.e. j0 + 4095 - 64 chunk - step (where the dh tile holds
-    //    dh of that step); dz' = dz + skip dh, stored once every read of the dh tile is done. kDwmGroup:
-    //    warpgroup 2 on dwm (step 5) meanwhile, up to the barrier after step 4.
+    //    dh of that step); dz' = dz + skip dh, stored once every read of the dh tile is done. The
+    //    transposed dh tile is written from the reversed one by warpgroups 0 and 1 after that (kDwmGroup:
+    //    by warpgroup 2, which then computes dwm (step 5) meanwhile, up to the barrier after step 4).
     float acc[32];
     if (group == 0) {
       wgmma_tf32x3_toeplitz<kMixerBlocks>(acc, wm_hi_s, wm_lo_s, sm90::smem_u32(z_hi_s), sm90::smem_u32(z_lo_s));
@@ -332,10 +349,18 @@ __global__ void __launch_bounds__(b2b_wgmma_tf32_backward_threads(kDwmGroup), 1)
       for_each_wgmma_tf32_output(
           [&](int i, int chunk, int step) { acc[i] = fmaf(skip, split_at(dh_hi_s, dh_lo_s, chunk + kHalo, step), acc[i]); });
     } else if constexpr (kDwmGroup) {
+      transpose_dh(group_tid, WgmmaToeplitzTile::kThreads);
+      sm90::named_barrier_arrive(kDhReadBarrier, kThreads);  // its reads of the dh tile are done
+      sm90::named_barrier_sync(1 + group, WgmmaToeplitzTile::kThreads);
       lag_blocks(0, 1);  // 5. (kDwmGroup): reads the z and the transposed dh tiles only
     }
     if (group < 2) {
-      dp_groups_sync();  // every read of the dh tile is done
+      if constexpr (kDwmGroup) {
+        sm90::named_barrier_sync(kDhReadBarrier, kThreads);  // every read of the dh tile is done
+      } else {
+        transpose_dh(tid, kDpThreads);
+        __syncthreads();  // every read of the dh tile is done
+      }
       if (group == 1)
         for_each_wgmma_tf32_output(
             [&](int i, int chunk, int step) { dp1_s[Split::output_offset(kSteps - 1 - 64 * chunk - step)] = acc[i]; });

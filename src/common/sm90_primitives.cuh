@@ -173,6 +173,11 @@ __device__ __forceinline__ void fence_proxy_async_shared() {
 __device__ __forceinline__ void named_barrier_sync(uint32_t id, uint32_t threads) {
   asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(threads) : "memory");
 }
+// Counts the calling warp towards barrier `id`'s round of `threads` without waiting for it: a
+// producer signalling consumers that named_barrier_sync(id, threads) on it.
+__device__ __forceinline__ void named_barrier_arrive(uint32_t id, uint32_t threads) {
+  asm volatile("bar.arrive %0, %1;" ::"r"(id), "r"(threads) : "memory");
+}
 // The same barrier, returning whether any of its threads passed `vote` (bar.red.or.pred).
 __device__ __forceinline__ bool named_barrier_sync_or(uint32_t id, uint32_t threads, bool vote) {
   uint32_t any;
@@ -646,12 +651,19 @@ inline void bulk_wait_group_read() {}
 template <int kPending>
 inline void bulk_wait_group() {}
 
-inline void named_barrier_sync(uint32_t id, uint32_t threads) {
+inline void check_named_barrier(uint32_t id, uint32_t threads) {
   if (id == 0 || id > 15 || threads % 32 != 0) emulation_fault("named barrier: id 1-15, whole warps");
+}
+inline void named_barrier_sync(uint32_t id, uint32_t threads) {
+  check_named_barrier(id, threads);
   causalconv::emulation::named_barrier(id, threads);
 }
+inline void named_barrier_arrive(uint32_t id, uint32_t threads) {
+  check_named_barrier(id, threads);
+  causalconv::emulation::named_barrier_arrive(id, threads);
+}
 inline bool named_barrier_sync_or(uint32_t id, uint32_t threads, bool vote) {
-  if (id == 0 || id > 15 || threads % 32 != 0) emulation_fault("named barrier: id 1-15, whole warps");
+  check_named_barrier(id, threads);
   return causalconv::emulation::named_barrier_or(id, threads, vote);
 }
 

@@ -74,6 +74,17 @@ class Barrier {
     cv_.wait(lock, [&] { return generation_ != generation; });
     return result_;
   }
+  // bar.arrive: counts this thread towards the round without waiting for it.
+  void arrive() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (++arrived_ == count_) {
+      arrived_ = 0;
+      result_ = votes_;
+      votes_ = false;
+      ++generation_;
+      cv_.notify_all();
+    }
+  }
 
  private:
   std::mutex mutex_;
@@ -154,17 +165,18 @@ inline bool syncthreads_or(bool vote) { return block_state->block->wait_or(vote)
 
 // bar.sync id, threads: a barrier of the `threads` threads that use `id` (the same count each time).
 // bar.red.or.pred id, threads: the same, returning whether any of them passed `vote`.
+inline Barrier& named_barrier_slot(uint32_t id, uint32_t threads) {
+  std::lock_guard<std::mutex> lock(block_state->named_mutex);
+  auto& slot = block_state->named[id];
+  if (!slot) slot = std::make_unique<Barrier>(int(threads));
+  return *slot;
+}
 inline bool named_barrier_or(uint32_t id, uint32_t threads, bool vote) {
-  Barrier* barrier;
-  {
-    std::lock_guard<std::mutex> lock(block_state->named_mutex);
-    auto& slot = block_state->named[id];
-    if (!slot) slot = std::make_unique<Barrier>(int(threads));
-    barrier = slot.get();
-  }
-  return barrier->wait_or(vote);
+  return named_barrier_slot(id, threads).wait_or(vote);
 }
 inline void named_barrier(uint32_t id, uint32_t threads) { named_barrier_or(id, threads, false); }
+// bar.arrive id, threads: counts towards the barrier's round without waiting for it.
+inline void named_barrier_arrive(uint32_t id, uint32_t threads) { named_barrier_slot(id, threads).arrive(); }
 
 // A 16-byte global or shared access must be 16-byte aligned on the GPU; x86 would not notice.
 inline void require_aligned16(const void* p) {
