@@ -9,8 +9,10 @@ executes most, short enough for one device call's log.
         | python3 scripts/ncu_source_summary.py [--top N]
 
 Prints the columns found, the totals, the executed instructions and stall samples by opcode, and the
-top N instructions (address, SASS, samples, executions) by stall samples: read the addresses against
-`cuobjdump -sass` of the same build.
+top N instructions (address, samples, executions, their two main stall reasons, SASS) by stall
+samples. The addresses are absolute: subtract the kernel's start (match one instruction against
+`cuobjdump -sass` of the same build, compiled locally with the GPU machine's nvcc: session 39's
+matched exactly) to read them in context.
 """
 
 import collections
@@ -63,10 +65,15 @@ def main():
     if column(header, "Address") is not None:
         by_opcode_summary(body, source, executed, samples, value, total_samples)
 
-    print(f"\ntop {top} by stall samples (key, % of samples, not issued, executed, source):")
+    # Per-reason sample columns (stall_barrier, stall_long_sb, ...; not the "(Not Issued)" copies).
+    reasons = [(i, n.strip()[len("stall_"):]) for i, n in enumerate(header)
+               if n.strip().startswith("stall_") and "Not Issued" not in n]
+    print(f"\ntop {top} by stall samples (key, % of samples, not issued, executed, main reasons, source):")
     for r in sorted(body, key=lambda r: -value(r, samples))[:top]:
+        main = sorted(((value(r, i), name) for i, name in reasons), reverse=True)[:2]
+        why = ",".join(f"{name} {100 * v / max(value(r, samples), 1.0):.0f}%" for v, name in main if v > 0)
         print(f"  {r[address]:>8s} {100 * value(r, samples) / total_samples:6.2f} % {value(r, not_issued):8.0f}"
-              f" {value(r, executed):12.0f}  {r[source].strip()}")
+              f" {value(r, executed):12.0f}  {why:28s} {r[source].strip()}")
 
 
 def by_opcode_summary(body, source, executed, samples, value, total_samples):
