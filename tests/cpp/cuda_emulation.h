@@ -63,30 +63,28 @@ class Barrier {
     std::unique_lock<std::mutex> lock(mutex_);
     const uint64_t generation = generation_;
     votes_ = votes_ || vote;
-    if (++arrived_ == count_) {
-      arrived_ = 0;
-      result_ = votes_;
-      votes_ = false;
-      ++generation_;
-      cv_.notify_all();
-      return result_;
-    }
+    if (count_in()) return result_;
     cv_.wait(lock, [&] { return generation_ != generation; });
     return result_;
   }
   // bar.arrive: counts this thread towards the round without waiting for it.
   void arrive() {
     std::lock_guard<std::mutex> lock(mutex_);
-    if (++arrived_ == count_) {
-      arrived_ = 0;
-      result_ = votes_;
-      votes_ = false;
-      ++generation_;
-      cv_.notify_all();
-    }
+    count_in();
   }
 
  private:
+  // One more thread in this round (mutex_ held); the last completes it. Returns whether it did.
+  bool count_in() {
+    if (++arrived_ != count_) return false;
+    arrived_ = 0;
+    result_ = votes_;
+    votes_ = false;
+    ++generation_;
+    cv_.notify_all();
+    return true;
+  }
+
   std::mutex mutex_;
   std::condition_variable cv_;
   int count_, arrived_ = 0;
