@@ -193,7 +193,7 @@ void run_case(const Case& cs, Form form = Form::mma_sync) {
   const size_t Ls = size_t(L);
   std::vector<double> dwp(size_t(3 * D * Kp), 0.0), dwp_mag(dwp.size(), 0.0);
   std::vector<double> dwm(size_t(D * Km), 0.0), dwm_mag(dwm.size(), 0.0), dsk(size_t(D), 0.0), dsk_mag(dsk.size(), 0.0);
-  double dwp_terms2 = 0, dwm_terms2 = 0;  // sums of the squared magnitudes of every weight-gradient term
+  double dwp_terms2 = 0, dwm_terms2 = 0, dsk_terms2 = 0;  // sums of the squared magnitudes of every weight-gradient term
   ErrorTally dx_tally;
   for (int64_t b = 0; b < B; ++b)
     for (int64_t c = 0; c < D; ++c) {
@@ -238,6 +238,7 @@ void run_case(const Case& cs, Form form = Form::mma_sync) {
         dp[2][u] = dz[u] * pr[1][u], dpa[2][u] = dza[u] * std::abs(pr[1][u]);
         dsk[size_t(c)] += dh[u] * z[u];
         dsk_mag[size_t(c)] += dha[u] * za[u];
+        dsk_terms2 += (dha[u] * za[u]) * (dha[u] * za[u]);
         for (int64_t k = 0; k < Km; ++k) {
           const int64_t src = t - (Km - 1 - k);
           if (src < 0) continue;
@@ -298,16 +299,17 @@ void run_case(const Case& cs, Form form = Form::mma_sync) {
     }
   EXPECT_EQ(dwp_tally.bad + dwm_tally.bad + dsk_tally.bad, 0) << "weight-gradient elements out of tolerance";
   if (std::getenv("B2B_TC_PRINT_ERRORS"))
-    std::printf("rel L2: dx %.2e dwp %.2e dwm %.2e (of their terms' RSS) dskip %.2e\n", dx_tally.rel_l2(),
-                dwp_tally.l2_relative_to(dwp_terms2), dwm_tally.l2_relative_to(dwm_terms2), dsk_tally.rel_l2());
+    std::printf("rel L2: dx %.2e dwp %.2e dwm %.2e dskip %.2e (of their terms' RSS)\n", dx_tally.rel_l2(),
+                dwp_tally.l2_relative_to(dwp_terms2), dwm_tally.l2_relative_to(dwm_terms2),
+                dsk_tally.l2_relative_to(dsk_terms2));
   // The weight gradients are sums over B*L terms of mixed sign whose roundings add up like a
   // random walk, ~ulp * sqrt(sum of squared terms); with few channels their exact values can
   // cancel below that (D = 1, Kp 3: nine dwp values reached 1.13x the bound against their own
-  // norm in a fresh-clone CI run, every element within its tolerance). So their L2 error is
-  // bounded against the root sum of squares of the terms.
+  // norm in a fresh-clone CI run, every element within its tolerance; dskip, one value per channel,
+  // 5.6x in session 39's). So their L2 error is bounded against the root sum of squares of the terms.
   EXPECT_LE(dwp_tally.l2_relative_to(dwp_terms2), reduction_bound);
   EXPECT_LE(dwm_tally.l2_relative_to(dwm_terms2), reduction_bound);
-  EXPECT_LE(dsk_tally.rel_l2(), reduction_bound);
+  EXPECT_LE(dsk_tally.l2_relative_to(dsk_terms2), reduction_bound);
 }
 
 TEST(B2BTensorCoreBackwardEmulated, BFloat16) {
