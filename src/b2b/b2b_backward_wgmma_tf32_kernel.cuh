@@ -269,13 +269,6 @@ __global__ void __launch_bounds__(b2b_wgmma_tf32_backward_threads(kDwmGroup), 1)
     }
     sm90::fence_proxy_async_shared();  // before the lag blocks' MMAs read it
   };
-  // Warpgroups 0 and 1 alone (kDwmGroup: the third is on dwm meanwhile), or the block.
-  auto dp_groups_sync = [&] {
-    if constexpr (kDwmGroup)
-      sm90::named_barrier_sync(kDpBarrier, kDpThreads);
-    else
-      __syncthreads();
-  };
 
 #pragma unroll 1
   for (int64_t tile = blockIdx.y; tile < tiles; tile += gridDim.y) {
@@ -294,9 +287,8 @@ __global__ void __launch_bounds__(b2b_wgmma_tf32_backward_threads(kDwmGroup), 1)
     //    reversed tile, its steps in reverse.
 #pragma unroll 1
     for (int u = tid; u < kSpan / 4; u += kThreads) {
-      float xg[8], gate[4];
-      b2b_unit_window(x_stage(0), kFirst + 4 * u, xg);
-      b2b_tf32_project_unit(xg, w[0], kp, gate);
+      float gate[4];
+      b2b_tf32_project_staged_unit(x_stage(0), kFirst + 4 * u, w[0], kp, gate);
       const float4 g = *reinterpret_cast<const float4*>(dout_s + Split::output_offset(4 * u));
       const float dh[4] = {g.x * gate[0], g.y * gate[1], g.z * gate[2], g.w * gate[3]};
       uint32_t hi[4], lo[4];
@@ -364,7 +356,10 @@ __global__ void __launch_bounds__(b2b_wgmma_tf32_backward_threads(kDwmGroup), 1)
       if (group == 1)
         for_each_wgmma_tf32_output(
             [&](int i, int chunk, int step) { dp1_s[Split::output_offset(kSteps - 1 - 64 * chunk - step)] = acc[i]; });
-      dp_groups_sync();
+      if constexpr (kDwmGroup)  // warpgroups 0 and 1 alone: the third is on dwm meanwhile
+        sm90::named_barrier_sync(kDpBarrier, kDpThreads);
+      else
+        __syncthreads();
 
       // 4. dp1 = dz' v (in place) and dp2 = dz' x1 over the tile; dwp's sums; the boundary's dp at
       //    steps 4096 .. 4096 + Kp - 2.

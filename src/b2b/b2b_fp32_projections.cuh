@@ -72,16 +72,23 @@ __device__ __forceinline__ void b2b_tf32_project_unit(const float (&xs)[8], cons
   }
 }
 
+// A staged row's projection at steps s .. s + 3 (its window, then b2b_tf32_project_unit).
+__device__ __forceinline__ void b2b_tf32_project_staged_unit(const float* x_s, int s,
+                                                             const float (&wj)[kB2BUnitProjectionTaps], int kp,
+                                                             float (&out)[4]) {
+  float xs[8];
+  b2b_unit_window(x_s, s, xs);
+  b2b_tf32_project_unit(xs, wj, kp, out);
+}
+
 // z = x1 v at steps s .. s + 3 of the staged rows x1_s, v_s, split into its tf32 parts at byte
 // `offset` of z_hi_s and z_lo_s (w: b2b_unit_projection_taps).
 __device__ __forceinline__ void b2b_tf32_store_z_unit(unsigned char* z_hi_s, unsigned char* z_lo_s, int offset,
                                                       const float* x1_s, const float* v_s,
                                                       const float (&w)[3][kB2BUnitProjectionTaps], int kp, int s) {
-  float xa[8], xb[8], p1[4], p2[4];
-  b2b_unit_window(x1_s, s, xa);
-  b2b_unit_window(v_s, s, xb);
-  b2b_tf32_project_unit(xa, w[1], kp, p1);
-  b2b_tf32_project_unit(xb, w[2], kp, p2);
+  float p1[4], p2[4];
+  b2b_tf32_project_staged_unit(x1_s, s, w[1], kp, p1);
+  b2b_tf32_project_staged_unit(v_s, s, w[2], kp, p2);
   uint4 hi, lo;
   tf32_split(p1[0] * p2[0], hi.x, lo.x);
   tf32_split(p1[1] * p2[1], hi.y, lo.y);
@@ -106,9 +113,8 @@ __device__ __forceinline__ void b2b_tf32_unit_projections(unsigned char* z_hi_s,
     b2b_tf32_store_z_unit(z_hi_s, z_lo_s, z_unit_offset(u), x1_s, v_s, w, kp, s);
     const int i = 4 * u - out_first;
     if (i >= 0) {
-      float xs[8], g[4];
-      b2b_unit_window(x0_s, s, xs);
-      b2b_tf32_project_unit(xs, w[0], kp, g);
+      float g[4];
+      b2b_tf32_project_staged_unit(x0_s, s, w[0], kp, g);
       *reinterpret_cast<float4*>(gate_s + gate_offset(i)) = make_float4(g[0], g[1], g[2], g[3]);
     }
   }
