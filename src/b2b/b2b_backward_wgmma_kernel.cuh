@@ -345,9 +345,8 @@ __global__ void __launch_bounds__(WgmmaToeplitzTile::kThreads, 2)
       *reinterpret_cast<uint4*>(smem + swizzled_unit_offset(kDhRow + Tile::kChunks + k, unit)) = after;
     }
     sm90::fence_proxy_async_shared();
-    // Step 5's MMAs read the rows after the tile: behind step 4's barriers, or in the priming pass
-    // (no step 4) behind this one (without it, its dz over the last Hm chunks, which it does not use,
-    // read them while they were swapped: ThreadSanitizer on the emulation, session 40).
+    // Step 5's MMAs read the rows after the tile once swapped: step 4's barriers order that, and the
+    // priming pass, which has no step 4, needs one of its own.
     if (!own) __syncthreads();
 
     // 4. dwm's lag blocks, through the idle stage (two buffers: one barrier per block).
