@@ -13,7 +13,8 @@ dw-k65-fp32 (fp32 B1 C4096 L8192 K65),
 dense-seed (bf16 B32 C256->256 L8192 K4), dense-seed-fp32, dense-d8 (bf16 B16 C64->64 L16000 K2
 dilation 8), b2b-km7 / b2b-km128 / b2b-km256
 (bf16 B1 D4096 L8192, Kp 3 / 3 / 4), b2b-km7-odd / b2b-km128-odd (as b2b-km7 / b2b-km128 at
-L8191), b2b-km128-fp32 (as b2b-km128 in fp32). A "+bias" suffix on a causal_conv1d case adds a bias (as
+L8191), b2b-km128-long (as b2b-km128 at L131072: the forward's steady state, 89 % of copy against 71 %
+at L8192), b2b-km128-fp32 (as b2b-km128 in fp32). A "+bias" suffix on a causal_conv1d case adds a bias (as
 the benchmark's cases have), "+silu" the activation (the Mamba block's call: dw-k4+bias+silu).
 """
 
@@ -44,6 +45,7 @@ B2B_CASES = {  # name: (dtype, batch, dim, length, kp, km)
     "b2b-km7-odd": (torch.bfloat16, 1, 4096, 8191, 3, 7),  # rows off the 16-byte grid (realigned)
     "b2b-km128": (torch.bfloat16, 1, 4096, 8192, 3, 128),
     "b2b-km128-odd": (torch.bfloat16, 1, 4096, 8191, 3, 128),
+    "b2b-km128-long": (torch.bfloat16, 1, 4096, 131072, 3, 128),  # 32 tiles a row, against L8192's 2
     "b2b-km256": (torch.bfloat16, 1, 4096, 8192, 4, 256),
     "b2b-km128-fp32": (torch.float32, 1, 4096, 8192, 3, 128),  # issue 3's fp32 row (tf32 split three ways)
 }
