@@ -135,6 +135,8 @@ __global__ void __launch_bounds__(WgmmaToeplitzTile::kThreads, 3)
 
   B2BLagFilters<Layout::kProjBlocks, kMixerBlocks, T> filters;
   filters.load(p, c);  // before the copies (B2BLagFilters)
+  // The skip weight with them: loaded after the tables, its latency was the prologue's last wait.
+  const T skip_weight = static_cast<const T*>(p.skip_bias)[c * p.skip_stride];
   if (first < last) stage(0, first);
   cp_async_commit();
   {  // The four Hankel tables, through lag-ordered copies of the filters in the (free) z tile.
@@ -144,11 +146,11 @@ __global__ void __launch_bounds__(WgmmaToeplitzTile::kThreads, 3)
     __syncthreads();
     for (int j = 0; j < 3; ++j)
       hankel_table<Layout::kProjBlocks>(smem + Layout::kProjTable + j * Layout::kProjTableBytes,
-                                        lags + j * kProjLags);
-    hankel_table<kMixerBlocks>(smem + Layout::kMixerTable, lags + 3 * kProjLags);
+                                        lags + j * kProjLags, kp);
+    hankel_table<kMixerBlocks>(smem + Layout::kMixerTable, lags + 3 * kProjLags, int(p.mixer_width));
     static_assert(2 * (3 * kProjLags + hankel_lag_entries<kMixerBlocks>()) <= 128 * Tile::kChunks, "lags fit");
   }  // (the loop's first barrier orders these reads before the z tile's first writes)
-  const float skip = to_float(static_cast<const T*>(p.skip_bias)[c * p.skip_stride]);
+  const float skip = to_float(skip_weight);
   const uint32_t proj_table = smem_base + Layout::kProjTable, mixer_table = smem_base + Layout::kMixerTable;
 
   int slot = 0;

@@ -78,13 +78,20 @@ struct B2BLagFilters {
 };
 
 // A filter's Hankel table (see the top) from its staged lags: the 16-byte row a of core Q at
-// table + 128 Q + 16 a.
+// table + 128 Q + 16 a. A row whose eight lags all lie outside [0, width) is stored as zero without
+// reading them: most rows of a short filter's table (Kp3: 10 of 184), and the prologue's table
+// build is on the critical path of a block's first tile.
 template <int kBlocks, typename T>
-__device__ __forceinline__ void hankel_table(unsigned char* table, const T* lag) {
+__device__ __forceinline__ void hankel_table(unsigned char* table, const T* lag, int width) {
   for (int unit = int(threadIdx.x); unit < 8 * hankel_cores(kBlocks); unit += WgmmaToeplitzTile::kThreads) {
-    const T* wr = lag + 64 + 63 + 8 * (8 * (kBlocks - 1) - (unit >> 3)) - (unit & 7);  // wr[-b]: column b
-    *reinterpret_cast<uint4*>(table + 16 * unit) = make_uint4(pack_pair(wr[0], wr[-1]), pack_pair(wr[-2], wr[-3]),
-                                                              pack_pair(wr[-4], wr[-5]), pack_pair(wr[-6], wr[-7]));
+    const int s = 63 + 8 * (8 * (kBlocks - 1) - (unit >> 3)) - (unit & 7);  // lag of column 0; column b: s - b
+    uint4 row = make_uint4(0, 0, 0, 0);
+    if (s >= 0 && s - 7 < width) {
+      const T* wr = lag + 64 + s;
+      row = make_uint4(pack_pair(wr[0], wr[-1]), pack_pair(wr[-2], wr[-3]), pack_pair(wr[-4], wr[-5]),
+                       pack_pair(wr[-6], wr[-7]));
+    }
+    *reinterpret_cast<uint4*>(table + 16 * unit) = row;
   }
 }
 
@@ -92,12 +99,18 @@ __device__ __forceinline__ void hankel_table(unsigned char* table, const T* lag)
 // output steps (dz = M^T dh in the backward): B_i[c][n] = wr[64 i + c + n - 63] depends on
 // Q = 8 i + n / 8 + c / 8 alone, so core Q holds wr[8 Q + a + b - 63] at row a, column b (zero
 // for Q < 7), and block i's cores start at Q = 8 i.
+// Rows with no lag in [0, width) are stored as zero, as in hankel_table.
 template <int kBlocks, typename T>
-__device__ __forceinline__ void hankel_table_transposed(unsigned char* table, const T* lag) {
+__device__ __forceinline__ void hankel_table_transposed(unsigned char* table, const T* lag, int width) {
   for (int unit = int(threadIdx.x); unit < 8 * hankel_cores(kBlocks); unit += WgmmaToeplitzTile::kThreads) {
-    const T* wr = lag + 64 + 8 * (unit >> 3) + (unit & 7) - 63;  // wr[b]: column b
-    *reinterpret_cast<uint4*>(table + 16 * unit) = make_uint4(pack_pair(wr[0], wr[1]), pack_pair(wr[2], wr[3]),
-                                                              pack_pair(wr[4], wr[5]), pack_pair(wr[6], wr[7]));
+    const int s = 8 * (unit >> 3) + (unit & 7) - 63;  // lag of column 0; column b: s + b
+    uint4 row = make_uint4(0, 0, 0, 0);
+    if (s + 7 >= 0 && s < width) {
+      const T* wr = lag + 64 + s;
+      row = make_uint4(pack_pair(wr[0], wr[1]), pack_pair(wr[2], wr[3]), pack_pair(wr[4], wr[5]),
+                       pack_pair(wr[6], wr[7]));
+    }
+    *reinterpret_cast<uint4*>(table + 16 * unit) = row;
   }
 }
 
