@@ -56,7 +56,9 @@ struct LagFilter {
 // or the backward's parameters. The wgmma kernels load them before issuing their first stage's
 // copies and store them after: loaded after the copies, they waited behind them (H200, session
 // 19, bf16 B1 D4096 L8192, side by side: forward Km128 0.097 -> 0.091 ms, Km256 0.114 -> 0.103,
-// fwd+bwd Km128 0.521 -> 0.500; copying a second tile at the start as well had cost 20 %).
+// fwd+bwd Km128 0.521 -> 0.500; copying a second tile at the start as well had cost 20 %). Tables
+// built straight from the taps in global memory (eight 2-byte loads a row, no lag array, no barrier)
+// lost 29-38 % on the forward (H100, session 42).
 template <int kProjBlocks, int kMixerBlocks, typename T>
 struct B2BLagFilters {
   static constexpr int kProjLags = hankel_lag_entries<kProjBlocks>();
