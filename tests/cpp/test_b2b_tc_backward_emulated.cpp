@@ -388,12 +388,11 @@ TEST(B2BTensorCoreBackwardEmulated, WgmmaTf32x3Float32) {
 
 // The row walk (kRowWalk, b2b_backward.cu's kB2BWgmmaTf32BackwardRowWalk): blocks walking whole rows,
 // the next row's first tile and taps staged during a row's last tile, a partial per row; uneven blocks,
-// rows of 2 tiles (a tile's successor in its row, then in the next row), every mixer block count, both
-// forms (the dwm warpgroup's up to 4 mixer blocks, as dispatched).
+// rows of 2 tiles (a tile's successor in its row, then in the next row), every mixer block count, each
+// form where b2b_backward.cu dispatches it (the dwm warpgroup up to 4 mixer blocks, two warpgroups at 5).
 TEST(B2BTensorCoreBackwardEmulated, WgmmaTf32x3RowWalkFloat32) {
-  for (const Form form : {Form::wgmma_tf32, Form::wgmma_tf32_dwm_group})
-    run_case<float>({1, 3, 4100, 2, 65, false, 2, 2}, form);  // 3 rows of 2 tiles: blocks of 2 and 1
-  run_case<float>({2, 2, 300, 3, 128, true, 4, 3}, Form::wgmma_tf32_dwm_group);  // 4 rows: blocks of 3 and 1
+  run_case<float>({1, 3, 4100, 2, 65, false, 2, 2}, Form::wgmma_tf32_dwm_group);  // 3 rows of 2 tiles: blocks of 2, 1
+  run_case<float>({2, 2, 300, 3, 128, true, 4, 3}, Form::wgmma_tf32_dwm_group);   // 4 rows: blocks of 3 and 1
   run_case<float>({1, 3, 700, 4, 193, true, 4, 2}, Form::wgmma_tf32_dwm_group);  // 4 mixer blocks
   run_case<float>({1, 3, 200, 4, 256, true, 4, 3}, Form::wgmma_tf32);           // 5 mixer blocks, one block
 }
