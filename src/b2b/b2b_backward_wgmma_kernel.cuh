@@ -239,7 +239,8 @@ __global__ void __launch_bounds__(WgmmaToeplitzTile::kThreads, 2)
     filters.store(lags);
     for (int i = tid; i < 8 * (kHalo + 3); i += Tile::kThreads)
       *reinterpret_cast<uint4*>(smem + 128 * kCarryRow + 16 * i) = make_uint4(0, 0, 0, 0);
-    if (tid < kp) reinterpret_cast<float2*>(smem + Layout::kHaloTaps)[tid] = make_float2(to_float(halo_tap1), to_float(halo_tap2));
+    if (tid < kp)
+      reinterpret_cast<float2*>(smem + Layout::kHaloTaps)[tid] = make_float2(to_float(halo_tap1), to_float(halo_tap2));
     __syncthreads();
     for (int j = 0; j < 3; ++j)
       hankel_table<Layout::kProjBlocks>(smem + Layout::kProjTable + j * Layout::kProjTableBytes,

@@ -365,8 +365,9 @@ __global__ void __launch_bounds__(b2b_wgmma_tf32_backward_threads(kDwmGroup), 1)
         });
       } else if (group == 1) {
         wgmma_tf32x3_toeplitz<kMixerBlocks>(acc, wm_hi_s, wm_lo_s, sm90::smem_u32(dh_hi_s), sm90::smem_u32(dh_lo_s));
-        for_each_wgmma_tf32_output(
-            [&](int i, int chunk, int step) { acc[i] = fmaf(skip, split_at(dh_hi_s, dh_lo_s, chunk + kHalo, step), acc[i]); });
+        for_each_wgmma_tf32_output([&](int i, int chunk, int step) {
+          acc[i] = fmaf(skip, split_at(dh_hi_s, dh_lo_s, chunk + kHalo, step), acc[i]);
+        });
       } else if constexpr (kDwmGroup) {
         transpose_dh(group_tid, WgmmaToeplitzTile::kThreads);
         sm90::named_barrier_arrive(kDhReadBarrier, kThreads);  // its reads of the dh tile are done
@@ -381,8 +382,9 @@ __global__ void __launch_bounds__(b2b_wgmma_tf32_backward_threads(kDwmGroup), 1)
           __syncthreads();  // every read of the dh tile is done
         }
         if (group == 1)
-          for_each_wgmma_tf32_output(
-              [&](int i, int chunk, int step) { dp1_s[Split::output_offset(kSteps - 1 - 64 * chunk - step)] = acc[i]; });
+          for_each_wgmma_tf32_output([&](int i, int chunk, int step) {
+            dp1_s[Split::output_offset(kSteps - 1 - 64 * chunk - step)] = acc[i];
+          });
         if constexpr (kDwmGroup)  // warpgroups 0 and 1 alone: the third is on dwm meanwhile
           sm90::named_barrier_sync(kDpBarrier, kDpThreads);
         else
@@ -436,9 +438,7 @@ __global__ void __launch_bounds__(b2b_wgmma_tf32_backward_threads(kDwmGroup), 1)
         if (group == 0) stage(next, blockIdx.y);
         if (tid < km) cp_async4(wm_s + tid, static_cast<const float*>(p.weight_mixer) + next.c * p.wm_stride[0] +
                                                 tid * p.wm_stride[1]);
-        if (tid < 3 * 32 && (tid & 31) < kp)
-          cp_async4(wp_s + tid, static_cast<const float*>(p.weight_proj) + (3 * next.c + (tid >> 5)) * p.wp_stride[0] +
-                                    (tid & 31) * p.wp_stride[1]);
+        if (tid < 3 * 32 && (tid & 31) < kp) cp_async4(wp_s + tid, b2b_projection_tap(p, next.c, tid));
         if (tid == 0) cp_async4(skip_s, static_cast<const float*>(p.skip_bias) + next.c * p.skip_stride);
       }
       cp_async_commit();
