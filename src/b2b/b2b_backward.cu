@@ -79,12 +79,6 @@ constexpr int64_t kB2BWgmmaTf32BackwardTilesPerBlock = 2;
 // kDwmGroup) up to this many mixer blocks (Km <= 193): measured on the H100 (session 39) 7 % faster
 // at Km128 than the two-warpgroup form; at 5 blocks its 168 registers spill (832 B).
 constexpr int kB2BWgmmaTf32BackwardDwmWarpgroupMaxBlocks = 4;
-// The row walk (the kernel's kRowWalk): where a row's tiles are one block's (L <= 8192) and there are
-// more rows than SMs, each block walks ceil(rows / SMs) rows, the next row's first tile in flight
-// during the row's last, so that the first tile's load (~70 KB, nothing to overlap it at 2 tiles a
-// row) is exposed once per block, not once per row. Predicted: up to ~7 % of fp32 fwd+bwd at B1 D4096
-// L8192 Km128 (session 41's design, rewritten in session 42). Off until timed on the GPU.
-constexpr bool kB2BWgmmaTf32BackwardRowWalk = false;
 
 // fp32, kB2BWgmmaTf32BackwardMinMixerWidth <= Km <= 256, Kp <= 4, on a compute capability 9.0 device
 // with an sm_90a image.
@@ -171,21 +165,10 @@ void launch_typed(const B2BBackwardParams& p, const B2BBackwardPlan& plan, float
           with_toeplitz64_blocks(p.mixer_width, [&](auto blocks) {
             constexpr int kBlocks = decltype(blocks)::value;
             constexpr bool kDwmGroup = kBlocks <= kB2BWgmmaTf32BackwardDwmWarpgroupMaxBlocks;
-            const int64_t rows = p.batch * p.dim;
-            auto run = [&](auto kernel, int64_t rows_per_block) {
-              allow_dynamic_shared_memory(kernel, plan.smem_bytes, "b2b_causal_conv1d backward (shared-memory opt-in)");
-              const dim3 row_grid(unsigned((rows + rows_per_block - 1) / rows_per_block), grid.y);
-              kernel<<<row_grid, b2b_wgmma_tf32_backward_threads(kDwmGroup), plan.smem_bytes, stream>>>(
-                  p, plan.tiling.tiles, rows_per_block, partials);
-            };
-            if constexpr (kB2BWgmmaTf32BackwardRowWalk) {
-              const int64_t sms = current_device_sm_count("b2b_causal_conv1d backward");
-              if (plan.tiling.tile_blocks == 1 && rows > sms) {
-                run(b2b_backward_wgmma_tf32x3_kernel<kBlocks, kDwmGroup, true>, (rows + sms - 1) / sms);
-                return;
-              }
-            }
-            run(b2b_backward_wgmma_tf32x3_kernel<kBlocks, kDwmGroup, false>, 1);
+            auto kernel = b2b_backward_wgmma_tf32x3_kernel<kBlocks, kDwmGroup>;
+            allow_dynamic_shared_memory(kernel, plan.smem_bytes, "b2b_causal_conv1d backward (shared-memory opt-in)");
+            kernel<<<grid, b2b_wgmma_tf32_backward_threads(kDwmGroup), plan.smem_bytes, stream>>>(p, plan.tiling.tiles,
+                                                                                                 partials);
           });
         }
         break;

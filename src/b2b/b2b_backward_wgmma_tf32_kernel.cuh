@@ -89,8 +89,7 @@ struct B2BWgmmaTf32BackwardLayout {
   static constexpr int kWmPlain = kWm + 2 * 4 * Split::kLags;  // float [256]
   static constexpr int kWp = kWmPlain + 4 * 256;               // float [3][32]
   static constexpr int kBoundary = kWp + 4 * 3 * 32;           // float [8]
-  static constexpr int kSkip = kBoundary + 4 * 8;              // float: the next row's skip (row walk)
-  static constexpr int kBytes = 1024 + kSkip + 16;
+  static constexpr int kBytes = 1024 + kBoundary + 4 * 8;
   static_assert(kBytes <= 227 * 1024, "one block per SM");
   static_assert(kRowBytes * 65 <= Split::kBytes, "a dp row (4096 steps and the boundary) fits a tile part");
   static_assert(kDhTHi % 1024 == 0 && Split::kBytes % 1024 == 0, "tiles 1024-byte aligned");
@@ -134,19 +133,14 @@ __device__ __forceinline__ void wgmma_tf32x3_lag_block(float (&acc)[32], int a, 
 // dz, then they split dwm's lag blocks (a % 2). kDwmGroup: a third warpgroup computes every lag block
 // of dwm while the other two compute h and dz and the dp rows (384 threads; the first and last
 // passes on all of them). Block (b*D + c, y) walks tiles y, y + gridDim.y, ... of `tiles` 4096-step
-// tiles; partials as b2b_backward_kernel's. kRowWalk: block x walks rows (b*D + c) x rows_per_block ..
-// + rows_per_block - 1 one after the other (gridDim.y == 1: each row's tiles are the block's), the
-// next row's first tile staged during the row's last, as a row's next tile is, so that the first
-// tile's load is exposed once per block rather than once per row; its taps and skip come with it by
-// 4-byte cp.async into wm_s, wp_s and skip_s (free from the dp barrier on: no registers held), its
-// split lag filter built from wm_s in its first tile's step 2; one partial per row.
+// tiles; partials as b2b_backward_kernel's.
 __host__ __device__ constexpr int b2b_wgmma_tf32_backward_threads(bool dwm_group) {
   return (dwm_group ? 3 : 2) * WgmmaToeplitzTile::kThreads;
 }
 
-template <int kMixerBlocks, bool kDwmGroup = false, bool kRowWalk = false>
+template <int kMixerBlocks, bool kDwmGroup = false>
 __global__ void __launch_bounds__(b2b_wgmma_tf32_backward_threads(kDwmGroup), 1)
-    b2b_backward_wgmma_tf32x3_kernel(B2BBackwardParams p, int64_t tiles, int64_t rows_per_block, float* partials) {
+    b2b_backward_wgmma_tf32x3_kernel(B2BBackwardParams p, int64_t tiles, float* partials) {
 #ifdef CAUSALCONV_SM90A
   using Layout = B2BWgmmaTf32BackwardLayout<kMixerBlocks>;
   using Split = WgmmaTf32Tile<kMixerBlocks>;
@@ -180,7 +174,6 @@ __global__ void __launch_bounds__(b2b_wgmma_tf32_backward_threads(kDwmGroup), 1)
   float* const wm_s = reinterpret_cast<float*>(smem + Layout::kWmPlain);
   float* const wp_s = reinterpret_cast<float*>(smem + Layout::kWp);  // row j's taps at wp_s + 32 j
   float* const boundary_s = reinterpret_cast<float*>(smem + Layout::kBoundary);
-  float* const skip_s = reinterpret_cast<float*>(smem + Layout::kSkip);  // kRowWalk: the next row's skip
   auto x_stage = [&](int j) { return reinterpret_cast<float*>(smem + Layout::kStage + j * Layout::kXBytes); };
   auto row_at = [](const float* row_s, int i) { return row_s[Split::output_offset(i)]; };
   auto split_at = [](const unsigned char* hi_s, const unsigned char* lo_s, int m, int s) {
@@ -189,47 +182,34 @@ __global__ void __launch_bounds__(b2b_wgmma_tf32_backward_threads(kDwmGroup), 1)
            __uint_as_float(*reinterpret_cast<const uint32_t*>(lo_s + offset));
   };
 
+  const int64_t b = div_nonneg(int64_t(blockIdx.x), p.dim);
+  const int64_t c = int64_t(blockIdx.x) - b * p.dim;
   const int64_t n = p.length;
-  // Row r = b*D + c: channel c's rows of batch b.
-  struct Row {
-    int64_t b, c;
-    const float* x0;  // x's row 3c, then 3c + 1, 3c + 2 at x_stride[1]
-    const float* dout;
-    float* dx0;
-  };
-  auto row_of = [&](int64_t r) {
-    const int64_t b = div_nonneg(r, p.dim), c = r - b * p.dim;
-    return Row{b, c, static_cast<const float*>(p.x) + b * p.x_stride[0] + 3 * c * p.x_stride[1],
-               static_cast<const float*>(p.dout) + b * p.dout_stride[0] + c * p.dout_stride[1],
-               static_cast<float*>(p.dx) + b * p.dx_stride[0] + 3 * c * p.dx_stride[1]};
-  };
-  // Rows b*D + c < B*D < 2^31 (the grid's x without the walk). 32-bit, as the walk's registers are scarce.
-  const int first_row = kRowWalk ? int(blockIdx.x) * int(rows_per_block) : int(blockIdx.x);
-  const int rows_end = kRowWalk ? min(first_row + int(rows_per_block), int(p.batch * p.dim)) : first_row + 1;
+  const float* const x0 = static_cast<const float*>(p.x) + b * p.x_stride[0] + 3 * c * p.x_stride[1];
+  const float* const dout = static_cast<const float*>(p.dout) + b * p.dout_stride[0] + c * p.dout_stride[1];
+  float* const dx0 = static_cast<float*>(p.dx) + b * p.dx_stride[0] + 3 * c * p.dx_stride[1];
   auto aligned = [](const void* row) { return (reinterpret_cast<uintptr_t>(row) & 15) == 0; };
-  auto stage = [&](const Row& row, int64_t tile) {  // by warpgroup 0 (the staging helpers stride by 128 threads)
+  auto stage = [&](int64_t tile) {  // by warpgroup 0 (the staging helpers stride by 128 threads)
     const int64_t j0 = tile * kSteps;
     for (int j = 0; j < 3; ++j) {
-      const float* x_row = row.x0 + j * p.x_stride[1];
-      toeplitz_stage_units<Layout::kXUnits>(reinterpret_cast<unsigned char*>(x_stage(j)), x_row, aligned(x_row),
+      const float* row = x0 + j * p.x_stride[1];
+      toeplitz_stage_units<Layout::kXUnits>(reinterpret_cast<unsigned char*>(x_stage(j)), row, aligned(row),
                                             j0 - kFirst, Layout::kXUnits, n, [](int u) { return 16 * u; });
     }
-    toeplitz_stage_units<Layout::kDoutUnits>(reinterpret_cast<unsigned char*>(dout_s), row.dout, aligned(row.dout),
-                                             j0, Layout::kDoutUnits, n,
+    toeplitz_stage_units<Layout::kDoutUnits>(reinterpret_cast<unsigned char*>(dout_s), dout, aligned(dout), j0,
+                                             Layout::kDoutUnits, n,
                                              [](int u) { return 4 * Split::output_offset(4 * u); });
   };
 
-  // (a row's pointers are recomputed where used: kept across the walk, they spilled)
-  const Row first = row_of(first_row);
-  const float* const wm = static_cast<const float*>(p.weight_mixer) + first.c * p.wm_stride[0];
+  const float* const wm = static_cast<const float*>(p.weight_mixer) + c * p.wm_stride[0];
   if (group == 0) {
-    if (int64_t(blockIdx.y) < tiles) stage(first, blockIdx.y);
+    if (int64_t(blockIdx.y) < tiles) stage(blockIdx.y);
     wgmma_tf32_lag_filter<kMixerBlocks>(wm_hi_s, wm_lo_s, wm, p.wm_stride[1], km);
   }
   cp_async_commit();
   for (int k = tid; k < km; k += kThreads) wm_s[k] = wm[k * p.wm_stride[1]];
-  b2b_stage_projection_taps(wp_s, p, first.c, kThreads);
-  float skip = static_cast<const float*>(p.skip_bias)[first.c * p.skip_stride];
+  b2b_stage_projection_taps(wp_s, p, c, kThreads);
+  const float skip = static_cast<const float*>(p.skip_bias)[c * p.skip_stride];
   const int extra = kp - 1;  // dp steps past the tile that dx reads
 
   // This thread's sums over the block's tiles: dwp (w[j][k] order), dskip, and dwm's lags
@@ -291,246 +271,214 @@ __global__ void __launch_bounds__(b2b_wgmma_tf32_backward_threads(kDwmGroup), 1)
   };
 
 #pragma unroll 1
-  for (int r = first_row; r < rows_end; ++r) {
-#pragma unroll 1
-    for (int64_t tile = blockIdx.y; tile < tiles; tile += gridDim.y) {
-      const int64_t j0 = tile * kSteps;  // < n
-      cp_async_wait<0>();  // this tile's copies are done
-      __syncthreads();     // ... every thread's; the filters are in place, the tiles free
+  for (int64_t tile = blockIdx.y; tile < tiles; tile += gridDim.y) {
+    const int64_t j0 = tile * kSteps;  // < n
+    cp_async_wait<0>();  // this tile's copies are done
+    __syncthreads();     // ... every thread's; the filters are in place, the tiles free
 
-      float w[3][kTaps];
-      b2b_unit_projection_taps(wp_s, kp, w);
-      if constexpr (kRowWalk)  // a later row's split lag filter and skip, from what its first stage brought
-        if (r != first_row && tile == int64_t(blockIdx.y)) {
-          skip = *skip_s;
-          if (group == 0) wgmma_tf32_lag_filter<kMixerBlocks>(wm_hi_s, wm_lo_s, wm_s, 1, km);  // (read from step 3 on)
-        }
-      // 2. z over [j0 - 64 H, j0 + 4096): unit u at x's local step kReach + 4u.
+    float w[3][kTaps];
+    b2b_unit_projection_taps(wp_s, kp, w);
+    // 2. z over [j0 - 64 H, j0 + 4096): unit u at x's local step kReach + 4u.
 #pragma unroll 1
-      for (int u = tid; u < kSpan / 4; u += kThreads)
-        b2b_tf32_store_z_unit(z_hi_s, z_lo_s, wgmma_tf32_unit_offset<kMixerBlocks>(u), x_stage(1), x_stage(2), w, kp,
-                              Layout::kReach + 4 * u);
-      //    dh over [j0, j0 + 4096 + 64 H): unit u (steps j0 + 4u ..) is unit kSpan / 4 - 1 - u of the
-      //    reversed tile, its steps in reverse.
+    for (int u = tid; u < kSpan / 4; u += kThreads)
+      b2b_tf32_store_z_unit(z_hi_s, z_lo_s, wgmma_tf32_unit_offset<kMixerBlocks>(u), x_stage(1), x_stage(2), w, kp,
+                            Layout::kReach + 4 * u);
+    //    dh over [j0, j0 + 4096 + 64 H): unit u (steps j0 + 4u ..) is unit kSpan / 4 - 1 - u of the
+    //    reversed tile, its steps in reverse.
 #pragma unroll 1
-      for (int u = tid; u < kSpan / 4; u += kThreads) {
-        float gate[4];
-        b2b_tf32_project_staged_unit(x_stage(0), kFirst + 4 * u, w[0], kp, gate);
-        const float4 g = *reinterpret_cast<const float4*>(dout_s + Split::output_offset(4 * u));
-        const float dh[4] = {g.x * gate[0], g.y * gate[1], g.z * gate[2], g.w * gate[3]};
-        uint32_t hi[4], lo[4];
+    for (int u = tid; u < kSpan / 4; u += kThreads) {
+      float gate[4];
+      b2b_tf32_project_staged_unit(x_stage(0), kFirst + 4 * u, w[0], kp, gate);
+      const float4 g = *reinterpret_cast<const float4*>(dout_s + Split::output_offset(4 * u));
+      const float dh[4] = {g.x * gate[0], g.y * gate[1], g.z * gate[2], g.w * gate[3]};
+      uint32_t hi[4], lo[4];
 #pragma unroll
-        for (int e = 0; e < 4; ++e) tf32_split(dh[e], hi[e], lo[e]);
-        const int offset = wgmma_tf32_unit_offset<kMixerBlocks>(kSpan / 4 - 1 - u);
-        *reinterpret_cast<uint4*>(dh_hi_s + offset) = make_uint4(hi[3], hi[2], hi[1], hi[0]);
-        *reinterpret_cast<uint4*>(dh_lo_s + offset) = make_uint4(lo[3], lo[2], lo[1], lo[0]);
-      }
-      //    The boundary: h and dz at the `extra` steps after the tile, summed directly from the staged
-      //    rows (warp w takes sum w of [h_0, dz_0, h_1, dz_1, h_2, dz_2], its lanes the taps).
-      if (warp < 2 * extra) {
-        auto z_direct = [&](int i) {  // z at j0 + i
-          return b2b_staged_projection(x_stage(1), wp_s + 32, kp, kFirst + i) *
-                 b2b_staged_projection(x_stage(2), wp_s + 64, kp, kFirst + i);
-        };
-        auto dh_direct = [&](int i) {  // dh at j0 + i
-          return row_at(dout_s, i) * b2b_staged_projection(x_stage(0), wp_s, kp, kFirst + i);
-        };
-        const int i = kSteps + (warp >> 1);
-        float acc = 0.0f;
-        if (warp & 1) {
-          for (int k = lane; k < km; k += 32) acc = fmaf(wm_s[k], dh_direct(i + km - 1 - k), acc);
-        } else {
-          for (int k = lane; k < km; k += 32) acc = fmaf(wm_s[k], z_direct(i - (km - 1 - k)), acc);
-        }
-        acc = warp_sum(acc);
-        if (lane == 0) boundary_s[warp] = acc;
-      }
-      sm90::fence_proxy_async_shared();  // the tiles, before the MMAs read them
-      __syncthreads();
-
-      // 3. Warpgroup 0: h[i] at output (chunk, step) of for_each_wgmma_tf32_output, i.e. at j0 + 64 chunk
-      //    + step (z tile row chunk + H); dp0 = dout (h + skip z), dskip += dh z. Warpgroup 1: dz[i] at
-      //    reversed step 64 (chunk + H) + step, i.e. j0 + 4095 - 64 chunk - step (where the dh tile holds
-      //    dh of that step); dz' = dz + skip dh, stored once every read of the dh tile is done. The
-      //    transposed dh tile is written from the reversed one by warpgroups 0 and 1 after that (kDwmGroup:
-      //    by warpgroup 2, which then computes dwm (step 5) meanwhile, up to the barrier after step 4).
-      float acc[32];
-      if (group == 0) {
-        wgmma_tf32x3_toeplitz<kMixerBlocks>(acc, wm_hi_s, wm_lo_s, sm90::smem_u32(z_hi_s), sm90::smem_u32(z_lo_s));
-        for_each_wgmma_tf32_output([&](int i, int chunk, int step) {
-          const int o = 64 * chunk + step, tau = kSpan - 1 - o;
-          const float z = split_at(z_hi_s, z_lo_s, chunk + kHalo, step);
-          dskip = fmaf(split_at(dh_hi_s, dh_lo_s, tau >> 6, tau & 63), z, dskip);
-          dp0_s[Split::output_offset(o)] = row_at(dout_s, o) * fmaf(skip, z, acc[i]);
-        });
-      } else if (group == 1) {
-        wgmma_tf32x3_toeplitz<kMixerBlocks>(acc, wm_hi_s, wm_lo_s, sm90::smem_u32(dh_hi_s), sm90::smem_u32(dh_lo_s));
-        for_each_wgmma_tf32_output([&](int i, int chunk, int step) {
-          acc[i] = fmaf(skip, split_at(dh_hi_s, dh_lo_s, chunk + kHalo, step), acc[i]);
-        });
-      } else if constexpr (kDwmGroup) {
-        transpose_dh(group_tid, WgmmaToeplitzTile::kThreads);
-        sm90::named_barrier_arrive(kDhReadBarrier, kThreads);  // its reads of the dh tile are done
-        sm90::named_barrier_sync(1 + group, WgmmaToeplitzTile::kThreads);
-        lag_blocks(0, 1);  // 5. (kDwmGroup): reads the z and the transposed dh tiles only
-      }
-      if (group < 2) {
-        if constexpr (kDwmGroup) {
-          sm90::named_barrier_sync(kDhReadBarrier, kThreads);  // every read of the dh tile is done
-        } else {
-          transpose_dh(tid, kDpThreads);
-          __syncthreads();  // every read of the dh tile is done
-        }
-        if (group == 1)
-          for_each_wgmma_tf32_output([&](int i, int chunk, int step) {
-            dp1_s[Split::output_offset(kSteps - 1 - 64 * chunk - step)] = acc[i];
-          });
-        if constexpr (kDwmGroup)  // warpgroups 0 and 1 alone: the third is on dwm meanwhile
-          sm90::named_barrier_sync(kDpBarrier, kDpThreads);
-        else
-          __syncthreads();
-
-        // 4. dp1 = dz' v (in place) and dp2 = dz' x1 over the tile; dwp's sums; the boundary's dp at
-        //    steps 4096 .. 4096 + Kp - 2.
-#pragma unroll 1
-        for (int u = tid; u < kSteps / 4; u += kDpThreads) {
-          const int s = kFirst + 4 * u, at = Split::output_offset(4 * u);
-          float xg[8], xa[8], xb[8], p1[4], p2[4];
-          b2b_unit_window(x_stage(0), s, xg);
-          b2b_unit_window(x_stage(1), s, xa);
-          b2b_unit_window(x_stage(2), s, xb);
-          b2b_tf32_project_unit(xa, w[1], kp, p1);
-          b2b_tf32_project_unit(xb, w[2], kp, p2);
-          const float4 dzu = *reinterpret_cast<const float4*>(dp1_s + at);
-          const float4 dp0u = *reinterpret_cast<const float4*>(dp0_s + at);
-          const float dzv[4] = {dzu.x, dzu.y, dzu.z, dzu.w};
-          const float dp[3][4] = {{dp0u.x, dp0u.y, dp0u.z, dp0u.w},
-                                  {dzv[0] * p2[0], dzv[1] * p2[1], dzv[2] * p2[2], dzv[3] * p2[3]},
-                                  {dzv[0] * p1[0], dzv[1] * p1[1], dzv[2] * p1[2], dzv[3] * p1[3]}};
-          *reinterpret_cast<float4*>(dp1_s + at) = make_float4(dp[1][0], dp[1][1], dp[1][2], dp[1][3]);
-          *reinterpret_cast<float4*>(dp2_s + at) = make_float4(dp[2][0], dp[2][1], dp[2][2], dp[2][3]);
-          const float* const xs[3] = {xg, xa, xb};
-#pragma unroll
-          for (int j = 0; j < 3; ++j)
-#pragma unroll
-            for (int k = 0; k < kTaps; ++k)
-              if (k >= kTaps - kp)
-#pragma unroll
-                for (int e = 0; e < 4; ++e) dwp[j][k] = fmaf(dp[j][e], xs[j][e + 1 + k], dwp[j][k]);
-        }
-        if (tid < extra) {
-          const int i = kSteps + tid, s = kFirst + i;
-          const float p1 = b2b_staged_projection(x_stage(1), wp_s + 32, kp, s);
-          const float v = b2b_staged_projection(x_stage(2), wp_s + 64, kp, s);
-          const float gate = b2b_staged_projection(x_stage(0), wp_s, kp, s);
-          const float g = row_at(dout_s, i);
-          const float dzb = fmaf(skip, g * gate, boundary_s[2 * tid + 1]);
-          dp0_s[Split::output_offset(i)] = g * fmaf(skip, p1 * v, boundary_s[2 * tid]);
-          dp1_s[Split::output_offset(i)] = dzb * v;
-          dp2_s[Split::output_offset(i)] = dzb * p1;
-        }
-      }
-      __syncthreads();  // the dp rows are in place (kDwmGroup: and dwm's sums); the stage and dout's row are free
-      if (tile + gridDim.y < tiles) {
-        if (group == 0) stage(row_of(r), tile + gridDim.y);
-      } else if (kRowWalk && r + 1 < rows_end) {  // the next row's first tile and taps (wm_s, wp_s are free)
-        const Row next = row_of(r + 1);
-        if (group == 0) stage(next, blockIdx.y);
-        if (tid < km) cp_async4(wm_s + tid, static_cast<const float*>(p.weight_mixer) + next.c * p.wm_stride[0] +
-                                                tid * p.wm_stride[1]);
-        if (tid < 3 * 32 && (tid & 31) < kp) cp_async4(wp_s + tid, b2b_projection_tap(p, next.c, tid));
-        if (tid == 0) cp_async4(skip_s, static_cast<const float*>(p.skip_bias) + next.c * p.skip_stride);
-      }
-      cp_async_commit();
-
-      // 5. dwm: the two warpgroups take lag blocks a % 2 (kDwmGroup: the third took them all in step 3).
-      if constexpr (!kDwmGroup) lag_blocks(group, 2);
-
-      // 6. dx_j[t] = sum_k wp_j[k] dp_j[t + Kp - 1 - k]: w[j][k] takes dp_j at t + 3 - k.
-      const float* const dps[3] = {dp0_s, dp1_s, dp2_s};
-      float* const dx0 = row_of(r).dx0;
-#pragma unroll 1
-      for (int u = tid; u < kSteps / 4; u += kThreads) {
-        const int64_t t = j0 + 4 * u;
-        if (t >= n) break;
-#pragma unroll
-        for (int j = 0; j < 3; ++j) {
-          float win[8];
-          const float4 lo4 = *reinterpret_cast<const float4*>(dps[j] + Split::output_offset(4 * u));
-          const float4 hi4 = *reinterpret_cast<const float4*>(dps[j] + Split::output_offset(4 * u + 4));
-          win[0] = lo4.x, win[1] = lo4.y, win[2] = lo4.z, win[3] = lo4.w;
-          win[4] = hi4.x, win[5] = hi4.y, win[6] = hi4.z, win[7] = hi4.w;
-          float o[4];
-#pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            float sum = 0.0f;
-#pragma unroll
-            for (int k = 0; k < kTaps; ++k)
-              if (k >= kTaps - kp) sum = fmaf(w[j][k], win[e + 3 - k], sum);
-            o[e] = sum;
-          }
-          float* const dx = dx0 + j * p.dx_stride[1] + t;
-          if (n - t >= 4 && aligned(dx)) {
-            store_raw16(dx, make_uint4(__float_as_uint(o[0]), __float_as_uint(o[1]), __float_as_uint(o[2]),
-                                       __float_as_uint(o[3])));
-          } else {
-            for (int e = 0; e < 4 && e < n - t; ++e) dx[e] = o[e];
-          }
-        }
-      }
+      for (int e = 0; e < 4; ++e) tf32_split(dh[e], hi[e], lo[e]);
+      const int offset = wgmma_tf32_unit_offset<kMixerBlocks>(kSpan / 4 - 1 - u);
+      *reinterpret_cast<uint4*>(dh_hi_s + offset) = make_uint4(hi[3], hi[2], hi[1], hi[0]);
+      *reinterpret_cast<uint4*>(dh_lo_s + offset) = make_uint4(lo[3], lo[2], lo[1], lo[0]);
     }
-
-    // The row's sums in a fixed order: dwp and dskip by a shuffle tree per warp, then the warps in
-    // order; dwm's lag l from lag block a's diagonal l - 64 a (a ascending). Over dp0's row (the last
-    // tile's barrier is passed; kRowWalk: the next row's copies in flight go elsewhere).
-    if (r + 1 == rows_end) cp_async_wait<0>();
-    __syncthreads();
-    constexpr int kRed = 3 * kTaps + 1;
-    float* const red_s = dp0_s;                      // [8 warps][kRed]
-    float* const lags_s = dp0_s + kThreads / 32 * kRed;  // [kMixerBlocks][128]
-#pragma unroll
-    for (int j = 0; j < 3; ++j)
-#pragma unroll
-      for (int k = 0; k < kTaps; ++k) {
-        const float sum = warp_sum(dwp[j][k]);
-        if (lane == 0) red_s[warp * kRed + j * kTaps + k] = sum;
-      }
-    {
-      const float sum = warp_sum(dskip);
-      if (lane == 0) red_s[warp * kRed + 3 * kTaps] = sum;
-    }
-#pragma unroll
-    for (int a = 0; a < kMixerBlocks; ++a)
-      if (owns_lag_block(a)) lags_s[128 * a + group_tid] = dwm[a];
-    __syncthreads();
-    const int slots = 3 * kp + km + 1;
-    const Row row = row_of(r);
-    float* const part = partials + ((row.c * p.batch + row.b) * int64_t(gridDim.y) + blockIdx.y) * slots;
-    for (int s = tid; s < slots; s += kThreads) {
-      float sum = 0.0f;
-      if (s < 3 * kp || s == slots - 1) {
-        const int at = s < 3 * kp ? (s / kp) * kTaps + s % kp + kTaps - kp : 3 * kTaps;
-        for (int w_ = 0; w_ < kThreads / 32; ++w_) sum += red_s[w_ * kRed + at];
+    //    The boundary: h and dz at the `extra` steps after the tile, summed directly from the staged
+    //    rows (warp w takes sum w of [h_0, dz_0, h_1, dz_1, h_2, dz_2], its lanes the taps).
+    if (warp < 2 * extra) {
+      auto z_direct = [&](int i) {  // z at j0 + i
+        return b2b_staged_projection(x_stage(1), wp_s + 32, kp, kFirst + i) *
+               b2b_staged_projection(x_stage(2), wp_s + 64, kp, kFirst + i);
+      };
+      auto dh_direct = [&](int i) {  // dh at j0 + i
+        return row_at(dout_s, i) * b2b_staged_projection(x_stage(0), wp_s, kp, kFirst + i);
+      };
+      const int i = kSteps + (warp >> 1);
+      float acc = 0.0f;
+      if (warp & 1) {
+        for (int k = lane; k < km; k += 32) acc = fmaf(wm_s[k], dh_direct(i + km - 1 - k), acc);
       } else {
-        const int lag = km - 1 - (s - 3 * kp);
-        for (int a = 0; a < kMixerBlocks; ++a) {
-          const int d = lag - 64 * a + 63;
-          if (d >= 0 && d < 127) sum += lags_s[128 * a + d];
-        }
+        for (int k = lane; k < km; k += 32) acc = fmaf(wm_s[k], z_direct(i - (km - 1 - k)), acc);
       }
-      part[s] = sum;
+      acc = warp_sum(acc);
+      if (lane == 0) boundary_s[warp] = acc;
     }
-    if constexpr (kRowWalk) {
-      if (r + 1 < rows_end) {  // the next row's sums from zero
-        dskip = 0.0f;
+    sm90::fence_proxy_async_shared();  // the tiles, before the MMAs read them
+    __syncthreads();
+
+    // 3. Warpgroup 0: h[i] at output (chunk, step) of for_each_wgmma_tf32_output, i.e. at j0 + 64 chunk
+    //    + step (z tile row chunk + H); dp0 = dout (h + skip z), dskip += dh z. Warpgroup 1: dz[i] at
+    //    reversed step 64 (chunk + H) + step, i.e. j0 + 4095 - 64 chunk - step (where the dh tile holds
+    //    dh of that step); dz' = dz + skip dh, stored once every read of the dh tile is done. The
+    //    transposed dh tile is written from the reversed one by warpgroups 0 and 1 after that (kDwmGroup:
+    //    by warpgroup 2, which then computes dwm (step 5) meanwhile, up to the barrier after step 4).
+    float acc[32];
+    if (group == 0) {
+      wgmma_tf32x3_toeplitz<kMixerBlocks>(acc, wm_hi_s, wm_lo_s, sm90::smem_u32(z_hi_s), sm90::smem_u32(z_lo_s));
+      for_each_wgmma_tf32_output([&](int i, int chunk, int step) {
+        const int o = 64 * chunk + step, tau = kSpan - 1 - o;
+        const float z = split_at(z_hi_s, z_lo_s, chunk + kHalo, step);
+        dskip = fmaf(split_at(dh_hi_s, dh_lo_s, tau >> 6, tau & 63), z, dskip);
+        dp0_s[Split::output_offset(o)] = row_at(dout_s, o) * fmaf(skip, z, acc[i]);
+      });
+    } else if (group == 1) {
+      wgmma_tf32x3_toeplitz<kMixerBlocks>(acc, wm_hi_s, wm_lo_s, sm90::smem_u32(dh_hi_s), sm90::smem_u32(dh_lo_s));
+      for_each_wgmma_tf32_output(
+          [&](int i, int chunk, int step) { acc[i] = fmaf(skip, split_at(dh_hi_s, dh_lo_s, chunk + kHalo, step), acc[i]); });
+    } else if constexpr (kDwmGroup) {
+      transpose_dh(group_tid, WgmmaToeplitzTile::kThreads);
+      sm90::named_barrier_arrive(kDhReadBarrier, kThreads);  // its reads of the dh tile are done
+      sm90::named_barrier_sync(1 + group, WgmmaToeplitzTile::kThreads);
+      lag_blocks(0, 1);  // 5. (kDwmGroup): reads the z and the transposed dh tiles only
+    }
+    if (group < 2) {
+      if constexpr (kDwmGroup) {
+        sm90::named_barrier_sync(kDhReadBarrier, kThreads);  // every read of the dh tile is done
+      } else {
+        transpose_dh(tid, kDpThreads);
+        __syncthreads();  // every read of the dh tile is done
+      }
+      if (group == 1)
+        for_each_wgmma_tf32_output(
+            [&](int i, int chunk, int step) { dp1_s[Split::output_offset(kSteps - 1 - 64 * chunk - step)] = acc[i]; });
+      if constexpr (kDwmGroup)  // warpgroups 0 and 1 alone: the third is on dwm meanwhile
+        sm90::named_barrier_sync(kDpBarrier, kDpThreads);
+      else
+        __syncthreads();
+
+      // 4. dp1 = dz' v (in place) and dp2 = dz' x1 over the tile; dwp's sums; the boundary's dp at
+      //    steps 4096 .. 4096 + Kp - 2.
+#pragma unroll 1
+      for (int u = tid; u < kSteps / 4; u += kDpThreads) {
+        const int s = kFirst + 4 * u, at = Split::output_offset(4 * u);
+        float xg[8], xa[8], xb[8], p1[4], p2[4];
+        b2b_unit_window(x_stage(0), s, xg);
+        b2b_unit_window(x_stage(1), s, xa);
+        b2b_unit_window(x_stage(2), s, xb);
+        b2b_tf32_project_unit(xa, w[1], kp, p1);
+        b2b_tf32_project_unit(xb, w[2], kp, p2);
+        const float4 dzu = *reinterpret_cast<const float4*>(dp1_s + at);
+        const float4 dp0u = *reinterpret_cast<const float4*>(dp0_s + at);
+        const float dzv[4] = {dzu.x, dzu.y, dzu.z, dzu.w};
+        const float dp[3][4] = {{dp0u.x, dp0u.y, dp0u.z, dp0u.w},
+                                {dzv[0] * p2[0], dzv[1] * p2[1], dzv[2] * p2[2], dzv[3] * p2[3]},
+                                {dzv[0] * p1[0], dzv[1] * p1[1], dzv[2] * p1[2], dzv[3] * p1[3]}};
+        *reinterpret_cast<float4*>(dp1_s + at) = make_float4(dp[1][0], dp[1][1], dp[1][2], dp[1][3]);
+        *reinterpret_cast<float4*>(dp2_s + at) = make_float4(dp[2][0], dp[2][1], dp[2][2], dp[2][3]);
+        const float* const xs[3] = {xg, xa, xb};
 #pragma unroll
         for (int j = 0; j < 3; ++j)
 #pragma unroll
-          for (int k = 0; k < kTaps; ++k) dwp[j][k] = 0.0f;
+          for (int k = 0; k < kTaps; ++k)
+            if (k >= kTaps - kp)
 #pragma unroll
-        for (int a = 0; a < kMixerBlocks; ++a) dwm[a] = 0.0f;
+              for (int e = 0; e < 4; ++e) dwp[j][k] = fmaf(dp[j][e], xs[j][e + 1 + k], dwp[j][k]);
+      }
+      if (tid < extra) {
+        const int i = kSteps + tid, s = kFirst + i;
+        const float p1 = b2b_staged_projection(x_stage(1), wp_s + 32, kp, s);
+        const float v = b2b_staged_projection(x_stage(2), wp_s + 64, kp, s);
+        const float gate = b2b_staged_projection(x_stage(0), wp_s, kp, s);
+        const float g = row_at(dout_s, i);
+        const float dzb = fmaf(skip, g * gate, boundary_s[2 * tid + 1]);
+        dp0_s[Split::output_offset(i)] = g * fmaf(skip, p1 * v, boundary_s[2 * tid]);
+        dp1_s[Split::output_offset(i)] = dzb * v;
+        dp2_s[Split::output_offset(i)] = dzb * p1;
       }
     }
+    __syncthreads();  // the dp rows are in place (kDwmGroup: and dwm's sums); the stage and dout's row are free
+    if (group == 0 && tile + gridDim.y < tiles) stage(tile + gridDim.y);
+    cp_async_commit();
+
+    // 5. dwm: the two warpgroups take lag blocks a % 2 (kDwmGroup: the third took them all in step 3).
+    if constexpr (!kDwmGroup) lag_blocks(group, 2);
+
+    // 6. dx_j[t] = sum_k wp_j[k] dp_j[t + Kp - 1 - k]: w[j][k] takes dp_j at t + 3 - k.
+    const float* const dps[3] = {dp0_s, dp1_s, dp2_s};
+#pragma unroll 1
+    for (int u = tid; u < kSteps / 4; u += kThreads) {
+      const int64_t t = j0 + 4 * u;
+      if (t >= n) break;
+#pragma unroll
+      for (int j = 0; j < 3; ++j) {
+        float win[8];
+        const float4 lo4 = *reinterpret_cast<const float4*>(dps[j] + Split::output_offset(4 * u));
+        const float4 hi4 = *reinterpret_cast<const float4*>(dps[j] + Split::output_offset(4 * u + 4));
+        win[0] = lo4.x, win[1] = lo4.y, win[2] = lo4.z, win[3] = lo4.w;
+        win[4] = hi4.x, win[5] = hi4.y, win[6] = hi4.z, win[7] = hi4.w;
+        float o[4];
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          float sum = 0.0f;
+#pragma unroll
+          for (int k = 0; k < kTaps; ++k)
+            if (k >= kTaps - kp) sum = fmaf(w[j][k], win[e + 3 - k], sum);
+          o[e] = sum;
+        }
+        float* const row = dx0 + j * p.dx_stride[1] + t;
+        if (n - t >= 4 && aligned(row)) {
+          store_raw16(row, make_uint4(__float_as_uint(o[0]), __float_as_uint(o[1]), __float_as_uint(o[2]),
+                                      __float_as_uint(o[3])));
+        } else {
+          for (int e = 0; e < 4 && e < n - t; ++e) row[e] = o[e];
+        }
+      }
+    }
+  }
+
+  // The block's sums in a fixed order: dwp and dskip by a shuffle tree per warp, then the warps in
+  // order; dwm's lag l from lag block a's diagonal l - 64 a (a ascending). Over dp0's row (the last
+  // tile's barrier is passed).
+  cp_async_wait<0>();
+  __syncthreads();
+  constexpr int kRed = 3 * kTaps + 1;
+  float* const red_s = dp0_s;                      // [8 warps][kRed]
+  float* const lags_s = dp0_s + kThreads / 32 * kRed;  // [kMixerBlocks][128]
+#pragma unroll
+  for (int j = 0; j < 3; ++j)
+#pragma unroll
+    for (int k = 0; k < kTaps; ++k) {
+      const float sum = warp_sum(dwp[j][k]);
+      if (lane == 0) red_s[warp * kRed + j * kTaps + k] = sum;
+    }
+  {
+    const float sum = warp_sum(dskip);
+    if (lane == 0) red_s[warp * kRed + 3 * kTaps] = sum;
+  }
+#pragma unroll
+  for (int a = 0; a < kMixerBlocks; ++a)
+    if (owns_lag_block(a)) lags_s[128 * a + group_tid] = dwm[a];
+  __syncthreads();
+  const int slots = 3 * kp + km + 1;
+  float* const part = partials + ((c * p.batch + b) * int64_t(gridDim.y) + blockIdx.y) * slots;
+  for (int s = tid; s < slots; s += kThreads) {
+    float sum = 0.0f;
+    if (s < 3 * kp || s == slots - 1) {
+      const int r = s < 3 * kp ? (s / kp) * kTaps + s % kp + kTaps - kp : 3 * kTaps;
+      for (int w_ = 0; w_ < kThreads / 32; ++w_) sum += red_s[w_ * kRed + r];
+    } else {
+      const int lag = km - 1 - (s - 3 * kp);
+      for (int a = 0; a < kMixerBlocks; ++a) {
+        const int d = lag - 64 * a + 63;
+        if (d >= 0 && d < 127) sum += lags_s[128 * a + d];
+      }
+    }
+    part[s] = sum;
   }
 #endif
 }

@@ -11,18 +11,16 @@
 
 namespace causalconv::detail {
 
-// Tap k of projection row 3c + j at entry i = 32 j + k of the staged taps (k < Kp).
-template <typename Params>
-__device__ __forceinline__ const float* b2b_projection_tap(const Params& p, int64_t c, int i) {
-  return static_cast<const float*>(p.weight_proj) + (3 * c + (i >> 5)) * p.wp_stride[0] + (i & 31) * p.wp_stride[1];
-}
-
 // wp_s[32 j + k] = tap k of projection row 3c + j (zero from Kp on), by the block's `threads`
 // (Params: B2BForwardParams or B2BBackwardParams).
 template <typename Params>
 __device__ __forceinline__ void b2b_stage_projection_taps(float* wp_s, const Params& p, int64_t c, int threads) {
-  for (int i = int(threadIdx.x); i < 3 * 32; i += threads)
-    wp_s[i] = (i & 31) < int(p.proj_width) ? *b2b_projection_tap(p, c, i) : 0.0f;
+  for (int i = int(threadIdx.x); i < 3 * 32; i += threads) {
+    const int j = i >> 5, k = i & 31;
+    wp_s[i] = k < int(p.proj_width)
+                  ? static_cast<const float*>(p.weight_proj)[(3 * c + j) * p.wp_stride[0] + k * p.wp_stride[1]]
+                  : 0.0f;
+  }
 }
 
 // Projection value at local step s of a staged row (plain fp32): sum_k wp[k] x[s - (Kp-1-k)].

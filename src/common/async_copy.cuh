@@ -29,12 +29,6 @@ __device__ __forceinline__ void cp_async16(void* dst_shared, const void* src, in
   const uint32_t dst = uint32_t(__cvta_generic_to_shared(dst_shared));
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(bytes) : "memory");
 }
-// 4 bytes (a float of a filter, say) from global src to shared dst, both 4-byte aligned, in the
-// same groups; through L1 (.ca: the only form for 4 bytes).
-__device__ __forceinline__ void cp_async4(void* dst_shared, const void* src) {
-  const uint32_t dst = uint32_t(__cvta_generic_to_shared(dst_shared));
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(dst), "l"(src) : "memory");
-}
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
 template <int kPending>
 __device__ __forceinline__ void cp_async_wait() {

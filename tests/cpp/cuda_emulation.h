@@ -272,15 +272,13 @@ inline void copy_async_wait_all() {}
 struct AsyncCopy {
   void* dst;
   const void* src;
-  int bytes;     // read from src
-  int size = 16;  // written to dst, zero past bytes
+  int bytes;
 };
 inline thread_local std::vector<AsyncCopy> async_open_group;  // this thread's open group
 inline thread_local std::vector<std::vector<AsyncCopy>> async_pending_groups;  // committed, unretired
 inline void cp_async16(void* dst_shared, const void* src, int bytes) {
   async_open_group.push_back({dst_shared, src, bytes});
 }
-inline void cp_async4(void* dst_shared, const void* src) { async_open_group.push_back({dst_shared, src, 4, 4}); }
 inline void cp_async_commit() {
   async_pending_groups.push_back(std::move(async_open_group));
   async_open_group.clear();
@@ -289,7 +287,7 @@ template <int kPending>
 inline void cp_async_wait() {
   while (async_pending_groups.size() > size_t(kPending)) {
     for (const AsyncCopy& c : async_pending_groups.front()) {
-      std::memset(c.dst, 0, size_t(c.size));
+      std::memset(c.dst, 0, 16);
       std::memcpy(c.dst, c.src, size_t(c.bytes));
     }
     async_pending_groups.erase(async_pending_groups.begin());

@@ -50,7 +50,6 @@ struct Case {
   int64_t batch, dim, length, kp, km;
   bool aligned = false;  // rows 16-byte aligned (cp.async staging); else odd strides (element path)
   int64_t tiles_per_block = 4;  // mma.sync: tiles per block, strided; wgmma: tiles per segment
-  int64_t rows_per_block = 1;   // wgmma_tf32: > 1 walks rows (kRowWalk; every row's tiles one block's)
 };
 
 // The mma.sync form (b2b_backward_tc_kernel) or, on rows of 16-byte vectors, the wgmma form
@@ -91,29 +90,17 @@ void launch_wgmma_emulated(const detail::B2BBackwardParams& p, const detail::B2B
               });
 }
 
-template <int kMixerBlocks, bool kDwmGroup>
-void launch_wgmma_tf32_emulated(const detail::B2BBackwardParams& p, const detail::B2BTiling& tiling,
-                                int64_t rows_per_block, float* partials) {
-  const int64_t rows = p.batch * p.dim;
-  emu::launch({unsigned((rows + rows_per_block - 1) / rows_per_block), unsigned(tiling.tile_blocks), 1},
-              detail::b2b_wgmma_tf32_backward_threads(kDwmGroup),
-              size_t(detail::B2BWgmmaTf32BackwardLayout<kMixerBlocks>::kBytes), [&] {
-                if (rows_per_block > 1)
-                  detail::b2b_backward_wgmma_tf32x3_kernel_emulated<kMixerBlocks, kDwmGroup, true>(
-                      p, tiling.tiles, rows_per_block, partials);
-                else
-                  detail::b2b_backward_wgmma_tf32x3_kernel_emulated<kMixerBlocks, kDwmGroup, false>(p, tiling.tiles, 1,
-                                                                                                   partials);
-              });
-}
-
 template <int kMixerBlocks>
 void launch_wgmma_tf32_emulated(const detail::B2BBackwardParams& p, const detail::B2BTiling& tiling, bool dwm_group,
-                                int64_t rows_per_block, float* partials) {
-  if (dwm_group)
-    launch_wgmma_tf32_emulated<kMixerBlocks, true>(p, tiling, rows_per_block, partials);
-  else
-    launch_wgmma_tf32_emulated<kMixerBlocks, false>(p, tiling, rows_per_block, partials);
+                                float* partials) {
+  emu::launch({unsigned(p.batch * p.dim), unsigned(tiling.tile_blocks), 1},
+              detail::b2b_wgmma_tf32_backward_threads(dwm_group),
+              size_t(detail::B2BWgmmaTf32BackwardLayout<kMixerBlocks>::kBytes), [&] {
+                if (dwm_group)
+                  detail::b2b_backward_wgmma_tf32x3_kernel_emulated<kMixerBlocks, true>(p, tiling.tiles, partials);
+                else
+                  detail::b2b_backward_wgmma_tf32x3_kernel_emulated<kMixerBlocks, false>(p, tiling.tiles, partials);
+              });
 }
 
 template <typename T>
@@ -155,7 +142,6 @@ void run_case(const Case& cs, Form form = Form::mma_sync) {
   detail::B2BTiling tiling = detail::make_b2b_tiling(L, detail::ToeplitzTile::kOutputs, cs.tiles_per_block);
   if (tf32) {  // tiles_per_block 4096-step tiles a block, strided
     tiling = detail::make_b2b_tiling(L, detail::WgmmaToeplitzTile::kOutputs, cs.tiles_per_block);
-    EXPECT_TRUE(cs.rows_per_block == 1 || tiling.tile_blocks == 1) << "a row walk takes whole rows";
   } else if (form != Form::mma_sync) {  // segments of tiles_per_block consecutive 4096-step tiles
     const int64_t tiles = (L + detail::WgmmaToeplitzTile::kOutputs - 1) / detail::WgmmaToeplitzTile::kOutputs;
     tiling = {tiles, (tiles + cs.tiles_per_block - 1) / cs.tiles_per_block};
@@ -166,10 +152,10 @@ void run_case(const Case& cs, Form form = Form::mma_sync) {
   auto run = [&](float* out) {
     if constexpr (std::is_same<T, float>::value) {  // only the tf32 form takes fp32
       switch (detail::toeplitz64_blocks(int(Km))) {
-        case 2: launch_wgmma_tf32_emulated<2>(p, tiling, dwm_group, cs.rows_per_block, out); break;
-        case 3: launch_wgmma_tf32_emulated<3>(p, tiling, dwm_group, cs.rows_per_block, out); break;
-        case 4: launch_wgmma_tf32_emulated<4>(p, tiling, dwm_group, cs.rows_per_block, out); break;
-        default: launch_wgmma_tf32_emulated<5>(p, tiling, dwm_group, cs.rows_per_block, out); break;
+        case 2: launch_wgmma_tf32_emulated<2>(p, tiling, dwm_group, out); break;
+        case 3: launch_wgmma_tf32_emulated<3>(p, tiling, dwm_group, out); break;
+        case 4: launch_wgmma_tf32_emulated<4>(p, tiling, dwm_group, out); break;
+        default: launch_wgmma_tf32_emulated<5>(p, tiling, dwm_group, out); break;
       }
     } else {
     if (form != Form::mma_sync) {
@@ -384,17 +370,6 @@ TEST(B2BTensorCoreBackwardEmulated, WgmmaTf32x3Float32) {
   run_case<float>({1, 1, 300, 4, 256}, Form::wgmma_tf32);              // L < Km, 5 blocks
   run_case<float>({1, 2, 8192, 4, 193, true, 1}, Form::wgmma_tf32);    // 2 tiles in 2 blocks, 4 blocks
   run_case<float>({1, 1, 12290, 2, 65, false, 2}, Form::wgmma_tf32);   // 4 tiles, 2 blocks walking 2 each
-}
-
-// The row walk (kRowWalk, b2b_backward.cu's kB2BWgmmaTf32BackwardRowWalk): blocks walking whole rows,
-// the next row's first tile and taps staged during a row's last tile, a partial per row; uneven blocks,
-// rows of 2 tiles (a tile's successor in its row, then in the next row), every mixer block count, each
-// form where b2b_backward.cu dispatches it (the dwm warpgroup up to 4 mixer blocks, two warpgroups at 5).
-TEST(B2BTensorCoreBackwardEmulated, WgmmaTf32x3RowWalkFloat32) {
-  run_case<float>({1, 3, 4100, 2, 65, false, 2, 2}, Form::wgmma_tf32_dwm_group);  // 3 rows of 2 tiles: blocks of 2, 1
-  run_case<float>({2, 2, 300, 3, 128, true, 4, 3}, Form::wgmma_tf32_dwm_group);   // 4 rows: blocks of 3 and 1
-  run_case<float>({1, 3, 700, 4, 193, true, 4, 2}, Form::wgmma_tf32_dwm_group);  // 4 mixer blocks
-  run_case<float>({1, 3, 200, 4, 256, true, 4, 3}, Form::wgmma_tf32);           // 5 mixer blocks, one block
 }
 
 // The same with a third warpgroup on dwm (the form b2b_backward.cu dispatches up to

@@ -546,10 +546,8 @@ def test_wgmma_tf32_backward(km, seeded):
 @requires_cuda
 @pytest.mark.parametrize("km", [65, 128, 193, 256])
 def test_wgmma_tf32_backward_many_rows(km, seeded):
-    # More rows than SMs (B2 D211, 422 rows, and D300), rows of one and two tiles: where
-    # b2b_backward.cu's kB2BWgmmaTf32BackwardRowWalk is on, blocks walk ceil(rows / SMs) rows each
-    # (on 132 SMs: 422 rows in blocks of 4, the last of 2; 300 in blocks of 3), the next row's first
-    # tile and taps staged during a row's last.
+    # More rows than SMs (B2 D211, 422 rows, and D300), rows of one and two tiles: every block's
+    # partials and every row's last tile, with rows in many waves.
     for b, d, length in ((2, 211, 300), (1, 300, 4096 + 40)):
         x, wp, wm, skip = make_inputs(b, d, length, 3, km, torch.float32)
         dout = torch.randn(b, d, length, device="cuda")
