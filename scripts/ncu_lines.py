@@ -32,6 +32,8 @@ import shutil
 import subprocess
 import sys
 
+from ncu_source_summary import number, opcode  # (scripts/, beside this file)
+
 
 def nvdisasm():
     """nvdisasm from PATH, CUDA_HOME, or the copy that ships with Triton (this machine's toolkit has none)."""
@@ -48,11 +50,6 @@ def nvdisasm():
     sys.exit("ncu_lines: no nvdisasm on PATH, in CUDA_HOME/bin or in Triton's package")
 
 
-def opcode(text):
-    match = re.search(r"([A-Z][A-Z0-9_]*(?:\.[A-Z0-9_]+)*)", re.sub(r"^@!?U?P\w+\s+", "", text.strip()))
-    return match.group(1) if match else "?"
-
-
 def line_table(cubin, kernel_file):
     """{address: (line or label, opcode)}: the outermost line of kernel_file in each inlining chain."""
     text = subprocess.run([nvdisasm(), "-gi", "-c", cubin], check=True, capture_output=True, text=True).stdout
@@ -67,13 +64,6 @@ def line_table(cubin, kernel_file):
         if match:
             table[int(match.group(1), 16)] = (current, opcode(match.group(2)))
     return table
-
-
-def number(text):
-    try:
-        return float(text.replace(",", ""))
-    except ValueError:
-        return 0.0
 
 
 def read_sass_csv(path):
@@ -109,7 +99,7 @@ def main():
                                                 "reasons": collections.Counter()})
     for r in body:
         line, local_opcode = table.get(int(r[address], 16) - base, ("?", "?"))
-        mismatched += local_opcode != opcode(r[source])
+        mismatched += local_opcode != opcode(r[source].strip())
         entry = per_line[line]
         entry["n"] += 1
         entry["executed"] += number(r[executed])
