@@ -331,10 +331,12 @@ TEST(B2BTensorCoreEmulated, HankelTablesByCore) {
   auto check = [&](auto mixer_blocks_constant, auto transposed_constant) {
     constexpr int kProjBlocks = 2, kMixerBlocks = decltype(mixer_blocks_constant)::value;
     constexpr bool kTransposed = decltype(transposed_constant)::value;
-    constexpr int kProjLags = hankel_lag_entries<kProjBlocks>(), kLags = 3 * kProjLags + hankel_lag_entries<kMixerBlocks>();
+    constexpr int kProjLags = hankel_lag_entries<kProjBlocks>();
+    constexpr int kLags = 3 * kProjLags + hankel_lag_entries<kMixerBlocks>();
     constexpr int kProjBytes = 128 * hankel_cores(kProjBlocks), kMixerBytes = 128 * hankel_cores(kMixerBlocks);
     constexpr int kBytes = 3 * kProjBytes + (kTransposed ? 2 : 1) * kMixerBytes;
-    const int km_low = kMixerBlocks == 2 ? 1 : 64 * (kMixerBlocks - 2) + 2, km_high = std::min(64 * kMixerBlocks - 63, 256);
+    const int km_low = kMixerBlocks == 2 ? 1 : 64 * (kMixerBlocks - 2) + 2;
+    const int km_high = std::min(64 * kMixerBlocks - 63, 256);
     for (int kp : {2, 3, 4, 17, 32}) {
       for (int km : {km_low, km_low + 1, km_low + 7, km_low + 8, (km_low + km_high) / 2, km_high - 1, km_high}) {
         alignas(16) __nv_bfloat16 lags[kLags];
@@ -351,11 +353,13 @@ TEST(B2BTensorCoreEmulated, HankelTablesByCore) {
             detail::hankel_table<kProjBlocks>(by_row + j * kProjBytes, lags + j * kProjLags, kp);
           detail::hankel_table<kMixerBlocks>(by_row + 3 * kProjBytes, lags + 3 * kProjLags, km);
           if (kTransposed)
-            detail::hankel_table_transposed<kMixerBlocks>(by_row + 3 * kProjBytes + kMixerBytes, lags + 3 * kProjLags, km);
+            detail::hankel_table_transposed<kMixerBlocks>(by_row + 3 * kProjBytes + kMixerBytes,
+                                                          lags + 3 * kProjLags, km);
           detail::b2b_hankel_tables_by_core<kProjBlocks, kMixerBlocks, kTransposed>(by_core, lags, kp, km);
         });
         EXPECT_TRUE(std::equal(by_row, by_row + kBytes, by_core))
-            << "Kp " << kp << ", Km " << km << " (" << kMixerBlocks << " mixer blocks)" << (kTransposed ? ", transposed" : "");
+            << "Kp " << kp << ", Km " << km << " (" << kMixerBlocks << " mixer blocks)"
+            << (kTransposed ? ", transposed" : "");
       }
     }
   };
