@@ -24,8 +24,8 @@ instantiates it explicitly, as the profiled call dispatched it):
 import argparse
 import collections
 import csv
-import glob
 import gzip
+import importlib.util
 import os
 import re
 import shutil
@@ -40,10 +40,10 @@ def nvdisasm():
     found = shutil.which("nvdisasm")
     if found:
         return found
-    home = os.environ.get("CUDA_HOME", "/usr/local/cuda")
-    candidates = [os.path.join(home, "bin", "nvdisasm")]
-    candidates += glob.glob(os.path.join(os.path.dirname(os.__file__), "site-packages", "triton", "backends",
-                                         "nvidia", "bin", "nvdisasm"))
+    candidates = [os.path.join(os.environ.get("CUDA_HOME", "/usr/local/cuda"), "bin", "nvdisasm")]
+    triton = importlib.util.find_spec("triton")
+    if triton and triton.origin:
+        candidates.append(os.path.join(os.path.dirname(triton.origin), "backends", "nvidia", "bin", "nvdisasm"))
     for path in candidates:
         if os.path.exists(path):
             return path

@@ -245,18 +245,10 @@ __global__ void __launch_bounds__(WgmmaToeplitzTile::kThreads, 2)
     if (tid < kp)
       reinterpret_cast<float2*>(smem + Layout::kHaloTaps)[tid] = make_float2(to_float(halo_tap1), to_float(halo_tap2));
     __syncthreads();
-    if constexpr (kHankelTablesByCore) {
-      static_assert(Layout::kMixerTable == Layout::kProjTable + 3 * Layout::kProjTableBytes &&
-                        Layout::kMixerTableT == Layout::kMixerTable + 128 * hankel_cores(kMixerBlocks),
-                    "the tables are consecutive");
-      b2b_hankel_tables_by_core<Layout::kProjBlocks, kMixerBlocks, true>(smem + Layout::kProjTable, lags, kp, km);
-    } else {
-      for (int j = 0; j < 3; ++j)
-        hankel_table<Layout::kProjBlocks>(smem + Layout::kProjTable + j * Layout::kProjTableBytes,
-                                          lags + j * kProjLags, kp);
-      hankel_table<kMixerBlocks>(smem + Layout::kMixerTable, lags + 3 * kProjLags, km);
-      hankel_table_transposed<kMixerBlocks>(smem + Layout::kMixerTableT, lags + 3 * kProjLags, km);
-    }
+    static_assert(Layout::kMixerTable == Layout::kProjTable + 3 * Layout::kProjTableBytes &&
+                      Layout::kMixerTableT == Layout::kMixerTable + 128 * hankel_cores(kMixerBlocks),
+                  "the tables are consecutive (b2b_hankel_tables)");
+    b2b_hankel_tables<Layout::kProjBlocks, kMixerBlocks, true>(smem + Layout::kProjTable, lags, kp, km);
     static_assert(2 * (3 * kProjLags + hankel_lag_entries<kMixerBlocks>()) <= 128 * (kHalo + Tile::kChunks),
                   "lags fit");
   }  // (the loop's first barrier orders these reads before the z rows' first writes)

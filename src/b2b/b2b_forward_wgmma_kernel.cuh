@@ -144,16 +144,10 @@ __global__ void __launch_bounds__(WgmmaToeplitzTile::kThreads, 3)
     T* const lags = reinterpret_cast<T*>(smem + 128 * Layout::kZRow);  // 3 projections, then the mixer
     filters.store(lags);
     __syncthreads();
-    if constexpr (kHankelTablesByCore) {
-      static_assert(Layout::kMixerTable == Layout::kProjTable + 3 * Layout::kProjTableBytes, "consecutive tables");
-      b2b_hankel_tables_by_core<Layout::kProjBlocks, kMixerBlocks, false>(smem + Layout::kProjTable, lags, kp,
-                                                                          int(p.mixer_width));
-    } else {
-      for (int j = 0; j < 3; ++j)
-        hankel_table<Layout::kProjBlocks>(smem + Layout::kProjTable + j * Layout::kProjTableBytes,
-                                          lags + j * kProjLags, kp);
-      hankel_table<kMixerBlocks>(smem + Layout::kMixerTable, lags + 3 * kProjLags, int(p.mixer_width));
-    }
+    static_assert(Layout::kMixerTable == Layout::kProjTable + 3 * Layout::kProjTableBytes,
+                  "the tables are consecutive (b2b_hankel_tables)");
+    b2b_hankel_tables<Layout::kProjBlocks, kMixerBlocks, false>(smem + Layout::kProjTable, lags, kp,
+                                                                int(p.mixer_width));
     static_assert(2 * (3 * kProjLags + hankel_lag_entries<kMixerBlocks>()) <= 128 * Tile::kChunks, "lags fit");
   }  // (the loop's first barrier orders these reads before the z tile's first writes)
   const float skip = to_float(skip_weight);
