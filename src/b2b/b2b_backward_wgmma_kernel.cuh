@@ -111,10 +111,9 @@ __device__ __forceinline__ int band_index(int r, int s) { return 32 * r + (s ^ (
 // dwp on the CUDA cores (kDwpOnCores, Kp <= kDwpCoreTaps) instead of two lag-block MMAs per row:
 // thread t takes steps 32 (t % 2) .. + 31 of chunk t / 2 and sums dp_j[t] x_j[t - s] for its
 // steps in registers across the walk, while the row's dx MMAs run.
+// All kDwpCoreTaps lags are summed whatever Kp (the extra FMAs run under the dx MMAs: stopping at
+// Kp measured no change, session 21).
 constexpr int kDwpCoreTaps = 4;
-// Stop the cores' tap loop at Kp (a uniform branch; at Kp3, 96 FMAs a thread a tile fewer) instead
-// of summing all kDwpCoreTaps lags: off until timed on the GPU (session 43: emulated tests pass).
-constexpr bool kDwpCoreTapsStopAtKp = false;
 
 // kRealigned: rows off the 16-byte grid (odd L), each at its own lead, staged as raw 16-byte units
 // of its grid and realigned in shared memory as the forward's (common/toeplitz_wgmma.cuh); the dx
@@ -514,7 +513,6 @@ __global__ void __launch_bounds__(WgmmaToeplitzTile::kThreads, 2)
         }
 #pragma unroll
         for (int k = 0; k < kDwpCoreTaps; ++k) {
-          if (kDwpCoreTapsStopAtKp && k >= kp) break;
           float sum = 0.0f;
 #pragma unroll
           for (int i = 0; i < 32; ++i) sum = fmaf(dpv[i], xv[i + 8 - k], sum);
