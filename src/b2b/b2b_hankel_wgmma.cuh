@@ -175,20 +175,24 @@ __device__ __forceinline__ void b2b_hankel_tables_by_core(unsigned char* tables,
   }
 }
 
-// The 16-bit wgmma kernels' tables, consecutive from `tables` as b2b_hankel_tables_by_core takes
-// them: by core, or (kHankelTablesByCore off) a table at a time, row by row.
+// The same tables a table at a time, row by row (hankel_table, hankel_table_transposed).
+template <int kProjBlocks, int kMixerBlocks, bool kTransposedMixer, typename T>
+__device__ __forceinline__ void b2b_hankel_tables_by_row(unsigned char* tables, const T* lags, int kp, int km) {
+  constexpr int kProjBytes = 128 * hankel_cores(kProjBlocks), kProjLags = hankel_lag_entries<kProjBlocks>();
+  unsigned char* const mixer = tables + 3 * kProjBytes;
+  for (int j = 0; j < 3; ++j) hankel_table<kProjBlocks>(tables + j * kProjBytes, lags + j * kProjLags, kp);
+  hankel_table<kMixerBlocks>(mixer, lags + 3 * kProjLags, km);
+  if constexpr (kTransposedMixer)
+    hankel_table_transposed<kMixerBlocks>(mixer + 128 * hankel_cores(kMixerBlocks), lags + 3 * kProjLags, km);
+}
+
+// The 16-bit wgmma kernels' tables, by core or (kHankelTablesByCore off) by row.
 template <int kProjBlocks, int kMixerBlocks, bool kTransposedMixer, typename T>
 __device__ __forceinline__ void b2b_hankel_tables(unsigned char* tables, const T* lags, int kp, int km) {
-  if constexpr (kHankelTablesByCore) {
+  if constexpr (kHankelTablesByCore)
     b2b_hankel_tables_by_core<kProjBlocks, kMixerBlocks, kTransposedMixer>(tables, lags, kp, km);
-  } else {
-    constexpr int kProjBytes = 128 * hankel_cores(kProjBlocks), kProjLags = hankel_lag_entries<kProjBlocks>();
-    unsigned char* const mixer = tables + 3 * kProjBytes;
-    for (int j = 0; j < 3; ++j) hankel_table<kProjBlocks>(tables + j * kProjBytes, lags + j * kProjLags, kp);
-    hankel_table<kMixerBlocks>(mixer, lags + 3 * kProjLags, km);
-    if constexpr (kTransposedMixer)
-      hankel_table_transposed<kMixerBlocks>(mixer + 128 * hankel_cores(kMixerBlocks), lags + 3 * kProjLags, km);
-  }
+  else
+    b2b_hankel_tables_by_row<kProjBlocks, kMixerBlocks, kTransposedMixer>(tables, lags, kp, km);
 }
 
 #ifdef CAUSALCONV_SM90A

@@ -349,12 +349,7 @@ TEST(B2BTensorCoreEmulated, HankelTablesByCore) {
         std::fill(by_row, by_row + kBytes, 0xAB);
         std::fill(by_core, by_core + kBytes, 0xCD);
         emu::launch(emu::Dim3{1, 1, 1}, detail::WgmmaToeplitzTile::kThreads, 0, [&] {
-          for (int j = 0; j < 3; ++j)
-            detail::hankel_table<kProjBlocks>(by_row + j * kProjBytes, lags + j * kProjLags, kp);
-          detail::hankel_table<kMixerBlocks>(by_row + 3 * kProjBytes, lags + 3 * kProjLags, km);
-          if (kTransposed)
-            detail::hankel_table_transposed<kMixerBlocks>(by_row + 3 * kProjBytes + kMixerBytes,
-                                                          lags + 3 * kProjLags, km);
+          detail::b2b_hankel_tables_by_row<kProjBlocks, kMixerBlocks, kTransposed>(by_row, lags, kp, km);
           detail::b2b_hankel_tables_by_core<kProjBlocks, kMixerBlocks, kTransposed>(by_core, lags, kp, km);
         });
         EXPECT_TRUE(std::equal(by_row, by_row + kBytes, by_core))
