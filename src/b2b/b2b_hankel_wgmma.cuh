@@ -116,83 +116,19 @@ __device__ __forceinline__ void hankel_table_transposed(unsigned char* table, co
   }
 }
 
-// The tables by core (kHankelTablesByCore): a core's 8 rows are sliding windows over 15
-// consecutive lags (hankel_table: row a holds lags top - a down to top - a - 7; transposed: low + a
-// up to low + a + 7), so one thread reads them as 16 aligned lags (two 16-byte loads of the lag
-// array, from lag low - 1) and packs every row's words from registers with constant selectors: ~55
-// instructions a core where each of its rows took ~25 (8 two-byte loads, packs, the range test). Off
-// until timed on the GPU (session 43: emulated test HankelTablesByCore, table bytes equal).
-constexpr bool kHankelTablesByCore = false;
-
-// Core q of a Hankel table (kTransposed: hankel_table_transposed's) of kBlocks blocks, the same
-// bytes as those functions store; zero without reads where none of its lags lies in [0, width).
-template <int kBlocks, bool kTransposed, typename T>
-__device__ __forceinline__ void hankel_table_core(unsigned char* table, const T* lag, int width, int q) {
-  // The core's lowest lag: row 7's last (top - 14, top = hankel_table's s of row 0), or row 0's first.
-  const int low = kTransposed ? 8 * q - 63 : 63 + 8 * (8 * (kBlocks - 1) - q) - 14;
-  uint32_t pairs[8] = {};  // lags low - 1 + 2i (low half) and low + 2i (high half); 64 + low - 1 is a multiple of 8
-  if (low + 14 >= 0 && low < width) {
-    const uint4* const src = reinterpret_cast<const uint4*>(lag + 64 + low - 1);
-    const uint4 first = src[0], second = src[1];
-    pairs[0] = first.x, pairs[1] = first.y, pairs[2] = first.z, pairs[3] = first.w;
-    pairs[4] = second.x, pairs[5] = second.y, pairs[6] = second.z, pairs[7] = second.w;
-  }
-  auto value = [&](int i) { return (pairs[i >> 1] >> (16 * (i & 1))) & 0xffffu; };  // lag low - 1 + i
-  uint4* const rows = reinterpret_cast<uint4*>(table + 128 * q);
-#pragma unroll
-  for (int a = 0; a < 8; ++a) {
-    uint32_t word[4];
-#pragma unroll
-    for (int k = 0; k < 4; ++k) {  // (lo, hi): lags top - a - 2k, - 1; or low + a + 2k, + 1
-      const int lo = kTransposed ? 1 + a + 2 * k : 15 - a - 2 * k, hi = kTransposed ? lo + 1 : lo - 1;
-      word[k] = value(lo) | (value(hi) << 16);
-    }
-    rows[a] = make_uint4(word[0], word[1], word[2], word[3]);
-  }
-}
-
-// The 16-bit wgmma kernels' tables by core, one core a task over the block's threads: the three
-// projections' (kProjBlocks blocks each), the mixer's and (kTransposedMixer) its transposed table,
-// consecutive from `tables` (as the kernels' layouts place them); their lags as B2BLagFilters
-// stores them at `lags`.
+// The 16-bit wgmma kernels' tables, a table at a time, row by row (hankel_table,
+// hankel_table_transposed): the three projections' (kProjBlocks blocks each), the mixer's and
+// (kTransposedMixer) its transposed table, consecutive from `tables` (as the kernels' layouts place
+// them); their lags as B2BLagFilters stores them at `lags`. (Built a core per thread from two 16-byte
+// lag reads instead, ~3x fewer instructions, the forwards lost 2-6 %: H100, session 45.)
 template <int kProjBlocks, int kMixerBlocks, bool kTransposedMixer, typename T>
-__device__ __forceinline__ void b2b_hankel_tables_by_core(unsigned char* tables, const T* lags, int kp, int km) {
-  constexpr int kProjCores = hankel_cores(kProjBlocks), kMixerCores = hankel_cores(kMixerBlocks);
-  constexpr int kProjLags = hankel_lag_entries<kProjBlocks>();
-  constexpr int kTasks = 3 * kProjCores + (kTransposedMixer ? 2 : 1) * kMixerCores;
-  unsigned char* const mixer = tables + 128 * 3 * kProjCores;
-  for (int task = int(threadIdx.x); task < kTasks; task += WgmmaToeplitzTile::kThreads) {
-    if (task < 3 * kProjCores) {
-      const int j = task / kProjCores;
-      hankel_table_core<kProjBlocks, false>(tables + 128 * j * kProjCores, lags + j * kProjLags, kp,
-                                            task - j * kProjCores);
-    } else if (task < 3 * kProjCores + kMixerCores) {
-      hankel_table_core<kMixerBlocks, false>(mixer, lags + 3 * kProjLags, km, task - 3 * kProjCores);
-    } else {
-      hankel_table_core<kMixerBlocks, true>(mixer + 128 * kMixerCores, lags + 3 * kProjLags, km,
-                                            task - 3 * kProjCores - kMixerCores);
-    }
-  }
-}
-
-// The same tables a table at a time, row by row (hankel_table, hankel_table_transposed).
-template <int kProjBlocks, int kMixerBlocks, bool kTransposedMixer, typename T>
-__device__ __forceinline__ void b2b_hankel_tables_by_row(unsigned char* tables, const T* lags, int kp, int km) {
+__device__ __forceinline__ void b2b_hankel_tables(unsigned char* tables, const T* lags, int kp, int km) {
   constexpr int kProjBytes = 128 * hankel_cores(kProjBlocks), kProjLags = hankel_lag_entries<kProjBlocks>();
   unsigned char* const mixer = tables + 3 * kProjBytes;
   for (int j = 0; j < 3; ++j) hankel_table<kProjBlocks>(tables + j * kProjBytes, lags + j * kProjLags, kp);
   hankel_table<kMixerBlocks>(mixer, lags + 3 * kProjLags, km);
   if constexpr (kTransposedMixer)
     hankel_table_transposed<kMixerBlocks>(mixer + 128 * hankel_cores(kMixerBlocks), lags + 3 * kProjLags, km);
-}
-
-// The 16-bit wgmma kernels' tables, by core or (kHankelTablesByCore off) by row.
-template <int kProjBlocks, int kMixerBlocks, bool kTransposedMixer, typename T>
-__device__ __forceinline__ void b2b_hankel_tables(unsigned char* tables, const T* lags, int kp, int km) {
-  if constexpr (kHankelTablesByCore)
-    b2b_hankel_tables_by_core<kProjBlocks, kMixerBlocks, kTransposedMixer>(tables, lags, kp, km);
-  else
-    b2b_hankel_tables_by_row<kProjBlocks, kMixerBlocks, kTransposedMixer>(tables, lags, kp, km);
 }
 
 #ifdef CAUSALCONV_SM90A

@@ -318,56 +318,6 @@ TEST(B2BTensorCoreEmulated, NonFiniteInputsStayCausal) {
   run_case<__half>({1, 2, 9000, 3, 128, 8, 4090}, Form::wgmma);
 }
 
-// The Hankel tables built by core (kHankelTablesByCore, b2b_hankel_wgmma.cuh) hold the bytes the
-// row-by-row builders store: the three projections', the mixer's and its transposed table (the
-// backward's set; the forward's is the same less the last), every mixer block count the wgmma
-// kernels take, widths at the edges of its blocks, from lags as B2BLagFilters stores them (zero
-// outside [0, width)). Then the kernels may take either.
-TEST(B2BTensorCoreEmulated, HankelTablesByCore) {
-  using detail::hankel_cores;
-  using detail::hankel_lag_entries;
-  std::mt19937 rng(43);
-  std::uniform_real_distribution<float> value(-1.0f, 1.0f);
-  auto check = [&](auto mixer_blocks_constant, auto transposed_constant) {
-    constexpr int kProjBlocks = 2, kMixerBlocks = decltype(mixer_blocks_constant)::value;
-    constexpr bool kTransposed = decltype(transposed_constant)::value;
-    constexpr int kProjLags = hankel_lag_entries<kProjBlocks>();
-    constexpr int kLags = 3 * kProjLags + hankel_lag_entries<kMixerBlocks>();
-    constexpr int kProjBytes = 128 * hankel_cores(kProjBlocks), kMixerBytes = 128 * hankel_cores(kMixerBlocks);
-    constexpr int kBytes = 3 * kProjBytes + (kTransposed ? 2 : 1) * kMixerBytes;
-    const int km_low = kMixerBlocks == 2 ? 1 : 64 * (kMixerBlocks - 2) + 2;
-    const int km_high = std::min(64 * kMixerBlocks - 63, 256);
-    for (int kp : {2, 3, 4, 17, 32}) {
-      for (int km : {km_low, km_low + 1, km_low + 7, km_low + 8, (km_low + km_high) / 2, km_high - 1, km_high}) {
-        alignas(16) __nv_bfloat16 lags[kLags];
-        for (int i = 0; i < kLags; ++i) {
-          const bool mixer = i >= 3 * kProjLags;
-          const int s = (mixer ? i - 3 * kProjLags : i % kProjLags) - 64, width = mixer ? km : kp;
-          lags[i] = detail::from_float<__nv_bfloat16>(s >= 0 && s < width ? value(rng) : 0.0f);
-        }
-        alignas(16) unsigned char by_row[kBytes], by_core[kBytes];
-        std::fill(by_row, by_row + kBytes, 0xAB);
-        std::fill(by_core, by_core + kBytes, 0xCD);
-        emu::launch(emu::Dim3{1, 1, 1}, detail::WgmmaToeplitzTile::kThreads, 0, [&] {
-          detail::b2b_hankel_tables_by_row<kProjBlocks, kMixerBlocks, kTransposed>(by_row, lags, kp, km);
-          detail::b2b_hankel_tables_by_core<kProjBlocks, kMixerBlocks, kTransposed>(by_core, lags, kp, km);
-        });
-        EXPECT_TRUE(std::equal(by_row, by_row + kBytes, by_core))
-            << "Kp " << kp << ", Km " << km << " (" << kMixerBlocks << " mixer blocks)"
-            << (kTransposed ? ", transposed" : "");
-      }
-    }
-  };
-  auto both = [&](auto mixer_blocks) {
-    check(mixer_blocks, std::false_type{});
-    check(mixer_blocks, std::true_type{});
-  };
-  both(std::integral_constant<int, 2>{});
-  both(std::integral_constant<int, 3>{});
-  both(std::integral_constant<int, 4>{});
-  both(std::integral_constant<int, 5>{});
-}
-
 TEST(B2BTensorCoreEmulated, WgmmaBFloat16) {
   for (const Case& c : kWgmmaBFloat16Cases) run_case<__nv_bfloat16>(c, Form::wgmma);
 }
