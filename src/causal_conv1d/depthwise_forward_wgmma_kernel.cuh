@@ -337,11 +337,6 @@ struct RingWalk {
   }
 };
 
-// The outputs leave by TMA stores (one thread), or (false) by every consumer thread's 16-byte
-// stores from the output tile, as in the kernel above. Written after session 28's last GPU call to
-// test ncu's hint (L2 75 % busy at DRAM 56 %) that the 128-byte TMA rows cost L2 more; not measured.
-constexpr bool kWgmmaRingTmaStore = true;
-
 // Blocks/SM asked of ptxas: 3 (136 registers) up to 4 Toeplitz blocks; 2 at 5 (140 registers:
 // at 136 ptxas would serialise the wgmmas, as in the kernel above).
 constexpr int wgmma_ring_min_blocks_per_sm(int blocks) { return blocks <= 4 ? 3 : 2; }
@@ -455,14 +450,11 @@ __global__ void __launch_bounds__(DepthwiseWgmmaRingSmem<kBlocks>::kThreads, wgm
     } else {
       sm90::named_barrier_sync(1, Tile::kThreads);
     }
-    if constexpr (kWgmmaRingTmaStore) {
-      if (threadIdx.x == 0) {
-        sm90::tma_store_4d(&y_map, out, 0, int32_t(w.tile * Tile::kChunks), int32_t(w.c), int32_t(w.b));
-        sm90::bulk_commit_group();
-      }
-    } else {  // every consumer thread reads the tile before the next barrier: tile i % kOutTiles is free
-      T* const y_row = static_cast<T*>(p.y) + w.b * p.y_stride[0] + w.c * p.y_stride[1];
-      wgmma_toeplitz_store_tile(y_row, out, 0, w.tile * Tile::kOutputs, p.length);
+    // (Stored from the tile by every consumer thread's 16-byte st.global instead, as the kernel above
+    // does, K128 lost 2 %: H100, session 45.)
+    if (threadIdx.x == 0) {
+      sm90::tma_store_4d(&y_map, out, 0, int32_t(w.tile * Tile::kChunks), int32_t(w.c), int32_t(w.b));
+      sm90::bulk_commit_group();
     }
   }
   if (threadIdx.x == 0) sm90::bulk_wait_group<0>();  // the stores, before the block's shared memory goes
