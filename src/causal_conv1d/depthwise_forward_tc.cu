@@ -112,11 +112,19 @@ void launch_wgmma_width(const DepthwiseForwardParams& p, cudaStream_t stream) {
   with_toeplitz64_blocks(p.width, [&](auto blocks) { launch_wgmma<T, decltype(blocks)::value>(p, stream); });
 }
 
+// The streaming forward's producer loads a block's next row's weights while the row before goes by
+// (the kernel's kWeightsAhead). Why: ncu of bf16 B1 C4096 L8192 K128 (H100, session 45) had the
+// consumers waiting for their stage in ~37 % of the samples with DRAM ~73 % busy, and the producer
+// warp waiting on its weight loads in about half of its own: a row (2 tiles at L8192) asks for its
+// weights only when its first tile is next, so each row change puts one global latency on the
+// producer's path. Off until timed on the GPU.
+constexpr bool kWgmmaRingWeightsAhead = false;
+
 template <typename T, int kBlocks>
 void launch_wgmma_ring(const DepthwiseForwardParams& p, cudaStream_t stream) {
   using Smem = DepthwiseWgmmaRingSmem<kBlocks>;
   const char* const what = "causal_conv1d forward (depthwise, tensor cores)";
-  auto* const kernel = depthwise_forward_wgmma_ring_kernel<T, kBlocks, kToeplitzNonFiniteGuard>;
+  auto* const kernel = depthwise_forward_wgmma_ring_kernel<T, kBlocks, kToeplitzNonFiniteGuard, kWgmmaRingWeightsAhead>;
   allow_dynamic_shared_memory(kernel, Smem::kBytes, what);
   const RowChunksView xv = row_chunks_view(p.batch, p.channels, p.length, p.x_stride, Smem::kBoxChunks);
   const RowChunksView yv = row_chunks_view(p.batch, p.channels, p.length, p.y_stride, WgmmaToeplitzTile::kChunks);
