@@ -54,6 +54,12 @@ size_t b2b_wgmma_backward_smem_bytes(int mixer_blocks) {
   }
 }
 
+// At the last tile of its walk a block of the wgmma backward prefetches into L2 what the block one
+// wave later (the kernel's resident blocks later in launch order) reads first: its filters, skip
+// weight and first stage (b2b_wgmma_prefetch_block_ahead), as the forward's
+// kB2BWgmmaPrefetchNextBlocks. Off until timed on the GPU.
+constexpr bool kB2BWgmmaBackwardPrefetchNextBlocks = false;
+
 // Rows off the 16-byte grid (odd L) on the wgmma backward, each realigned from its own 16-byte grid
 // (b2b_backward_wgmma_kernel's kRealigned), as the forward's (kB2BWgmmaRealignedRows); else the
 // mma.sync form (bf16 B1 D4096 L8191 Kp3 Km128 fwd+bwd 1.18 ms on the H100, against 0.47 at L8192).
@@ -136,8 +142,13 @@ void launch_typed(const B2BBackwardParams& p, const B2BBackwardPlan& plan, float
           const int64_t per_segment = (plan.tiling.tiles + plan.tiling.tile_blocks - 1) / plan.tiling.tile_blocks;
           auto run = [&](auto kernel) {
             allow_dynamic_shared_memory(kernel, plan.smem_bytes, "b2b_causal_conv1d backward (shared-memory opt-in)");
+            const int64_t prefetch_ahead =
+                kB2BWgmmaBackwardPrefetchNextBlocks
+                    ? resident_blocks(kernel, WgmmaToeplitzTile::kThreads, plan.smem_bytes,
+                                      "b2b_causal_conv1d backward (resident blocks)")
+                    : 0;
             kernel<<<grid, WgmmaToeplitzTile::kThreads, plan.smem_bytes, stream>>>(p, plan.tiling.tiles, per_segment,
-                                                                                  partials);
+                                                                                  prefetch_ahead, partials);
           };
           auto run_width = [&](auto dwp_on_cores, auto realigned) {
             constexpr bool kCores = decltype(dwp_on_cores)::value, kRealigned = decltype(realigned)::value;

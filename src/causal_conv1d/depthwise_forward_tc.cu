@@ -4,8 +4,6 @@
 // MMAs split three ways (depthwise_forward_tf32_kernel.cuh; on warpgroup MMA,
 // depthwise_forward_wgmma_tf32_kernel.cuh).
 #include <algorithm>
-#include <array>
-#include <atomic>
 
 #include "causal_conv1d/depthwise_forward_tc_kernel.cuh"
 #include "causal_conv1d/depthwise_forward_tf32_kernel.cuh"
@@ -130,18 +128,9 @@ void launch_wgmma_ring(const DepthwiseForwardParams& p, cudaStream_t stream) {
   const RowChunksView yv = row_chunks_view(p.batch, p.channels, p.length, p.y_stride, WgmmaToeplitzTile::kChunks);
   const CUtensorMap x_map = encode_tensor_map(p.x, p.dtype, 4, xv.dims, xv.strides, xv.box, what);
   const CUtensorMap y_map = encode_tensor_map(p.y, p.dtype, 4, yv.dims, yv.strides, yv.box, what);
-  // Resident blocks per SM: a property of the kernel and the device, asked once per device.
-  static std::array<std::atomic<int>, 64> resident{};
-  int device = 0, per_sm = 0;
-  check_cuda(cudaGetDevice(&device), what);
-  if (device < int(resident.size())) per_sm = resident[size_t(device)].load(std::memory_order_relaxed);
-  if (per_sm == 0) {
-    check_cuda(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, Smem::kThreads, Smem::kBytes), what);
-    if (device < int(resident.size())) resident[size_t(device)].store(per_sm, std::memory_order_relaxed);
-  }
   const int64_t tiles_per_row = (p.length + WgmmaToeplitzTile::kOutputs - 1) / WgmmaToeplitzTile::kOutputs;
-  const int64_t grid =
-      std::min(p.batch * p.channels * tiles_per_row, int64_t(std::max(per_sm, 1)) * current_device_sm_count(what));
+  const int64_t grid = std::min(p.batch * p.channels * tiles_per_row,
+                                int64_t(resident_blocks(kernel, Smem::kThreads, Smem::kBytes, what)));
   kernel<<<unsigned(grid), Smem::kThreads, Smem::kBytes, stream>>>(x_map, y_map, p, tiles_per_row);
 }
 

@@ -1,8 +1,12 @@
 #include "common/cuda_runtime.h"
 
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <cstdint>
+#include <map>
+#include <mutex>
+#include <utility>
 
 #include "causalconv/error.h"
 #include "causalconv/version.h"
@@ -55,6 +59,24 @@ bool device_is_sm90(int device) {
   const bool sm90 = major == 9 && minor == 0;
   if (cached) known[size_t(device)].store(sm90 ? 2 : 1, std::memory_order_relaxed);
   return sm90;
+}
+
+int resident_blocks(const void* kernel, int threads, size_t dynamic_shared_bytes, const char* op) {
+  static std::mutex mutex;
+  static std::map<std::pair<const void*, int>, int> known;  // (kernel, device) -> blocks
+  int device = 0;
+  check_cuda(cudaGetDevice(&device), op);
+  const std::pair<const void*, int> key(kernel, device);
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    if (const auto it = known.find(key); it != known.end()) return it->second;
+  }
+  int per_sm = 0;
+  check_cuda(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, dynamic_shared_bytes), op);
+  const int blocks = std::max(per_sm, 1) * current_device_sm_count(op);
+  std::lock_guard<std::mutex> lock(mutex);
+  known.emplace(key, blocks);
+  return blocks;
 }
 
 bool current_device_runs_sm90a() {

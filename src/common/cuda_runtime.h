@@ -36,6 +36,16 @@ inline int current_device_sm_count(const char* op) {
   return sms;
 }
 
+// Blocks of `kernel` resident at once on the current device: blocks per SM at `threads` threads
+// and `dynamic_shared_bytes` (at least 1: a kernel that fits none fails at its launch) times the
+// SMs. A property of the kernel and the device, asked of the runtime once per (kernel, device): a
+// kernel is launched with the same threads and shared memory each time.
+int resident_blocks(const void* kernel, int threads, size_t dynamic_shared_bytes, const char* op);
+template <typename Kernel>
+int resident_blocks(Kernel* kernel, int threads, size_t dynamic_shared_bytes, const char* op) {
+  return resident_blocks(reinterpret_cast<const void*>(kernel), threads, dynamic_shared_bytes, op);
+}
+
 // Compute capability 9.0 (Hopper), where the sm_90a kernels run (false when the query fails);
 // asked of the driver once per device.
 bool device_is_sm90(int device);
