@@ -152,11 +152,12 @@ void launch_typed(const B2BBackwardParams& p, const B2BBackwardPlan& plan, float
           };
           auto run_width = [&](auto dwp_on_cores, auto realigned) {
             constexpr bool kCores = decltype(dwp_on_cores)::value, kRealigned = decltype(realigned)::value;
+            constexpr bool kPrefetch = kB2BWgmmaBackwardPrefetchNextBlocks;
             switch (plan.tc_max_blocks) {
-              case 2: run(b2b_backward_wgmma_kernel<T, 2, kCores, kRealigned>); break;  // Km <= 65
-              case 3: run(b2b_backward_wgmma_kernel<T, 3, kCores, kRealigned>); break;  // Km <= 129
-              case 4: run(b2b_backward_wgmma_kernel<T, 4, kCores, kRealigned>); break;  // Km <= 193
-              default: run(b2b_backward_wgmma_kernel<T, 5, kCores, kRealigned>); break;  // Km <= 256
+              case 2: run(b2b_backward_wgmma_kernel<T, 2, kCores, kRealigned, kPrefetch>); break;  // Km <= 65
+              case 3: run(b2b_backward_wgmma_kernel<T, 3, kCores, kRealigned, kPrefetch>); break;  // Km <= 129
+              case 4: run(b2b_backward_wgmma_kernel<T, 4, kCores, kRealigned, kPrefetch>); break;  // Km <= 193
+              default: run(b2b_backward_wgmma_kernel<T, 5, kCores, kRealigned, kPrefetch>); break;  // Km <= 256
             }
           };
           auto run_rows = [&](auto dwp_on_cores) {

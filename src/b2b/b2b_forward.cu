@@ -132,7 +132,8 @@ constexpr bool kB2BWgmmaPrefetchNextBlocks = false;
 template <typename T, int kMixerBlocks, bool kRealigned>
 void launch_wgmma(const B2BForwardParams& p, cudaStream_t stream) {
   constexpr int smem = B2BWgmmaLayout<kMixerBlocks, kRealigned>::kBytes;
-  auto* const kernel = b2b_forward_wgmma_kernel<T, kMixerBlocks, kToeplitzNonFiniteGuard, kRealigned>;
+  auto* const kernel =
+      b2b_forward_wgmma_kernel<T, kMixerBlocks, kToeplitzNonFiniteGuard, kRealigned, kB2BWgmmaPrefetchNextBlocks>;
   allow_dynamic_shared_memory(kernel, smem, "b2b_causal_conv1d forward (shared-memory opt-in)");
   const int64_t tiles = (p.length + WgmmaToeplitzTile::kOutputs - 1) / WgmmaToeplitzTile::kOutputs;
   const int64_t rows = p.batch * p.dim;

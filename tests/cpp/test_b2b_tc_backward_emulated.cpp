@@ -82,12 +82,21 @@ void launch_wgmma_emulated(const detail::B2BBackwardParams& p, const detail::B2B
   using Tile = detail::WgmmaToeplitzTile;
   emu::launch({unsigned(p.batch * p.dim), unsigned(tiling.tile_blocks), 1}, Tile::kThreads,
               size_t(detail::B2BWgmmaBackwardLayout<kMixerBlocks, kRealigned>::kBytes), [&] {
+                auto run = [&](auto dwp_on_cores_constant, auto prefetch_constant) {
+                  detail::b2b_backward_wgmma_kernel_emulated<T, kMixerBlocks, decltype(dwp_on_cores_constant)::value,
+                                                             kRealigned, decltype(prefetch_constant)::value>(
+                      p, tiling.tiles, tiles_per_segment, prefetch_ahead, partials);
+                };
+                auto with_prefetch = [&](auto dwp_on_cores_constant) {
+                  if (prefetch_ahead > 0)
+                    run(dwp_on_cores_constant, std::true_type{});
+                  else
+                    run(dwp_on_cores_constant, std::false_type{});
+                };
                 if (dwp_on_cores)
-                  detail::b2b_backward_wgmma_kernel_emulated<T, kMixerBlocks, true, kRealigned>(
-                      p, tiling.tiles, tiles_per_segment, prefetch_ahead, partials);
+                  with_prefetch(std::true_type{});
                 else
-                  detail::b2b_backward_wgmma_kernel_emulated<T, kMixerBlocks, false, kRealigned>(
-                      p, tiling.tiles, tiles_per_segment, prefetch_ahead, partials);
+                  with_prefetch(std::false_type{});
               });
 }
 

@@ -103,8 +103,11 @@ void launch_wgmma_emulated(const detail::B2BForwardParams& f, int64_t tiles_per_
   const int64_t tiles = (f.length + Tile::kOutputs - 1) / Tile::kOutputs;
   const emu::Dim3 grid{unsigned(f.batch * f.dim), unsigned((tiles + tiles_per_segment - 1) / tiles_per_segment), 1};
   emu::launch(grid, Tile::kThreads, size_t(detail::B2BWgmmaLayout<kMixerBlocks, kRealigned>::kBytes), [&] {
-    detail::b2b_forward_wgmma_kernel_emulated<T, kMixerBlocks, kGuard, kRealigned>(f, tiles, tiles_per_segment,
-                                                                                   prefetch_ahead);
+    if (prefetch_ahead > 0)
+      detail::b2b_forward_wgmma_kernel_emulated<T, kMixerBlocks, kGuard, kRealigned, true>(f, tiles, tiles_per_segment,
+                                                                                         prefetch_ahead);
+    else
+      detail::b2b_forward_wgmma_kernel_emulated<T, kMixerBlocks, kGuard, kRealigned>(f, tiles, tiles_per_segment, 0);
   });
 }
 
