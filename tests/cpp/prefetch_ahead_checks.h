@@ -43,6 +43,18 @@ inline void add_lines(std::set<uintptr_t>& lines, ByteRange r) {
   for (uintptr_t line = first >> 7; line <= (first + r.second - 1) >> 7; ++line) lines.insert(line);
 }
 
+// What a block of channel c reads besides its first stage: its three projection rows' Kp taps and
+// its mixer row's Km taps (weight_proj rows 3c + j, weight_mixer row c) and its skip weight.
+template <typename Weights, typename Skip>
+std::vector<ByteRange> filter_reads(Weights& wp, Weights& wm, Skip& skip, int64_t c, int64_t kp, int64_t km) {
+  std::vector<ByteRange> r;
+  for (int64_t j = 0; j < 3; ++j)
+    for (int64_t k = 0; k < kp; ++k) r.push_back({&wp.at(3 * c + j, k), sizeof(wp.at(0, 0))});
+  for (int64_t k = 0; k < km; ++k) r.push_back({&wm.at(c, k), sizeof(wm.at(0, 0))});
+  r.push_back({&skip.at(c, 0), sizeof(skip.at(0, 0))});
+  return r;
+}
+
 // Checks `log`, recorded over a launch of `blocks` blocks with prefetch_ahead = ahead:
 //   - for each block t >= ahead, every line of its first commit group's cp.async reads (bytes > 0)
 //     and of also_read(t) (what else the test knows it reads first: its filter taps, skip weight)

@@ -424,13 +424,7 @@ TEST(B2BTensorCoreBackwardEmulated, WgmmaPrefetchesBlocksAhead) {
       const std::vector<float> want_partials = partials;
       const uint64_t rows = uint64_t(B * D), blocks = rows * uint64_t(tiling.tile_blocks);
       auto also_read = [&](uint64_t t) {  // block t's filter taps and skip weight
-        const int64_t c = int64_t(t % rows) % D;
-        std::vector<test::ByteRange> r;
-        for (int64_t j = 0; j < 3; ++j)
-          for (int64_t k = 0; k < Kp; ++k) r.push_back({&wp.at(3 * c + j, k), sizeof(T)});
-        for (int64_t k = 0; k < Km; ++k) r.push_back({&wm.at(c, k), sizeof(T)});
-        r.push_back({&skip.at(c, 0), sizeof(T)});
-        return r;
+        return test::filter_reads(wp, wm, skip, int64_t(t % rows) % D, Kp, Km);
       };
       auto bytes = [](const auto& v) { return test::ByteRange{v.data(), v.size() * sizeof(v[0])}; };
       for (int64_t ahead : {1, 2, 5}) {

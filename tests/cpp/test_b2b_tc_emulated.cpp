@@ -405,11 +405,7 @@ TEST(B2BTensorCoreEmulated, WgmmaPrefetchesBlocksAhead) {
       // x1 and x2 steps [j0 - 64 Hm - (Kp - 1), j0).
       auto also_read = [&](uint64_t t) {
         const int64_t row = int64_t(t % rows), b = row / D, c = row % D, first = int64_t(t / rows) * per_segment;
-        std::vector<test::ByteRange> r;
-        for (int64_t j = 0; j < 3; ++j)
-          for (int64_t k = 0; k < Kp; ++k) r.push_back({&wp_e.at(3 * c + j, k), sizeof(T)});
-        for (int64_t k = 0; k < Km; ++k) r.push_back({&wm_e.at(c, k), sizeof(T)});
-        r.push_back({&skip_e.at(c, 0), sizeof(T)});
+        std::vector<test::ByteRange> r = test::filter_reads(wp_e, wm_e, skip_e, c, Kp, Km);
         if (first > 0) {
           const int64_t j0 = first * 4096, from = j0 - 64 * (kMixerBlocks - 1) - (Kp - 1);
           for (int64_t j = 1; j < 3; ++j) r.push_back({x_at(b, 3 * c + j, from), size_t(j0 - from) * sizeof(T)});
