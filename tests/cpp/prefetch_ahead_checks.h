@@ -55,6 +55,21 @@ std::vector<ByteRange> filter_reads(Weights& wp, Weights& wm, Skip& skip, int64_
   return r;
 }
 
+// The bytes of a vector's elements.
+template <typename V>
+ByteRange bytes_of(const V& v) {
+  return {v.data(), v.size() * sizeof(v[0])};
+}
+
+// `log` cleared, then on while `launch` runs.
+template <typename Launch>
+void record_memory_log(emulation::MemoryLog& log, Launch launch) {
+  log.clear();
+  log.on = true;
+  launch();
+  log.on = false;
+}
+
 // Checks `log`, recorded over a launch of `blocks` blocks with prefetch_ahead = ahead:
 //   - for each block t >= ahead, every line of its first commit group's cp.async reads (bytes > 0)
 //     and of also_read(t) (what else the test knows it reads first: its filter taps, skip weight)

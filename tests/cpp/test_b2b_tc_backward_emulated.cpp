@@ -426,12 +426,8 @@ TEST(B2BTensorCoreBackwardEmulated, WgmmaPrefetchesBlocksAhead) {
       auto also_read = [&](uint64_t t) {  // block t's filter taps and skip weight
         return test::filter_reads(wp, wm, skip, int64_t(t % rows) % D, Kp, Km);
       };
-      auto bytes = [](const auto& v) { return test::ByteRange{v.data(), v.size() * sizeof(v[0])}; };
       for (int64_t ahead : {1, 2, 5}) {
-        emu::memory_log.clear();
-        emu::memory_log.on = true;
-        run(ahead);
-        emu::memory_log.on = false;
+        test::record_memory_log(emu::memory_log, [&] { run(ahead); });
         EXPECT_EQ(std::memcmp(dx.data.data(), want_dx.data(), want_dx.size() * sizeof(T)), 0)
             << "ahead " << ahead << ": dx differs from that without prefetches";
         EXPECT_EQ(std::memcmp(partials.data(), want_partials.data(), partials.size() * sizeof(float)), 0)
@@ -439,7 +435,7 @@ TEST(B2BTensorCoreBackwardEmulated, WgmmaPrefetchesBlocksAhead) {
         test::expect_prefetches_ahead(
             emu::memory_log, blocks, uint64_t(ahead), also_read,
             {{x_lines.data, x.data.size() * sizeof(T)}, {dout_lines.data, dout.data.size() * sizeof(T)},
-             bytes(wp.data), bytes(wm.data), bytes(skip.data)});
+             test::bytes_of(wp.data), test::bytes_of(wm.data), test::bytes_of(skip.data)});
       }
       emu::memory_log.clear();
     }

@@ -412,17 +412,13 @@ TEST(B2BTensorCoreEmulated, WgmmaPrefetchesBlocksAhead) {
         }
         return r;
       };
-      auto bytes = [](const auto& v) { return test::ByteRange{v.data(), v.size() * sizeof(v[0])}; };
       for (int64_t ahead : {1, 2, 5}) {
-        emu::memory_log.clear();
-        emu::memory_log.on = true;
-        run(ahead);
-        emu::memory_log.on = false;
+        test::record_memory_log(emu::memory_log, [&] { run(ahead); });
         EXPECT_EQ(std::memcmp(out_e.data.data(), want.data(), want.size() * sizeof(T)), 0)
             << "ahead " << ahead << ": the outputs differ from those without prefetches";
         test::expect_prefetches_ahead(emu::memory_log, blocks, uint64_t(ahead), also_read,
-                                      {{x_lines.data, x_e.data.size() * sizeof(T)}, bytes(wp_e.data),
-                                       bytes(wm_e.data), bytes(skip_e.data)});
+                                      {{x_lines.data, x_e.data.size() * sizeof(T)}, test::bytes_of(wp_e.data),
+                                       test::bytes_of(wm_e.data), test::bytes_of(skip_e.data)});
       }
       emu::memory_log.clear();
     }
