@@ -118,6 +118,13 @@ void launch_wgmma_width(const DepthwiseForwardParams& p, cudaStream_t stream) {
 // producer's path. Off until timed on the GPU.
 constexpr bool kWgmmaRingWeightsAhead = false;
 
+// The streaming forward's grid in waves of resident blocks. One wave: each block walks a static
+// contiguous range of ~total / resident tiles, and ncu (session 45) had the SMs finishing unevenly
+// (active 75 / 88.5 / 98 % min / average / max of the elapsed cycles). More waves: shorter ranges,
+// and the hardware starts each next block on whichever SM frees a slot first, i.e. balances at the
+// cost of one prologue (barriers, first weights, first stage) per range. Off (1) until timed.
+constexpr int kWgmmaRingWaves = 1;
+
 template <typename T, int kBlocks>
 void launch_wgmma_ring(const DepthwiseForwardParams& p, cudaStream_t stream) {
   using Smem = DepthwiseWgmmaRingSmem<kBlocks>;
@@ -130,7 +137,7 @@ void launch_wgmma_ring(const DepthwiseForwardParams& p, cudaStream_t stream) {
   const CUtensorMap y_map = encode_tensor_map(p.y, p.dtype, 4, yv.dims, yv.strides, yv.box, what);
   const int64_t tiles_per_row = (p.length + WgmmaToeplitzTile::kOutputs - 1) / WgmmaToeplitzTile::kOutputs;
   const int64_t grid = std::min(p.batch * p.channels * tiles_per_row,
-                                int64_t(resident_blocks(kernel, Smem::kThreads, Smem::kBytes, what)));
+                                int64_t(kWgmmaRingWaves) * resident_blocks(kernel, Smem::kThreads, Smem::kBytes, what));
   kernel<<<unsigned(grid), Smem::kThreads, Smem::kBytes, stream>>>(x_map, y_map, p, tiles_per_row);
 }
 
