@@ -54,12 +54,6 @@ size_t b2b_wgmma_backward_smem_bytes(int mixer_blocks) {
   }
 }
 
-// At the last tile of its walk a block of the wgmma backward prefetches into L2 what the block one
-// wave later (the kernel's resident blocks later in launch order) reads first: its filters, skip
-// weight and first stage (b2b_wgmma_prefetch_block_ahead), as the forward's
-// kB2BWgmmaPrefetchNextBlocks. Off until timed on the GPU.
-constexpr bool kB2BWgmmaBackwardPrefetchNextBlocks = false;
-
 // Rows off the 16-byte grid (odd L) on the wgmma backward, each realigned from its own 16-byte grid
 // (b2b_backward_wgmma_kernel's kRealigned), as the forward's (kB2BWgmmaRealignedRows); else the
 // mma.sync form (bf16 B1 D4096 L8191 Kp3 Km128 fwd+bwd 1.18 ms on the H100, against 0.47 at L8192).
@@ -142,22 +136,16 @@ void launch_typed(const B2BBackwardParams& p, const B2BBackwardPlan& plan, float
           const int64_t per_segment = (plan.tiling.tiles + plan.tiling.tile_blocks - 1) / plan.tiling.tile_blocks;
           auto run = [&](auto kernel) {
             allow_dynamic_shared_memory(kernel, plan.smem_bytes, "b2b_causal_conv1d backward (shared-memory opt-in)");
-            const int64_t prefetch_ahead =
-                kB2BWgmmaBackwardPrefetchNextBlocks
-                    ? resident_blocks(kernel, WgmmaToeplitzTile::kThreads, plan.smem_bytes,
-                                      "b2b_causal_conv1d backward (resident blocks)")
-                    : 0;
             kernel<<<grid, WgmmaToeplitzTile::kThreads, plan.smem_bytes, stream>>>(p, plan.tiling.tiles, per_segment,
-                                                                                  prefetch_ahead, partials);
+                                                                                  partials);
           };
           auto run_width = [&](auto dwp_on_cores, auto realigned) {
             constexpr bool kCores = decltype(dwp_on_cores)::value, kRealigned = decltype(realigned)::value;
-            constexpr bool kPrefetch = kB2BWgmmaBackwardPrefetchNextBlocks;
             switch (plan.tc_max_blocks) {
-              case 2: run(b2b_backward_wgmma_kernel<T, 2, kCores, kRealigned, kPrefetch>); break;  // Km <= 65
-              case 3: run(b2b_backward_wgmma_kernel<T, 3, kCores, kRealigned, kPrefetch>); break;  // Km <= 129
-              case 4: run(b2b_backward_wgmma_kernel<T, 4, kCores, kRealigned, kPrefetch>); break;  // Km <= 193
-              default: run(b2b_backward_wgmma_kernel<T, 5, kCores, kRealigned, kPrefetch>); break;  // Km <= 256
+              case 2: run(b2b_backward_wgmma_kernel<T, 2, kCores, kRealigned>); break;  // Km <= 65
+              case 3: run(b2b_backward_wgmma_kernel<T, 3, kCores, kRealigned>); break;  // Km <= 129
+              case 4: run(b2b_backward_wgmma_kernel<T, 4, kCores, kRealigned>); break;  // Km <= 193
+              default: run(b2b_backward_wgmma_kernel<T, 5, kCores, kRealigned>); break;  // Km <= 256
             }
           };
           auto run_rows = [&](auto dwp_on_cores) {

@@ -117,14 +117,10 @@ constexpr int kDwpCoreTaps = 4;
 
 // kRealigned: rows off the 16-byte grid (odd L), each at its own lead, staged as raw 16-byte units
 // of its grid and realigned in shared memory as the forward's (common/toeplitz_wgmma.cuh); the dx
-// rows stored from their own grids. kPrefetchAhead with prefetch_ahead > 0: at the last tile of its
-// walk (its first) a block prefetches into L2 what the block that many places later in launch order
-// reads first (b2b_wgmma_prefetch_block_ahead); a template switch, so that without it the code is as
-// before (with it, some realigned instantiations spill 8-40 B more).
-template <typename T, int kMixerBlocks, bool kDwpOnCores, bool kRealigned = false, bool kPrefetchAhead = false>
+// rows stored from their own grids.
+template <typename T, int kMixerBlocks, bool kDwpOnCores, bool kRealigned = false>
 __global__ void __launch_bounds__(WgmmaToeplitzTile::kThreads, 2)
-    b2b_backward_wgmma_kernel(B2BBackwardParams p, int64_t tiles, int64_t tiles_per_segment, int64_t prefetch_ahead,
-                              float* partials) {
+    b2b_backward_wgmma_kernel(B2BBackwardParams p, int64_t tiles, int64_t tiles_per_segment, float* partials) {
 #ifdef CAUSALCONV_SM90A
   using Tile = WgmmaToeplitzTile;
   using Layout = B2BWgmmaBackwardLayout<kMixerBlocks, kRealigned>;
@@ -276,10 +272,6 @@ __global__ void __launch_bounds__(WgmmaToeplitzTile::kThreads, 2)
     cp_async_wait<0>();                // this thread's copies of the tile are done
     sm90::fence_proxy_async_shared();  // ... and visible to wgmma, as are the tables and carries
     __syncthreads();                   // every thread's
-    if constexpr (kPrefetchAhead) {
-      if (prefetch_ahead > 0 && tile == first)
-        b2b_wgmma_prefetch_block_ahead<T, kHalo, kRealigned, true>(p, prefetch_ahead, tiles, tiles_per_segment);
-    }
     if constexpr (kRealigned) {  // the raw units of this stage's rows into their chunks
       wgmma_realign_rows<4, Layout::kXRows>(
           smem, [&](int j) { return j < 3 ? x_row(slot, j) : g_row(slot); }, [&](int j) { return 2 * row_lead(j); },

@@ -122,29 +122,17 @@ constexpr int64_t kB2BWgmmaMinBlocks = 1024;
 // form these rows took before.
 constexpr bool kB2BWgmmaRealignedRows = true;
 
-// At its last tile a block of the wgmma form prefetches into L2 what the block one wave later (the
-// kernel's resident blocks later in launch order, which starts about when it ends) reads first: its
-// filters, skip weight and first stage (b2b_wgmma_prefetch_block_ahead). A profile at L8192 (2 tiles
-// a block) had ~45 % of the warp samples in the prologue, waiting on those loads from DRAM. Off
-// until timed on the GPU (the emulated tests check which lines it prefetches).
-constexpr bool kB2BWgmmaPrefetchNextBlocks = false;
-
 template <typename T, int kMixerBlocks, bool kRealigned>
 void launch_wgmma(const B2BForwardParams& p, cudaStream_t stream) {
   constexpr int smem = B2BWgmmaLayout<kMixerBlocks, kRealigned>::kBytes;
-  auto* const kernel =
-      b2b_forward_wgmma_kernel<T, kMixerBlocks, kToeplitzNonFiniteGuard, kRealigned, kB2BWgmmaPrefetchNextBlocks>;
+  auto* const kernel = b2b_forward_wgmma_kernel<T, kMixerBlocks, kToeplitzNonFiniteGuard, kRealigned>;
   allow_dynamic_shared_memory(kernel, smem, "b2b_causal_conv1d forward (shared-memory opt-in)");
   const int64_t tiles = (p.length + WgmmaToeplitzTile::kOutputs - 1) / WgmmaToeplitzTile::kOutputs;
   const int64_t rows = p.batch * p.dim;
   int64_t per_segment = std::min((tiles * rows + kB2BWgmmaMinBlocks - 1) / kB2BWgmmaMinBlocks, kB2BWgmmaMaxTilesPerSegment);
   per_segment = std::max(per_segment, (tiles + kB2BMaxGridY - 1) / kB2BMaxGridY);
   const dim3 grid(unsigned(rows), unsigned((tiles + per_segment - 1) / per_segment));
-  const int64_t prefetch_ahead =
-      kB2BWgmmaPrefetchNextBlocks
-          ? resident_blocks(kernel, WgmmaToeplitzTile::kThreads, smem, "b2b_causal_conv1d forward (resident blocks)")
-          : 0;
-  kernel<<<grid, WgmmaToeplitzTile::kThreads, smem, stream>>>(p, tiles, per_segment, prefetch_ahead);
+  kernel<<<grid, WgmmaToeplitzTile::kThreads, smem, stream>>>(p, tiles, per_segment);
 }
 
 // fp16/bf16 with kB2BTcMinMixerWidth <= Km <= 256 and Kp <= 32 on rows of 16-byte vectors (any rows

@@ -67,12 +67,10 @@ struct B2BWgmmaLayout {
 // Block (b*D + c, segment) walks tiles [segment * tiles_per_segment, + tiles_per_segment) of its
 // row (fewer at the row's end). kRealigned: rows off the 16-byte grid (odd L), each at its own
 // lead, staged as raw 16-byte units and realigned in shared memory (common/toeplitz_wgmma.cuh);
-// the output row stored from its own grid. kPrefetchAhead with prefetch_ahead > 0: at its last tile
-// a block prefetches into L2 what the block that many places later in launch order reads first
-// (b2b_wgmma_prefetch_block_ahead); a template switch, so that without it the code is as before.
-template <typename T, int kMixerBlocks, bool kGuard, bool kRealigned = false, bool kPrefetchAhead = false>
+// the output row stored from its own grid.
+template <typename T, int kMixerBlocks, bool kGuard, bool kRealigned = false>
 __global__ void __launch_bounds__(WgmmaToeplitzTile::kThreads, 3)
-    b2b_forward_wgmma_kernel(B2BForwardParams p, int64_t tiles, int64_t tiles_per_segment, int64_t prefetch_ahead) {
+    b2b_forward_wgmma_kernel(B2BForwardParams p, int64_t tiles, int64_t tiles_per_segment) {
 #ifdef CAUSALCONV_SM90A
   using Tile = WgmmaToeplitzTile;
   using Layout = B2BWgmmaLayout<kMixerBlocks, kRealigned>;
@@ -162,10 +160,6 @@ __global__ void __launch_bounds__(WgmmaToeplitzTile::kThreads, 3)
     cp_async_wait<0>();                // this thread's copies of the tile are done
     sm90::fence_proxy_async_shared();  // ... and visible to wgmma, as are the tables and the z halo
     __syncthreads();                   // every thread's; the other stage is free
-    if constexpr (kPrefetchAhead) {
-      if (prefetch_ahead > 0 && tile + 1 == last)
-        b2b_wgmma_prefetch_block_ahead<T, kHalo, kRealigned, false>(p, prefetch_ahead, tiles, tiles_per_segment);
-    }
     if (tile + 1 < last) stage(slot ^ 1, tile + 1);
     cp_async_commit();
     if constexpr (kRealigned) {  // the raw units of this stage's rows into their chunks

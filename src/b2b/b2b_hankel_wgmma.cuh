@@ -6,7 +6,6 @@
 
 #include <cstdint>
 
-#include "common/async_copy.cuh"
 #include "common/sm90_primitives.cuh"
 #include "common/toeplitz_mma.cuh"
 #include "common/toeplitz_wgmma.cuh"
@@ -79,65 +78,6 @@ struct B2BLagFilters {
     mixer.store(lags + 3 * kProjLags);
   }
 };
-
-// The block `ahead` (> 0) places after this one in launch order (x fastest, then y) of a 16-bit
-// wgmma kernel's grid, whose block (b D + c, segment) walks tiles [first, last) of row (b, c): its
-// row and tiles; found false past the grid or where its segment starts past the row.
-struct B2BBlockAhead {
-  bool found;
-  int64_t b, c, first, last;
-};
-__device__ __forceinline__ B2BBlockAhead b2b_block_ahead(int64_t ahead, int64_t dim, int64_t tiles,
-                                                         int64_t tiles_per_segment) {
-  B2BBlockAhead t{false, 0, 0, 0, 0};
-  // (32-bit: x < 2^31 + ahead, and ahead is at most the blocks resident at once)
-  const uint32_t x = blockIdx.x + uint32_t(ahead), more_y = x / gridDim.x, y = blockIdx.y + more_y;
-  if (y >= gridDim.y) return t;
-  const uint32_t row = x - more_y * gridDim.x;
-  t.b = int64_t(row / uint32_t(dim));
-  t.c = int64_t(row) - t.b * dim;
-  t.first = y * tiles_per_segment;
-  if (t.first >= tiles) return t;
-  t.last = t.first + tiles_per_segment < tiles ? t.first + tiles_per_segment : tiles;
-  t.found = true;
-  return t;
-}
-
-// L2 prefetches (common/async_copy.cuh) of what the block `ahead` places later in launch order
-// (b2b_block_ahead) reads first: its channel's four filters and skip weight, its x rows 3c + j over
-// chunks [J - 1, J + 64) of the tile its walk starts at (J = 64 * that tile: the forward's first,
-// the backward's top), x1's and x2's over the Hm chunks before those too (the backward stages them
-// for its z halo, the forward reads them for the halo at a segment's first tile) and (kBackward)
-// dout over [J, J + 64): its first stage. kRealigned: the rows' raw 16-byte units, whose first
-// shares a line with the range's first step but whose last (at lead 0) holds the 8 steps after
-// the range, and dout's 65 chunks (its carry row's too). Blocks start in launch order, so with
-// `ahead` the blocks resident at once that block starts about when this one ends, and its
-// prologue's loads come from L2 instead of DRAM.
-template <typename T, int kHalo, bool kRealigned, bool kBackward, typename P>
-__device__ __forceinline__ void b2b_wgmma_prefetch_block_ahead(const P& p, int64_t ahead, int64_t tiles,
-                                                               int64_t tiles_per_segment) {
-  const B2BBlockAhead t = b2b_block_ahead(ahead, p.dim, tiles, tiles_per_segment);
-  if (!t.found) return;
-  const T* const wp = static_cast<const T*>(p.weight_proj) + 3 * t.c * p.wp_stride[0];
-#pragma unroll
-  for (int j = 0; j < 3; ++j) prefetch_l2_taps(wp + j * p.wp_stride[0], p.wp_stride[1], int(p.proj_width));
-  prefetch_l2_taps(static_cast<const T*>(p.weight_mixer) + t.c * p.wm_stride[0], p.wm_stride[1],
-                   int(p.mixer_width));
-  if (threadIdx.x == 0) prefetch_l2(static_cast<const T*>(p.skip_bias) + t.c * p.skip_stride);
-  // (the backward's top: b2b_backward_wgmma_kernel's)
-  const int64_t stage_tile = !kBackward ? t.first : t.last < tiles ? t.last : t.last - 1;
-  const int64_t j0 = stage_tile * WgmmaToeplitzTile::kOutputs, n = p.length;
-  constexpr int64_t kChunk = WgmmaToeplitzTile::kChunk, kUnitPast = kRealigned ? 8 : 0;
-  const T* const x = static_cast<const T*>(p.x) + t.b * p.x_stride[0] + 3 * t.c * p.x_stride[1];
-#pragma unroll
-  for (int j = 0; j < 3; ++j)
-    prefetch_l2_row(x + j * p.x_stride[1], j0 - kChunk * (j == 0 ? 1 : 1 + kHalo),
-                    j0 + WgmmaToeplitzTile::kOutputs + kUnitPast, n);
-  if constexpr (kBackward) {
-    const T* const dout = static_cast<const T*>(p.dout) + t.b * p.dout_stride[0] + t.c * p.dout_stride[1];
-    prefetch_l2_row(dout, j0, j0 + WgmmaToeplitzTile::kOutputs + (kRealigned ? kChunk : 0) + kUnitPast, n);
-  }
-}
 
 // A filter's Hankel table (see the top) from its staged lags: the 16-byte row a of core Q at
 // table + 128 Q + 16 a. A row whose eight lags all lie outside [0, width) is stored as zero without

@@ -1,9 +1,8 @@
 // Global -> shared copies that need no registers: cp.async (sm_80+), 16 bytes at a time.
 // A block issues all of a tile's copies, then waits once; every copy is in flight at once
-// without holding the data in registers. Also L2 prefetches (sm_80+) of what a later block will
-// copy. (Host builds under tests/cpp/cuda_emulation.h get their emulation from there: cp_async16's
-// copies land at the wait that retires their group, as they may on the GPU; prefetches do nothing
-// but can be logged.)
+// without holding the data in registers. (Host builds under tests/cpp/cuda_emulation.h
+// get their emulation from there: cp_async16's copies land at the wait that retires their
+// group, as they may on the GPU.)
 #pragma once
 
 #include <cstdint>
@@ -35,33 +34,7 @@ template <int kPending>
 __device__ __forceinline__ void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending) : "memory");
 }
-
-// Brings the 128-byte line holding `address` (global memory) into L2, without waiting for it.
-__device__ __forceinline__ void prefetch_l2(const void* address) {
-  asm volatile("prefetch.global.L2 [%0];\n" ::"l"(address));
-}
 #endif
-
-// prefetch_l2 of the 128-byte lines holding steps [from, to) of `row`, clipped to [0, n): thread i
-// of the block takes lines i, i + blockDim.x, ... Each line is named by an address inside the
-// range (the first by the range's start), so none outside the row's valid steps is touched.
-template <typename T>
-__device__ __forceinline__ void prefetch_l2_row(const T* row, int64_t from, int64_t to, int64_t n) {
-  from = from > 0 ? from : 0;
-  to = to < n ? to : n;
-  if (from >= to) return;
-  const uintptr_t start = reinterpret_cast<uintptr_t>(row + from), first_line = start & ~uintptr_t(127);
-  const int64_t lines = int64_t((reinterpret_cast<uintptr_t>(row + to) - 1 - first_line) >> 7) + 1;
-  for (int64_t i = threadIdx.x; i < lines; i += blockDim.x)
-    prefetch_l2(reinterpret_cast<const void*>(i == 0 ? start : first_line + 128 * uintptr_t(i)));
-}
-
-// prefetch_l2 of taps 0 .. width - 1 of a filter row `stride` apart: thread k takes taps k,
-// k + blockDim.x, ... (the warp's requests to one line are coalesced, as loads are).
-template <typename T>
-__device__ __forceinline__ void prefetch_l2_taps(const T* taps, int64_t stride, int width) {
-  for (int k = int(threadIdx.x); k < width; k += int(blockDim.x)) prefetch_l2(taps + k * stride);
-}
 
 // One 16-byte unit of a row that lies `lead` values of T past the 16-byte boundary before it, copied
 // raw from the row's 16-byte grid (grid_row = row - lead, 16-byte aligned): the unit at grid_row + t

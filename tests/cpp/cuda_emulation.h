@@ -106,35 +106,6 @@ inline Dim3 gridDim, blockIdx, blockDim;
 inline thread_local Dim3 threadIdx;
 inline BlockState* block_state = nullptr;
 
-// The running block's index in launch order (x fastest, then y).
-inline uint64_t linear_block() { return blockIdx.x + uint64_t(blockIdx.y) * gridDim.x; }
-
-// What the blocks of a launch ask of global memory ahead of use, for tests of prefetching: each
-// L2 prefetch (common/async_copy.cuh's prefetch_l2) and each cp_async16 with its block, and for a
-// copy the issuing thread's commit group (the cp_async_commit calls it made before it: 0 for a
-// block's first group). Recorded only while `on` (set between launches).
-struct PrefetchRecord {
-  uint64_t block;
-  const void* address;
-};
-struct AsyncCopyRecord {
-  uint64_t block;
-  int group;
-  const void* src;
-  int bytes;
-};
-struct MemoryLog {
-  bool on = false;
-  std::mutex mutex;
-  std::vector<PrefetchRecord> prefetches;
-  std::vector<AsyncCopyRecord> copies;
-  void clear() {
-    prefetches.clear();
-    copies.clear();
-  }
-};
-inline MemoryLog memory_log;
-
 // Runs kernel() for every thread of every block of grid, one block at a time.
 // Runs each body on its own OS thread and joins them all. The stacks are sized explicitly:
 // kernels keep large register arrays, and the default thread stack follows the host's
@@ -305,19 +276,12 @@ struct AsyncCopy {
 };
 inline thread_local std::vector<AsyncCopy> async_open_group;  // this thread's open group
 inline thread_local std::vector<std::vector<AsyncCopy>> async_pending_groups;  // committed, unretired
-inline thread_local int async_commits = 0;  // this thread's cp_async_commit calls (a thread runs one block)
 inline void cp_async16(void* dst_shared, const void* src, int bytes) {
   async_open_group.push_back({dst_shared, src, bytes});
-  emulation::MemoryLog& log = emulation::memory_log;
-  if (log.on) {
-    std::lock_guard<std::mutex> lock(log.mutex);
-    log.copies.push_back({emulation::linear_block(), async_commits, src, bytes});
-  }
 }
 inline void cp_async_commit() {
   async_pending_groups.push_back(std::move(async_open_group));
   async_open_group.clear();
-  ++async_commits;
 }
 template <int kPending>
 inline void cp_async_wait() {
@@ -328,14 +292,6 @@ inline void cp_async_wait() {
     }
     async_pending_groups.erase(async_pending_groups.begin());
   }
-}
-
-// L2 prefetches: nothing to fetch on the CPU; logged for the tests (emulation::memory_log).
-inline void prefetch_l2(const void* address) {
-  emulation::MemoryLog& log = emulation::memory_log;
-  if (!log.on) return;
-  std::lock_guard<std::mutex> lock(log.mutex);
-  log.prefetches.push_back({emulation::linear_block(), address});
 }
 }  // namespace causalconv::detail
 

@@ -36,7 +36,6 @@
 #include "b2b_test_data.h"
 #include "error_tally.h"
 #include "host_tensor.h"
-#include "prefetch_ahead_checks.h"
 
 namespace causalconv {
 namespace {
@@ -78,25 +77,16 @@ void launch_emulated(const detail::B2BBackwardParams& p, const detail::B2BTiling
 
 template <typename T, int kMixerBlocks, bool kRealigned>
 void launch_wgmma_emulated(const detail::B2BBackwardParams& p, const detail::B2BTiling& tiling,
-                           int64_t tiles_per_segment, bool dwp_on_cores, float* partials, int64_t prefetch_ahead = 0) {
+                           int64_t tiles_per_segment, bool dwp_on_cores, float* partials) {
   using Tile = detail::WgmmaToeplitzTile;
   emu::launch({unsigned(p.batch * p.dim), unsigned(tiling.tile_blocks), 1}, Tile::kThreads,
               size_t(detail::B2BWgmmaBackwardLayout<kMixerBlocks, kRealigned>::kBytes), [&] {
-                auto run = [&](auto dwp_on_cores_constant, auto prefetch_constant) {
-                  detail::b2b_backward_wgmma_kernel_emulated<T, kMixerBlocks, decltype(dwp_on_cores_constant)::value,
-                                                             kRealigned, decltype(prefetch_constant)::value>(
-                      p, tiling.tiles, tiles_per_segment, prefetch_ahead, partials);
-                };
-                auto with_prefetch = [&](auto dwp_on_cores_constant) {
-                  if (prefetch_ahead > 0)
-                    run(dwp_on_cores_constant, std::true_type{});
-                  else
-                    run(dwp_on_cores_constant, std::false_type{});
-                };
                 if (dwp_on_cores)
-                  with_prefetch(std::true_type{});
+                  detail::b2b_backward_wgmma_kernel_emulated<T, kMixerBlocks, true, kRealigned>(
+                      p, tiling.tiles, tiles_per_segment, partials);
                 else
-                  with_prefetch(std::false_type{});
+                  detail::b2b_backward_wgmma_kernel_emulated<T, kMixerBlocks, false, kRealigned>(
+                      p, tiling.tiles, tiles_per_segment, partials);
               });
 }
 
@@ -368,77 +358,6 @@ TEST(B2BTensorCoreBackwardEmulated, WgmmaRealignedRows) {
   run_case<__nv_bfloat16>({1, 1, 12291, 17, 193, false, 1}, Form::wgmma_realigned);     // segments of 1: priming tiles
   run_case<__half>({1, 2, 8197, 4, 256, false, 2}, Form::wgmma_dwp_on_cores_realigned);  // segments 2 + 1, 5 blocks
   run_case<__half>({1, 1, 301, 18, 65}, Form::wgmma_realigned);                         // L < Km, Kp 18
-}
-
-// The wgmma backward's L2 prefetches for the block a wave later (prefetch_ahead > 0,
-// b2b_wgmma_prefetch_block_ahead, at the last tile of a block's walk): dx and the weight-gradient
-// partials are bitwise those without, block t - ahead prefetched every line block t reads first (its
-// first stage's copies: x rows, x1's and x2's halo chunks, dout; its filter taps and skip weight),
-// and the blocks with none that far ahead prefetch nothing. B2 D3, 3 tiles in segments of 1 and 2
-// (blockIdx.y > 0, priming tiles), dwp on the CUDA cores (Kp 3), 16-byte and realigned rows.
-TEST(B2BTensorCoreBackwardEmulated, WgmmaPrefetchesBlocksAhead) {
-  using T = __nv_bfloat16;
-  constexpr int kMixerBlocks = 3;
-  const int64_t B = 2, D = 3, L = 12000, Kp = 3, Km = 128, tiles = 3;
-  ASSERT_EQ(detail::toeplitz64_blocks(int(Km)), kMixerBlocks);
-  std::mt19937 seeds(45);
-  HostTensor xh({B, 3 * D, L}), gh({B, D, L}), wph({3 * D, Kp}), wmh({D, Km}), skiph({D});
-  xh.fill_uniform(seeds());
-  gh.fill_uniform(seeds());
-  wph.fill_uniform(seeds());
-  wmh.fill_uniform(seeds(), -1.0 / std::sqrt(double(Km)), 1.0 / std::sqrt(double(Km)));
-  skiph.fill_uniform(seeds());
-  for (bool realigned : {false, true})
-    for (int64_t per_segment : {1, 2}) {
-      SCOPED_TRACE(::testing::Message() << (realigned ? "realigned" : "16-byte") << " rows, segments of "
-                                        << per_segment);
-      const int64_t pad = realigned ? 3 : 8 - L % 8;
-      Activation<T> x(B, 3 * D, L, pad), dout(B, D, L, pad), dx(B, 3 * D, L, realigned ? 5 : pad);
-      Weight<T> wp(3 * D, Kp), wm(D, Km), skip(D, 1);
-      x.load(xh);
-      dout.load(gh);
-      wp.load(wph);
-      wm.load(wmh);
-      skip.load(skiph);
-      detail::B2BBackwardParams p = test::b2b_backward_params(x, wp, wm, skip, dout, dx);
-      // Row (1, 2)'s x0 and dout from a line's start: at lead 0, their realigned last raw units start
-      // a line (block 5 stages tile 1 in segments of 1).
-      const test::LineAlignedCopy<T> x_lines(x.data, size_t(x.stride_b + 6 * x.stride_c));
-      const test::LineAlignedCopy<T> dout_lines(dout.data, size_t(dout.stride_b + 2 * dout.stride_c));
-      p.x = x_lines.data;
-      p.dout = dout_lines.data;
-      const detail::B2BTiling tiling{tiles, (tiles + per_segment - 1) / per_segment};
-      const int64_t slots = 3 * Kp + Km + 1;
-      std::vector<float> partials(size_t(D * B * tiling.tile_blocks * slots));
-      auto run = [&](int64_t ahead) {
-        const T nan = test::round_to(T{}, std::numeric_limits<double>::quiet_NaN());
-        std::fill(dx.data.begin(), dx.data.end(), nan);
-        std::fill(partials.begin(), partials.end(), std::numeric_limits<float>::quiet_NaN());
-        if (realigned)
-          launch_wgmma_emulated<T, kMixerBlocks, true>(p, tiling, per_segment, true, partials.data(), ahead);
-        else
-          launch_wgmma_emulated<T, kMixerBlocks, false>(p, tiling, per_segment, true, partials.data(), ahead);
-      };
-      run(0);
-      const std::vector<T> want_dx = dx.data;
-      const std::vector<float> want_partials = partials;
-      const uint64_t rows = uint64_t(B * D), blocks = rows * uint64_t(tiling.tile_blocks);
-      auto also_read = [&](uint64_t t) {  // block t's filter taps and skip weight
-        return test::filter_reads(wp, wm, skip, int64_t(t % rows) % D, Kp, Km);
-      };
-      for (int64_t ahead : {1, 2, 5}) {
-        test::record_memory_log(emu::memory_log, [&] { run(ahead); });
-        EXPECT_EQ(std::memcmp(dx.data.data(), want_dx.data(), want_dx.size() * sizeof(T)), 0)
-            << "ahead " << ahead << ": dx differs from that without prefetches";
-        EXPECT_EQ(std::memcmp(partials.data(), want_partials.data(), partials.size() * sizeof(float)), 0)
-            << "ahead " << ahead << ": the weight-gradient partials differ from those without prefetches";
-        test::expect_prefetches_ahead(
-            emu::memory_log, blocks, uint64_t(ahead), also_read,
-            {{x_lines.data, x.data.size() * sizeof(T)}, {dout_lines.data, dout.data.size() * sizeof(T)},
-             test::bytes_of(wp.data), test::bytes_of(wm.data), test::bytes_of(skip.data)});
-      }
-      emu::memory_log.clear();
-    }
 }
 
 // fp32 on warpgroup MMA (Kp <= 4): L = 1, odd D, L < Km, every mixer block count, a tile boundary

@@ -30,7 +30,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <cstring>
 #include <limits>
 #include <random>
 #include <type_traits>
@@ -39,7 +38,6 @@
 #include "b2b_kernel_params.h"
 #include "b2b_test_data.h"
 #include "host_tensor.h"
-#include "prefetch_ahead_checks.h"
 #include "toeplitz_guard_choice.h"
 
 namespace causalconv {
@@ -98,16 +96,12 @@ void launch_wgmma_tf32_emulated(const detail::B2BForwardParams& f, int64_t tiles
 }
 
 template <typename T, int kMixerBlocks, bool kRealigned, bool kGuard>
-void launch_wgmma_emulated(const detail::B2BForwardParams& f, int64_t tiles_per_segment, int64_t prefetch_ahead = 0) {
+void launch_wgmma_emulated(const detail::B2BForwardParams& f, int64_t tiles_per_segment) {
   using Tile = detail::WgmmaToeplitzTile;
   const int64_t tiles = (f.length + Tile::kOutputs - 1) / Tile::kOutputs;
   const emu::Dim3 grid{unsigned(f.batch * f.dim), unsigned((tiles + tiles_per_segment - 1) / tiles_per_segment), 1};
   emu::launch(grid, Tile::kThreads, size_t(detail::B2BWgmmaLayout<kMixerBlocks, kRealigned>::kBytes), [&] {
-    if (prefetch_ahead > 0)
-      detail::b2b_forward_wgmma_kernel_emulated<T, kMixerBlocks, kGuard, kRealigned, true>(f, tiles, tiles_per_segment,
-                                                                                         prefetch_ahead);
-    else
-      detail::b2b_forward_wgmma_kernel_emulated<T, kMixerBlocks, kGuard, kRealigned>(f, tiles, tiles_per_segment, 0);
+    detail::b2b_forward_wgmma_kernel_emulated<T, kMixerBlocks, kGuard, kRealigned>(f, tiles, tiles_per_segment);
   });
 }
 
@@ -351,77 +345,6 @@ TEST(B2BTensorCoreEmulated, WgmmaRealignedRows) {
       {1, 2, 9000, 3, 128, 8, 4090},  // NaN / inf across a tile boundary (the guard's tile)
   };
   for (const Case& c : f16_cases) run_case<__half>(c, Form::wgmma_realigned);
-}
-
-// The wgmma form's L2 prefetches for the block a wave later (prefetch_ahead > 0,
-// b2b_wgmma_prefetch_block_ahead): the outputs are bitwise those without, block t - ahead prefetched
-// every line block t reads first (its first stage's copies, its filter taps and skip weight, and at
-// a segment after its row's first the z halo's x1 and x2 steps), and the blocks with none that far
-// ahead prefetch nothing. B2 D3, 3 tiles in segments of 1 and 2 (blockIdx.y > 0), 16-byte and
-// realigned rows.
-TEST(B2BTensorCoreEmulated, WgmmaPrefetchesBlocksAhead) {
-  using T = __nv_bfloat16;
-  constexpr int kMixerBlocks = 3;
-  const int64_t B = 2, D = 3, L = 12000, Kp = 3, Km = 128, tiles = 3;
-  ASSERT_EQ(detail::toeplitz64_blocks(int(Km)), kMixerBlocks);
-  std::mt19937 seeds(45);
-  HostTensor x({B, 3 * D, L}), wp({3 * D, Kp}), wm({D, Km}), skip({D});
-  x.fill_uniform(seeds());
-  wp.fill_uniform(seeds());
-  wm.fill_uniform(seeds());
-  skip.fill_uniform(seeds());
-  for (bool realigned : {false, true})
-    for (int64_t per_segment : {1, 2}) {
-      SCOPED_TRACE(::testing::Message() << (realigned ? "realigned" : "16-byte") << " rows, segments of "
-                                        << per_segment);
-      const int64_t pad = realigned ? 3 : 8 - L % 8;
-      Activation<T> x_e(B, 3 * D, L, pad), out_e(B, D, L, realigned ? 5 : pad);
-      Weight<T> wp_e(3 * D, Kp), wm_e(D, Km), skip_e(D, 1);
-      x_e.load(x);
-      wp_e.load(wp);
-      wm_e.load(wm);
-      skip_e.load(skip);
-      detail::B2BForwardParams f = test::b2b_forward_params(x_e, wp_e, wm_e, skip_e, out_e);
-      // Row (1, 2)'s x0 from a line's start: at lead 0, its realigned last raw unit starts a line.
-      const test::LineAlignedCopy<T> x_lines(x_e.data, size_t(x_e.stride_b + 6 * x_e.stride_c));
-      f.x = x_lines.data;
-      auto x_at = [&](int64_t b, int64_t row, int64_t step) {
-        return x_lines.data + b * x_e.stride_b + row * x_e.stride_c + step;
-      };
-      auto run = [&](int64_t ahead) {
-        const T nan = test::round_to(T{}, std::numeric_limits<double>::quiet_NaN());
-        std::fill(out_e.data.begin(), out_e.data.end(), nan);
-        test::with_guard_for(false, [&](auto guard) {
-          if (realigned)
-            launch_wgmma_emulated<T, kMixerBlocks, true, decltype(guard)::value>(f, per_segment, ahead);
-          else
-            launch_wgmma_emulated<T, kMixerBlocks, false, decltype(guard)::value>(f, per_segment, ahead);
-        });
-      };
-      run(0);
-      const std::vector<T> want = out_e.data;
-      const uint64_t rows = uint64_t(B * D), blocks = rows * uint64_t((tiles + per_segment - 1) / per_segment);
-      // Block t's filter taps and skip weight, and (at a segment after the row's first) the z halo's
-      // x1 and x2 steps [j0 - 64 Hm - (Kp - 1), j0).
-      auto also_read = [&](uint64_t t) {
-        const int64_t row = int64_t(t % rows), b = row / D, c = row % D, first = int64_t(t / rows) * per_segment;
-        std::vector<test::ByteRange> r = test::filter_reads(wp_e, wm_e, skip_e, c, Kp, Km);
-        if (first > 0) {
-          const int64_t j0 = first * 4096, from = j0 - 64 * (kMixerBlocks - 1) - (Kp - 1);
-          for (int64_t j = 1; j < 3; ++j) r.push_back({x_at(b, 3 * c + j, from), size_t(j0 - from) * sizeof(T)});
-        }
-        return r;
-      };
-      for (int64_t ahead : {1, 2, 5}) {
-        test::record_memory_log(emu::memory_log, [&] { run(ahead); });
-        EXPECT_EQ(std::memcmp(out_e.data.data(), want.data(), want.size() * sizeof(T)), 0)
-            << "ahead " << ahead << ": the outputs differ from those without prefetches";
-        test::expect_prefetches_ahead(emu::memory_log, blocks, uint64_t(ahead), also_read,
-                                      {{x_lines.data, x_e.data.size() * sizeof(T)}, test::bytes_of(wp_e.data),
-                                       test::bytes_of(wm_e.data), test::bytes_of(skip_e.data)});
-      }
-      emu::memory_log.clear();
-    }
 }
 
 TEST(B2BTensorCoreEmulated, BFloat16) {
