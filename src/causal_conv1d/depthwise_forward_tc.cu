@@ -110,26 +110,11 @@ void launch_wgmma_width(const DepthwiseForwardParams& p, cudaStream_t stream) {
   with_toeplitz64_blocks(p.width, [&](auto blocks) { launch_wgmma<T, decltype(blocks)::value>(p, stream); });
 }
 
-// The streaming forward's producer loads a block's next row's weights while the row before goes by
-// (the kernel's kWeightsAhead). Why: ncu of bf16 B1 C4096 L8192 K128 (H100, session 45) had the
-// consumers waiting for their stage in ~37 % of the samples with DRAM ~73 % busy, and the producer
-// warp waiting on its weight loads in about half of its own: a row (2 tiles at L8192) asks for its
-// weights only when its first tile is next, so each row change puts one global latency on the
-// producer's path. Off until timed on the GPU.
-constexpr bool kWgmmaRingWeightsAhead = false;
-
-// The streaming forward's grid in waves of resident blocks. One wave: each block walks a static
-// contiguous range of ~total / resident tiles, and ncu (session 45) had the SMs finishing unevenly
-// (active 75 / 88.5 / 98 % min / average / max of the elapsed cycles). More waves: shorter ranges,
-// and the hardware starts each next block on whichever SM frees a slot first, i.e. balances at the
-// cost of one prologue (barriers, first weights, first stage) per range. Off (1) until timed.
-constexpr int kWgmmaRingWaves = 1;
-
 template <typename T, int kBlocks>
 void launch_wgmma_ring(const DepthwiseForwardParams& p, cudaStream_t stream) {
   using Smem = DepthwiseWgmmaRingSmem<kBlocks>;
   const char* const what = "causal_conv1d forward (depthwise, tensor cores)";
-  auto* const kernel = depthwise_forward_wgmma_ring_kernel<T, kBlocks, kToeplitzNonFiniteGuard, kWgmmaRingWeightsAhead>;
+  auto* const kernel = depthwise_forward_wgmma_ring_kernel<T, kBlocks, kToeplitzNonFiniteGuard>;
   allow_dynamic_shared_memory(kernel, Smem::kBytes, what);
   const RowChunksView xv = row_chunks_view(p.batch, p.channels, p.length, p.x_stride, Smem::kBoxChunks);
   const RowChunksView yv = row_chunks_view(p.batch, p.channels, p.length, p.y_stride, WgmmaToeplitzTile::kChunks);
@@ -137,7 +122,7 @@ void launch_wgmma_ring(const DepthwiseForwardParams& p, cudaStream_t stream) {
   const CUtensorMap y_map = encode_tensor_map(p.y, p.dtype, 4, yv.dims, yv.strides, yv.box, what);
   const int64_t tiles_per_row = (p.length + WgmmaToeplitzTile::kOutputs - 1) / WgmmaToeplitzTile::kOutputs;
   const int64_t grid = std::min(p.batch * p.channels * tiles_per_row,
-                                int64_t(kWgmmaRingWaves) * resident_blocks(kernel, Smem::kThreads, Smem::kBytes, what));
+                                int64_t(resident_blocks(kernel, Smem::kThreads, Smem::kBytes, what)));
   kernel<<<unsigned(grid), Smem::kThreads, Smem::kBytes, stream>>>(x_map, y_map, p, tiles_per_row);
 }
 

@@ -341,9 +341,7 @@ struct RingWalk {
 // at 136 ptxas would serialise the wgmmas, as in the kernel above).
 constexpr int wgmma_ring_min_blocks_per_sm(int blocks) { return blocks <= 4 ? 3 : 2; }
 
-// kWeightsAhead: the producer loads the block's next row's weights while this row's tiles go by, so
-// that a row change waits on no global load (kWgmmaRingWeightsAhead, depthwise_forward_tc.cu).
-template <typename T, int kBlocks, bool kGuard, bool kWeightsAhead>
+template <typename T, int kBlocks, bool kGuard>
 __global__ void __launch_bounds__(DepthwiseWgmmaRingSmem<kBlocks>::kThreads, wgmma_ring_min_blocks_per_sm(kBlocks))
     depthwise_forward_wgmma_ring_kernel(const __grid_constant__ CUtensorMap x_map,
                                         const __grid_constant__ CUtensorMap y_map, DepthwiseForwardParams p,
@@ -379,33 +377,20 @@ __global__ void __launch_bounds__(DepthwiseWgmmaRingSmem<kBlocks>::kThreads, wgm
   if (warp == Tile::kThreads / 32) {  // the producer
     constexpr int kEntries = toeplitz64_pair_count<kBlocks>() + 1;  // the pairs, then the bias
     constexpr int kPerLane = (kEntries + 31) / 32;
-    // This lane's entries of channel c's table (the weights depend on the channel alone).
-    auto load_entries = [&](int64_t c, uint32_t(&entries)[kPerLane]) {
-      const T* const wc = static_cast<const T*>(p.weight) + c * p.w_stride[0];
-#pragma unroll
-      for (int k = 0; k < kPerLane; ++k) {
-        const int e = lane + 32 * k;
-        entries[k] = e < kEntries - 1 ? Toeplitz64Pairs<kBlocks, T>::entry(wc, p.w_stride[1], int(p.width), e)
-                     : e == kEntries - 1 && p.bias
-                         ? __float_as_uint(to_float(static_cast<const T*>(p.bias)[c * p.bias_stride]))
-                         : 0u;
-      }
-    };
     RingWalk w(first, tiles_per_row, p.channels);
-    uint32_t entries[kPerLane], next_entries[kPerLane];  // (kWeightsAhead) the block's next row's
-    if constexpr (kWeightsAhead) load_entries(w.c, next_entries);
     uint32_t i = 0;
     for (int64_t work = first; work < last; ++work, ++i, w.advance(tiles_per_row, p.channels)) {
       const int s = int(i % kStages);
+      uint32_t entries[kPerLane];
       if (w.new_row) {
-        if constexpr (kWeightsAhead) {
+        const T* const wc = static_cast<const T*>(p.weight) + w.c * p.w_stride[0];
 #pragma unroll
-          for (int k = 0; k < kPerLane; ++k) entries[k] = next_entries[k];
-          // The next row's loads, if the block's range reaches it: in flight while this row's tiles go by.
-          if ((w.b * p.channels + w.c + 1) * tiles_per_row < last)
-            load_entries(w.c + 1 == p.channels ? 0 : w.c + 1, next_entries);
-        } else {
-          load_entries(w.c, entries);
+        for (int k = 0; k < kPerLane; ++k) {
+          const int e = lane + 32 * k;
+          entries[k] = e < kEntries - 1 ? Toeplitz64Pairs<kBlocks, T>::entry(wc, p.w_stride[1], int(p.width), e)
+                       : e == kEntries - 1 && p.bias
+                           ? __float_as_uint(to_float(static_cast<const T*>(p.bias)[w.c * p.bias_stride]))
+                           : 0u;
         }
       }
       if (i >= kStages) sm90::mbarrier_wait(&empty[s], (i / kStages - 1) & 1);

@@ -156,15 +156,11 @@ bool checked_nonfinite(double got, double want, const char* what, int64_t i, int
 }
 
 // The mma.sync form (depthwise_forward_tc_kernel), the wgmma form on 16-byte aligned rows, or the
-// streaming wgmma form (rows of whole 64-step chunks), with its producer loading each row's weights
-// when the row's first tile is next or (weights ahead) while the row before goes by.
-enum class Form { mma_sync, wgmma, wgmma_ring, wgmma_ring_weights_ahead };
+// streaming wgmma form (rows of whole 64-step chunks).
+enum class Form { mma_sync, wgmma, wgmma_ring };
 
 const char* form_name(Form form) {
-  return form == Form::wgmma                      ? "wgmma"
-         : form == Form::wgmma_ring               ? "wgmma ring"
-         : form == Form::wgmma_ring_weights_ahead ? "wgmma ring, weights ahead"
-                                                  : "mma.sync";
+  return form == Form::wgmma ? "wgmma" : form == Form::wgmma_ring ? "wgmma ring" : "mma.sync";
 }
 
 // An emulated tensor map of the streaming form's view of an activation (as its launcher encodes).
@@ -228,7 +224,7 @@ void run_forward(const Case& cs, Form form = Form::mma_sync, Walk walk = {}) {
           detail::depthwise_forward_tf32x3_kernel_emulated<false>(p, tiles);
       });
     }
-  } else if (form == Form::wgmma_ring || form == Form::wgmma_ring_weights_ahead) {
+  } else if (form == Form::wgmma_ring) {
     const int64_t tiles_per_row = (L + detail::WgmmaToeplitzTile::kOutputs - 1) / detail::WgmmaToeplitzTile::kOutputs;
     const emu::Dim3 grid{unsigned(std::min(B * C * tiles_per_row, cs.tiles_per_block)), 1, 1};
     detail::with_toeplitz64_blocks(K, [&](auto blocks) {
@@ -238,12 +234,8 @@ void run_forward(const Case& cs, Form form = Form::mma_sync, Walk walk = {}) {
       const CUtensorMap y_map = row_chunks_map(p.y, B, C, L, p.y_stride, detail::WgmmaToeplitzTile::kChunks);
       test::with_guard_for(cs.nonfinite_at >= 0, [&](auto guard) {
         emu::launch(grid, Smem::kThreads, size_t(Smem::kBytes), [&] {
-          if (form == Form::wgmma_ring_weights_ahead)
-            detail::depthwise_forward_wgmma_ring_kernel_emulated<T, kBlocks, decltype(guard)::value, true>(
-                x_map, y_map, p, tiles_per_row);
-          else
-            detail::depthwise_forward_wgmma_ring_kernel_emulated<T, kBlocks, decltype(guard)::value, false>(
-                x_map, y_map, p, tiles_per_row);
+          detail::depthwise_forward_wgmma_ring_kernel_emulated<T, kBlocks, decltype(guard)::value>(x_map, y_map, p,
+                                                                                                  tiles_per_row);
         });
       });
     });
@@ -573,8 +565,7 @@ TEST(DepthwiseTensorCoreEmulated, ForwardWgmma) {
 // halo zero-filled before the row and the tail past it, every width's block count, blocks whose
 // ranges cross rows (fragments rebuilt from the stage's table) and wrap the 4-stage ring several
 // times, both output tiles, partial last tiles, one block per tile, and rows 16 bytes apart
-// (stride L + 8); the producer's weights loaded per row and a row ahead (across batches too: the
-// next row after channel C - 1 is channel 0).
+// (stride L + 8).
 TEST(DepthwiseTensorCoreEmulated, ForwardWgmmaRing) {
   const Case bf16_cases[] = {
       {1, 1, 64, 64, true, false, 3},      // one chunk, 2 blocks; more blocks than tiles
@@ -584,14 +575,12 @@ TEST(DepthwiseTensorCoreEmulated, ForwardWgmmaRing) {
       {1, 2, 128, 193, true, false, 2},    // 4 blocks; L < K
       {1, 3, 8256, 256, true, true, 9},    // 5 blocks; one tile per block
   };
+  for (const Case& c : bf16_cases) run_forward<__nv_bfloat16>(c, Form::wgmma_ring);
   const Case f16_cases[] = {
       {2, 2, 4096, 65, true, true, 3},
       {1, 4, 192, 255, false, false, 1},  // every row in one block
   };
-  for (Form form : {Form::wgmma_ring, Form::wgmma_ring_weights_ahead}) {
-    for (const Case& c : bf16_cases) run_forward<__nv_bfloat16>(c, form);
-    for (const Case& c : f16_cases) run_forward<__half>(c, form);
-  }
+  for (const Case& c : f16_cases) run_forward<__half>(c, Form::wgmma_ring);
 }
 
 TEST(DepthwiseTensorCoreEmulated, BackwardBFloat16) {
