@@ -64,10 +64,13 @@ struct Toeplitz64Pairs {
       (toeplitz64_pair_count<kBlocks>() + WgmmaToeplitzTile::kThreads - 1) / WgmmaToeplitzTile::kThreads;
   uint32_t v[kPerThread];
 
+  // wr[s]: the tap at lag s (zero outside [0, width)).
+  static __device__ __forceinline__ T lag_tap(const T* w, int64_t w_stride, int width, int s) {
+    return (s >= 0 && s < width) ? w[int64_t(width - 1 - s) * w_stride] : from_float<T>(0.0f);
+  }
   // Entry e of the table.
   static __device__ __forceinline__ uint32_t entry(const T* w, int64_t w_stride, int width, int e) {
-    auto wr = [&](int s) { return (s >= 0 && s < width) ? w[int64_t(width - 1 - s) * w_stride] : from_float<T>(0.0f); };
-    return pack_pair(wr(e - 64), wr(e - 65));
+    return pack_pair(lag_tap(w, w_stride, width, e - 64), lag_tap(w, w_stride, width, e - 65));
   }
   __device__ __forceinline__ void load(const T* w, int64_t w_stride, int width) {
 #pragma unroll
@@ -262,9 +265,12 @@ __global__ void __launch_bounds__(WgmmaToeplitzTile::kThreads, wgmma_min_blocks_
 //
 // A stage holds, besides its input box, the row's pair table (Toeplitz64Pairs::entry) and bias,
 // written by the producer when the tile starts a new row: the consumers read them, build their
-// fragments and only then release the stage. The producer loads a row's weights into registers
-// all at once, before it waits for the stage, so that their L2 trips overlap the wait (one entry
-// at a time was at most 1 us slower at K9-K256 on the H200, session 28).
+// fragments and only then release the stage. The producer loads a block's next row's weights into
+// registers all at once when a row starts, as loaded, and packs them into the table's pairs at the
+// next row change, so that no instruction on its path waits on them: packed right after their loads
+// (sessions 28-45) they held up the TMA load of every row's first tile (session 45's ncu), and 1.5 %
+// of the K128 forward went with them (H100, session 46: 47.65 -> 46.94 us; loaded a row ahead but
+// packed at once, it lost: 0.058 against 0.056 ms).
 //
 // Measured (H200, bf16 B1 C4096 L8192, session 28): ~46-48 us from K9 to K193 whatever the width,
 // as fast with 2 stages as with 4; against the kernel above K128 47.7 / 49.8 us, K193 50 / 58.7,
@@ -377,21 +383,35 @@ __global__ void __launch_bounds__(DepthwiseWgmmaRingSmem<kBlocks>::kThreads, wgm
   if (warp == Tile::kThreads / 32) {  // the producer
     constexpr int kEntries = toeplitz64_pair_count<kBlocks>() + 1;  // the pairs, then the bias
     constexpr int kPerLane = (kEntries + 31) / 32;
+    // A row's weights as loaded (entry k: its pair's two taps; the bias in the last entry), packed
+    // at the row change after the one that issued the loads (above: nothing on the path waits).
+    T raw[kPerLane][2];
+    auto load_raw = [&](int64_t c) {
+      using Pairs = Toeplitz64Pairs<kBlocks, T>;
+      const T* const wc = static_cast<const T*>(p.weight) + c * p.w_stride[0];
+#pragma unroll
+      for (int k = 0; k < kPerLane; ++k) {
+        const int e = lane + 32 * k;
+        raw[k][0] = e < kEntries - 1 ? Pairs::lag_tap(wc, p.w_stride[1], int(p.width), e - 64)
+                    : e == kEntries - 1 && p.bias ? static_cast<const T*>(p.bias)[c * p.bias_stride]
+                                                  : from_float<T>(0.0f);
+        raw[k][1] = e < kEntries - 1 ? Pairs::lag_tap(wc, p.w_stride[1], int(p.width), e - 65) : from_float<T>(0.0f);
+      }
+    };
     RingWalk w(first, tiles_per_row, p.channels);
+    load_raw(w.c);
+    uint32_t entries[kPerLane];
     uint32_t i = 0;
     for (int64_t work = first; work < last; ++work, ++i, w.advance(tiles_per_row, p.channels)) {
       const int s = int(i % kStages);
-      uint32_t entries[kPerLane];
       if (w.new_row) {
-        const T* const wc = static_cast<const T*>(p.weight) + w.c * p.w_stride[0];
 #pragma unroll
         for (int k = 0; k < kPerLane; ++k) {
           const int e = lane + 32 * k;
-          entries[k] = e < kEntries - 1 ? Toeplitz64Pairs<kBlocks, T>::entry(wc, p.w_stride[1], int(p.width), e)
-                       : e == kEntries - 1 && p.bias
-                           ? __float_as_uint(to_float(static_cast<const T*>(p.bias)[w.c * p.bias_stride]))
-                           : 0u;
+          entries[k] = e < kEntries - 1 ? pack_pair(raw[k][0], raw[k][1]) : __float_as_uint(to_float(raw[k][0]));
         }
+        // The block's next row's loads, if its range reaches it: in flight while this row goes by.
+        if ((w.b * p.channels + w.c + 1) * tiles_per_row < last) load_raw(w.c + 1 == p.channels ? 0 : w.c + 1);
       }
       if (i >= kStages) sm90::mbarrier_wait(&empty[s], (i / kStages - 1) & 1);
       if (w.new_row) {

@@ -565,7 +565,8 @@ TEST(DepthwiseTensorCoreEmulated, ForwardWgmma) {
 // halo zero-filled before the row and the tail past it, every width's block count, blocks whose
 // ranges cross rows (fragments rebuilt from the stage's table) and wrap the 4-stage ring several
 // times, both output tiles, partial last tiles, one block per tile, and rows 16 bytes apart
-// (stride L + 8).
+// (stride L + 8); the producer's weights loaded a row ahead (across batches too: the row after
+// channel C - 1 is channel 0; with the next row's loads given this row's channel, it fails).
 TEST(DepthwiseTensorCoreEmulated, ForwardWgmmaRing) {
   const Case bf16_cases[] = {
       {1, 1, 64, 64, true, false, 3},      // one chunk, 2 blocks; more blocks than tiles
