@@ -267,10 +267,13 @@ __global__ void __launch_bounds__(WgmmaToeplitzTile::kThreads, wgmma_min_blocks_
 // written by the producer when the tile starts a new row: the consumers read them, build their
 // fragments and only then release the stage. The producer loads a block's next row's weights into
 // registers all at once when a row starts, as loaded, and packs them into the table's pairs at the
-// next row change, so that no instruction on its path waits on them: packed right after their loads
-// (sessions 28-45) they held up the TMA load of every row's first tile (session 45's ncu), and 1.5 %
-// of the K128 forward went with them (H100, session 46: 47.65 -> 46.94 us; loaded a row ahead but
-// packed at once, it lost: 0.058 against 0.056 ms).
+// next row change. Packed right after their loads (sessions 28-45) they held up the TMA load of
+// every row's first tile (session 45's ncu); now ptxas waits for them at the first branch of the
+// next iteration (the loop's top BRA waits on their scoreboard: session 47's SASS), before the next
+// tile's load instead, and 1.5 % of the K128 forward went (H100, session 46: 47.65 -> 46.94 us;
+// loaded a row ahead but packed at once, it lost: 0.058 against 0.056 ms). A form with no such wait
+// tied (session 47: a weights warp writing a ring of row tables, the consumers issuing the TMA
+// loads; K128 0.056 against 0.055 ms, K256 2.5 % slower).
 //
 // Measured (H200, bf16 B1 C4096 L8192, session 28): ~46-48 us from K9 to K193 whatever the width,
 // as fast with 2 stages as with 4; against the kernel above K128 47.7 / 49.8 us, K193 50 / 58.7,
@@ -384,7 +387,7 @@ __global__ void __launch_bounds__(DepthwiseWgmmaRingSmem<kBlocks>::kThreads, wgm
     constexpr int kEntries = toeplitz64_pair_count<kBlocks>() + 1;  // the pairs, then the bias
     constexpr int kPerLane = (kEntries + 31) / 32;
     // A row's weights as loaded (entry k: its pair's two taps; the bias in the last entry), packed
-    // at the row change after the one that issued the loads (above: nothing on the path waits).
+    // at the row change after the one that issued the loads (above).
     T raw[kPerLane][2];
     auto load_raw = [&](int64_t c) {
       using Pairs = Toeplitz64Pairs<kBlocks, T>;
