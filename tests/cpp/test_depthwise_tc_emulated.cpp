@@ -575,6 +575,8 @@ TEST(DepthwiseTensorCoreEmulated, ForwardWgmmaRing) {
       {3, 2, 12288, 129, false, true, 5},  // 3 blocks; 18 tiles over 5 blocks, rows split mid-way
       {1, 2, 128, 193, true, false, 2},    // 4 blocks; L < K
       {1, 3, 8256, 256, true, true, 9},    // 5 blocks; one tile per block
+      {2, 5, 64, 100, true, false, 1},     // 10 rows of one tile in one block (a row change every tile)
+      {1, 2, 4096, 70, false, false, 1},   // 2 tiles, fewer than the stages
   };
   for (const Case& c : bf16_cases) run_forward<__nv_bfloat16>(c, Form::wgmma_ring);
   const Case f16_cases[] = {
