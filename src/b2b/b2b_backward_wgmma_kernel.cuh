@@ -37,6 +37,14 @@
 //
 // Accuracy as the mma.sync form (b2b_backward_tc_kernel.cuh): z, dh and the dp rows are rounded
 // once each to the 16-bit type; dskip sums fp32 values.
+//
+// kRows = 2 (16-byte rows only): a block of two warpgroups, each the above on a row of its own
+// (rows 2 blockIdx.x and 2 blockIdx.x + 1, each with its own half of the shared memory and its own
+// named barrier), one block per SM where two blocks of one row ran; with kPingPong the two take
+// turns at their MMA steps (each step from its MMAs' issue to their wait, through two named
+// barriers: projections, each dwm lag block, h and dz, each dx_j), so that one's MMAs run while the
+// other works on the CUDA cores (session 43's question: is the order what the second row on an SM
+// fails to give?).
 #pragma once
 
 #include <type_traits>
@@ -78,6 +86,10 @@ struct B2BWgmmaBackwardLayout {
   static constexpr int kSpill = kHaloTaps + 32 * 8;
   static constexpr int kBytes = 1024 + kSpill + (kRealigned ? 2 * 6 * 16 : 0);
   static_assert(2 * (kBytes + 1024) <= 228 * 1024, "two blocks per SM");
+  // A warpgroup's share of a two-row block (kRows = 2): 1024-byte aligned, after the 1024 to align the start.
+  static constexpr int kGroupBytes = (kBytes - 1024 + 1023) / 1024 * 1024;
+  static constexpr int kPairBytes = 1024 + 2 * kGroupBytes;
+  static_assert(kPairBytes <= 227 * 1024, "a two-row block fits an SM");
   // dwm's lag blocks in fp32 (lag_block_index) go over the idle stage, two at a time; dwp's
   // lag-block-0 band (float [64][32], band_index) over the dp row it came from.
   static_assert(2 * 64 * 64 * 4 <= 128 * kStageRows, "two lag blocks fit a stage");
@@ -118,22 +130,50 @@ constexpr int kDwpCoreTaps = 4;
 // kRealigned: rows off the 16-byte grid (odd L), each at its own lead, staged as raw 16-byte units
 // of its grid and realigned in shared memory as the forward's (common/toeplitz_wgmma.cuh); the dx
 // rows stored from their own grids.
-template <typename T, int kMixerBlocks, bool kDwpOnCores, bool kRealigned = false>
-__global__ void __launch_bounds__(WgmmaToeplitzTile::kThreads, 2)
+template <typename T, int kMixerBlocks, bool kDwpOnCores, bool kRealigned = false, int kRows = 1,
+          bool kPingPong = false>
+__global__ void __launch_bounds__(WgmmaToeplitzTile::kThreads * kRows, 2 / kRows)
     b2b_backward_wgmma_kernel(B2BBackwardParams p, int64_t tiles, int64_t tiles_per_segment, float* partials) {
 #ifdef CAUSALCONV_SM90A
+  static_assert(kRows == 1 || (kRows == 2 && !kRealigned), "two rows a block on 16-byte rows");
+  static_assert(kRows == 2 || !kPingPong, "turns between two rows");
   using Tile = WgmmaToeplitzTile;
   using Layout = B2BWgmmaBackwardLayout<kMixerBlocks, kRealigned>;
   constexpr int kHalo = Layout::kHalo, kZRow = Layout::kZRow, kDhRow = Layout::kDhRow;
   constexpr int kCarryRow = Layout::kCarryRow;
   constexpr bool kSkewedLagBlocks = kMixerBlocks <= 3;  // (lag_block_index)
-  unsigned char* const smem = sm90::aligned_dynamic_shared();
+  // This thread's warpgroup (its row) and its place there.
+  // (group through a shuffle: ptxas then knows it warp-uniform and keeps it off the per-thread
+  // registers: the two-row forms' spills at Km128 116 -> 64 bytes)
+  const int group = kRows == 1 ? 0 : int(__shfl_sync(0xffffffffu, unsigned(threadIdx.x) / Tile::kThreads, 0));
+  const int tid = int(threadIdx.x) - group * Tile::kThreads, lane = tid & 31, warp = tid >> 5, g = lane >> 2,
+            q = lane & 3;
+  const int64_t rows = p.batch * p.dim, row = int64_t(blockIdx.x) * kRows + group;
+  if (kRows > 1 && row >= rows) return;  // the grid's last block may hold one row
+  unsigned char* const smem = sm90::aligned_dynamic_shared() + group * Layout::kGroupBytes;
   const uint32_t smem_base = sm90::smem_u32(smem);
   const int kp = int(p.proj_width), km = int(p.mixer_width);
-  const int tid = int(threadIdx.x), lane = tid & 31, warp = tid >> 5, g = lane >> 2, q = lane & 3;
+  // The warpgroup's barrier (named barrier 1 + group of two-row blocks); its turns at the MMA steps
+  // (kPingPong, with both rows present): named barrier kTurn + group is the group's turn, 2 x 128
+  // threads (its own waiting, the other's arriving when its turn ends); group 0 goes first.
+  auto sync = [&] {
+    if constexpr (kRows == 1)
+      __syncthreads();
+    else
+      sm90::named_barrier_sync(1 + group, Tile::kThreads);
+  };
+  constexpr uint32_t kTurn = 3;
+  const bool turns = kPingPong && int64_t(blockIdx.x) * kRows + 1 < rows;
+  auto turn_begin = [&] {
+    if (turns) sm90::named_barrier_sync(kTurn + group, 2 * Tile::kThreads);
+  };
+  auto turn_end = [&] {
+    if (turns) sm90::named_barrier_arrive(kTurn + (group ^ 1), 2 * Tile::kThreads);
+  };
+  if (turns && group == 1) sm90::named_barrier_arrive(kTurn, 2 * Tile::kThreads);
 
-  const int64_t b = div_nonneg(int64_t(blockIdx.x), p.dim);
-  const int64_t c = int64_t(blockIdx.x) - b * p.dim;
+  const int64_t b = div_nonneg(row, p.dim);
+  const int64_t c = row - b * p.dim;
   const int64_t n = p.length;
   const T* const x0 = static_cast<const T*>(p.x) + b * p.x_stride[0] + 3 * c * p.x_stride[1];
   const T* const dout = static_cast<const T*>(p.dout) + b * p.dout_stride[0] + c * p.dout_stride[1];
@@ -224,7 +264,7 @@ __global__ void __launch_bounds__(WgmmaToeplitzTile::kThreads, 2)
   };
 
   B2BLagFilters<Layout::kProjBlocks, kMixerBlocks, T> filters;
-  filters.load(p, c);  // before the copies (B2BLagFilters)
+  filters.load(p, c, tid);  // before the copies (B2BLagFilters)
   // The skip weight and the halo's taps with them: loaded after the stage, their latency was the
   // prologue's last wait (the forward's profile, session 42).
   const T skip_weight = static_cast<const T*>(p.skip_bias)[c * p.skip_stride];
@@ -238,16 +278,16 @@ __global__ void __launch_bounds__(WgmmaToeplitzTile::kThreads, 2)
   {  // The Hankel tables, through lag-ordered copies of the filters in the (free) z rows; zero carries.
     constexpr int kProjLags = hankel_lag_entries<Layout::kProjBlocks>();
     T* const lags = reinterpret_cast<T*>(smem + 128 * kZRow);  // 3 projections, then the mixer
-    filters.store(lags);
+    filters.store(lags, tid);
     for (int i = tid; i < 8 * (kHalo + 3); i += Tile::kThreads)
       *reinterpret_cast<uint4*>(smem + 128 * kCarryRow + 16 * i) = make_uint4(0, 0, 0, 0);
     if (tid < kp)
       reinterpret_cast<float2*>(smem + Layout::kHaloTaps)[tid] = make_float2(to_float(halo_tap1), to_float(halo_tap2));
-    __syncthreads();
+    sync();
     static_assert(Layout::kMixerTable == Layout::kProjTable + 3 * Layout::kProjTableBytes &&
                       Layout::kMixerTableT == Layout::kMixerTable + 128 * hankel_cores(kMixerBlocks),
                   "the tables are consecutive (b2b_hankel_tables)");
-    b2b_hankel_tables<Layout::kProjBlocks, kMixerBlocks, true>(smem + Layout::kProjTable, lags, kp, km);
+    b2b_hankel_tables<Layout::kProjBlocks, kMixerBlocks, true>(smem + Layout::kProjTable, lags, kp, km, tid);
     static_assert(2 * (3 * kProjLags + hankel_lag_entries<kMixerBlocks>()) <= 128 * (kHalo + Tile::kChunks),
                   "lags fit");
   }  // (the loop's first barrier orders these reads before the z rows' first writes)
@@ -271,7 +311,7 @@ __global__ void __launch_bounds__(WgmmaToeplitzTile::kThreads, 2)
     const int64_t j0 = tile * Tile::kOutputs;
     cp_async_wait<0>();                // this thread's copies of the tile are done
     sm90::fence_proxy_async_shared();  // ... and visible to wgmma, as are the tables and carries
-    __syncthreads();                   // every thread's
+    sync();                   // every thread's
     if constexpr (kRealigned) {  // the raw units of this stage's rows into their chunks
       wgmma_realign_rows<4, Layout::kXRows>(
           smem, [&](int j) { return j < 3 ? x_row(slot, j) : g_row(slot); }, [&](int j) { return 2 * row_lead(j); },
@@ -280,7 +320,7 @@ __global__ void __launch_bounds__(WgmmaToeplitzTile::kThreads, 2)
           smem, [&](int j) { return halo_x_row(slot, 1 + j); }, [&](int j) { return 2 * row_lead(1 + j); },
           [&](int j) { return spill(slot, 4 + j); });
       sm90::fence_proxy_async_shared();
-      __syncthreads();
+      sync();
     }
 
     // 2. The three projections (the z halo on the CUDA cores meanwhile).
@@ -293,6 +333,7 @@ __global__ void __launch_bounds__(WgmmaToeplitzTile::kThreads, 2)
       wgmma_hankel_conv<T, 2, kFirst>(gate, smem_base + 128 * x_row(slot, 0), proj_table);
       sm90::wgmma_commit();
     };
+    turn_begin();
     if (kp <= 17)
       projections(std::integral_constant<int, 3>{});
     else
@@ -320,6 +361,7 @@ __global__ void __launch_bounds__(WgmmaToeplitzTile::kThreads, 2)
     sm90::fence_registers(u);
     sm90::fence_registers(v);
     sm90::fence_registers(gate);
+    turn_end();
 
     // 3. z and dh in step order; dout and dh kept as pairs (hankel_pair_offset's: elements e + 1, e).
     uint32_t g_pairs[16], dh_pairs[16];
@@ -341,7 +383,7 @@ __global__ void __launch_bounds__(WgmmaToeplitzTile::kThreads, 2)
         if (own) dskip = fmaf(dh_hi, z_hi, fmaf(dh_lo, z_lo, dskip));
       }
     sm90::fence_proxy_async_shared();
-    __syncthreads();  // z and dh complete
+    sync();  // z and dh complete
     // The dh carry: rows 64 .. 64 + Hm - 1 take the chunks after the tile, the carry this tile's first Hm.
     for (int i = tid; i < 8 * kHalo; i += Tile::kThreads) {
       const int k = i >> 3, unit = i & 7;
@@ -354,7 +396,7 @@ __global__ void __launch_bounds__(WgmmaToeplitzTile::kThreads, 2)
     sm90::fence_proxy_async_shared();
     // Step 5's MMAs read the rows after the tile once swapped: step 4's barriers order that, and the
     // priming pass, which has no step 4, needs one of its own.
-    if (!own) __syncthreads();
+    if (!own) sync();
 
     // 4. dwm's lag blocks, through the idle stage (two buffers: one barrier per block).
     if (own) {
@@ -362,6 +404,7 @@ __global__ void __launch_bounds__(WgmmaToeplitzTile::kThreads, 2)
 #pragma unroll
       for (int a = 0; a < kMixerBlocks; ++a) {
         float acc[32];
+        turn_begin();
         sm90::wgmma_fence();
         const uint64_t dh_rows = sm90::smem_descriptor(smem_base + 128 * kDhRow, 8192, 1024);
         const uint64_t z_rows = sm90::smem_descriptor(smem_base + 128 * (kZRow + kHalo - a), 8192, 1024);
@@ -372,6 +415,7 @@ __global__ void __launch_bounds__(WgmmaToeplitzTile::kThreads, 2)
         sm90::wgmma_commit();
         sm90::wgmma_wait<0>();
         sm90::fence_registers(acc);
+        turn_end();
         float* const block = lag_s + 4096 * (a & 1);
 #pragma unroll
         for (int j = 0; j < 8; ++j)
@@ -381,7 +425,7 @@ __global__ void __launch_bounds__(WgmmaToeplitzTile::kThreads, 2)
             *reinterpret_cast<float2*>(block + lag_block_index<kSkewedLagBlocks>(r, 8 * j + 2 * q)) =
                 make_float2(acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]);
           }
-        __syncthreads();  // (also: every thread is done with the block stored two steps ago)
+        sync();  // (also: every thread is done with the block stored two steps ago)
         {  // Thread (t, half) = (tid % 64, tid / 64) sums element (r, (r - t) % 64) of each row r of its
            // half: diagonal t - 64 where r < t, diagonal t where r >= t (every element read once).
           const int t = tid & 63, r0 = 32 * (tid >> 6);
@@ -405,13 +449,14 @@ __global__ void __launch_bounds__(WgmmaToeplitzTile::kThreads, 2)
           mix_above[a] += above;
         }
       }
-      __syncthreads();  // the idle stage is read: the next tile's rows may go there
+      sync();  // the idle stage is read: the next tile's rows may go there
     }
     if (tile > first) stage(slot ^ 1, tile - 1);
     cp_async_commit();
 
     // 5. h and dz, then the dp rows step-reversed over dout, z and dh.
     float h_acc[32], dz_acc[32];
+    turn_begin();
     sm90::wgmma_fence();
     wgmma_hankel_conv<T, kMixerBlocks, 0>(h_acc, smem_base + 128 * kZRow, mixer_table);
     wgmma_hankel_conv<T, kMixerBlocks, 0, true, true>(dz_acc, smem_base + 128 * kDhRow, mixer_table_t);
@@ -419,7 +464,8 @@ __global__ void __launch_bounds__(WgmmaToeplitzTile::kThreads, 2)
     sm90::wgmma_wait<0>();
     sm90::fence_registers(h_acc);
     sm90::fence_registers(dz_acc);
-    __syncthreads();  // every warp's reads of z and dh are done
+    turn_end();
+    sync();  // every warp's reads of z and dh are done
 #pragma unroll
     for (int j = 0; j < 8; ++j)
 #pragma unroll
@@ -444,7 +490,7 @@ __global__ void __launch_bounds__(WgmmaToeplitzTile::kThreads, 2)
               pack_pair(from_float<T>(dp[k][0]), from_float<T>(dp[k][1]));
       }
     sm90::fence_proxy_async_shared();
-    __syncthreads();  // the dp rows complete
+    sync();  // the dp rows complete
     // Each dp_j's carry: row 64 takes the chunk after the tile, the carry this tile's first.
     if (tid < 24) {
       const int k = tid >> 3, unit = tid & 7;
@@ -455,7 +501,7 @@ __global__ void __launch_bounds__(WgmmaToeplitzTile::kThreads, 2)
       *reinterpret_cast<uint4*>(smem + swizzled_unit_offset(dp_row(slot, k) + Tile::kChunks, unit)) = after;
     }
     sm90::fence_proxy_async_shared();
-    __syncthreads();
+    sync();
     if (!own) continue;
 
     // 6. dx_j and dwp_j: two lag-block MMAs with the dx MMAs and their bands afterwards, or (kDwpOnCores)
@@ -480,6 +526,7 @@ __global__ void __launch_bounds__(WgmmaToeplitzTile::kThreads, 2)
         }
         sm90::wgmma_commit();
       };
+      turn_begin();
       if (kp <= 17)
         products(std::integral_constant<int, 3>{});
       else
@@ -522,7 +569,8 @@ __global__ void __launch_bounds__(WgmmaToeplitzTile::kThreads, 2)
       sm90::wgmma_wait<0>();
 #pragma unroll
       for (int k = 0; k < (kDwpOnCores ? 1 : 3); ++k) sm90::fence_registers(acc[k]);
-      __syncthreads();  // every warp's MMAs and reads of row j are done: x_j's and dp_j's rows are free
+      turn_end();
+      sync();  // every warp's MMAs and reads of row j are done: x_j's and dp_j's rows are free
       const int out_row = x_row(slot, j);
       float* const band0 = reinterpret_cast<float*>(smem + 128 * dp_row(slot, j));  // [row r'][lag]
       float* const band1 = reinterpret_cast<float*>(smem + Layout::kBand1);         // [row r' - 32][lag]
@@ -542,12 +590,12 @@ __global__ void __launch_bounds__(WgmmaToeplitzTile::kThreads, 2)
             }
           }
       }
-      __syncthreads();
+      sync();
       if constexpr (kRealigned) {
         T* const dx = dx0 + j * p.dx_stride[1];
         wgmma_toeplitz_store_tile_realigned(dx, smem, out_row, j0, n, lead_of(dx));
       } else {
-        wgmma_toeplitz_store_tile(dx0 + j * p.dx_stride[1], smem, out_row, j0, n);
+        wgmma_toeplitz_store_tile(dx0 + j * p.dx_stride[1], smem, out_row, j0, n, 0, tid);
       }
       if (!kDwpOnCores && lane < kp) {  // lag s = lane over the warp's rows: band 0 rows 16w .., band 1 rows 32 + 8w ..
         float sum = 0.0f;
@@ -568,9 +616,10 @@ __global__ void __launch_bounds__(WgmmaToeplitzTile::kThreads, 2)
     }
   }
 
+  if (turns && group == 0) sm90::named_barrier_sync(kTurn, 2 * Tile::kThreads);  // group 1's last turn_end
   // The block's partial: dwp rows, dwm, dskip (b2b_backward_slots' order).
   dskip = warp_sum(dskip);
-  __syncthreads();  // the tile buffers are free
+  sync();  // the tile buffers are free
   // [kMixerBlocks][2 halves][128] diagonal sums (diagonal d at d + 64), [4] dskip per warp, then
   // dwp's lag sums: [3][4 warps][32 lags] (over the z rows)
   float* const sums = reinterpret_cast<float*>(smem + 128 * kZRow);
@@ -597,7 +646,7 @@ __global__ void __launch_bounds__(WgmmaToeplitzTile::kThreads, 2)
 #pragma unroll
     for (int j = 0; j < 3; ++j) proj_sums[128 * j + tid] = proj_sum[j];
   }
-  __syncthreads();
+  sync();
   if (!partials) return;
   const int slots = 3 * kp + km + 1;
   float* const part = partials + ((c * p.batch + b) * int64_t(gridDim.y) + blockIdx.y) * slots;
