@@ -311,7 +311,7 @@ __global__ void __launch_bounds__(WgmmaToeplitzTile::kThreads * kRows, 2 / kRows
     const int64_t j0 = tile * Tile::kOutputs;
     cp_async_wait<0>();                // this thread's copies of the tile are done
     sm90::fence_proxy_async_shared();  // ... and visible to wgmma, as are the tables and carries
-    sync();                   // every thread's
+    sync();                            // every thread's (of the warpgroup)
     if constexpr (kRealigned) {  // the raw units of this stage's rows into their chunks
       wgmma_realign_rows<4, Layout::kXRows>(
           smem, [&](int j) { return j < 3 ? x_row(slot, j) : g_row(slot); }, [&](int j) { return 2 * row_lead(j); },
