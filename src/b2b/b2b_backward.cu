@@ -46,7 +46,8 @@ constexpr int64_t kB2BWgmmaBackwardMinBlocks = 512;
 
 // Two rows a block on the wgmma backward's 16-byte rows (b2b_backward_wgmma_kernel's kRows = 2,
 // one block per SM where two blocks of one row ran): 0 off, 1 on, 2 on with the rows taking turns at
-// their MMA steps (kPingPong). Written in session 47 to measure session 43's ping-pong question;
+// their MMA steps until the MMAs' wait (MmaTurns::to_wait), 3 passing the turn at their issue
+// (MmaTurns::at_issue). Written in session 47 to measure session 43's ping-pong question;
 // emulation-tested, not yet run on a GPU.
 constexpr int kB2BWgmmaBackwardRowPairs = 0;
 constexpr int b2b_wgmma_backward_rows_per_block(bool realigned) {
@@ -156,7 +157,9 @@ void launch_typed(const B2BBackwardParams& p, const B2BBackwardPlan& plan, float
           auto run_width = [&](auto dwp_on_cores, auto realigned) {
             constexpr bool kCores = decltype(dwp_on_cores)::value, kRealigned = decltype(realigned)::value;
             constexpr int kRows = b2b_wgmma_backward_rows_per_block(kRealigned);
-            constexpr bool kTurns = kRows == 2 && kB2BWgmmaBackwardRowPairs == 2;
+            constexpr MmaTurns kTurns = kRows == 1 || kB2BWgmmaBackwardRowPairs == 1 ? MmaTurns::none
+                                        : kB2BWgmmaBackwardRowPairs == 2            ? MmaTurns::to_wait
+                                                                                    : MmaTurns::at_issue;
             with_toeplitz64_blocks(p.mixer_width, [&](auto blocks) {  // 2-5 (Km <= 65, 129, 193, 256)
               run(b2b_backward_wgmma_kernel<T, decltype(blocks)::value, kCores, kRealigned, kRows, kTurns>, kRows);
             });

@@ -40,11 +40,12 @@
 //
 // kRows = 2 (16-byte rows only): a block of two warpgroups, each the above on a row of its own
 // (rows 2 blockIdx.x and 2 blockIdx.x + 1, each with its own half of the shared memory and its own
-// named barrier), one block per SM where two blocks of one row ran; with kPingPong the two take
-// turns at their MMA steps (each step from its MMAs' issue to their wait, through two named
-// barriers: projections, each dwm lag block, h and dz, each dx_j), so that one's MMAs run while the
-// other works on the CUDA cores (session 43's question: is the order what the second row on an SM
-// fails to give?).
+// named barrier), one block per SM where two blocks of one row ran. With kTurns the two take turns
+// at their MMA steps (projections, each dwm lag block, h and dz, each dx_j) through two named
+// barriers: MmaTurns::to_wait, a turn from the step's MMAs' issue to their wait, so that one's MMAs
+// run while the other works on the CUDA cores (session 43's question: is the order what the second
+// row on an SM fails to give?); MmaTurns::at_issue, the turn passed once the MMAs are issued (only
+// the order in which the two issue alternates).
 #pragma once
 
 #include <type_traits>
@@ -127,16 +128,19 @@ __device__ __forceinline__ int band_index(int r, int s) { return 32 * r + (s ^ (
 // Kp measured no change, session 21).
 constexpr int kDwpCoreTaps = 4;
 
+// Turns of a two-row block's warpgroups at their MMA steps (above).
+enum class MmaTurns { none, to_wait, at_issue };
+
 // kRealigned: rows off the 16-byte grid (odd L), each at its own lead, staged as raw 16-byte units
 // of its grid and realigned in shared memory as the forward's (common/toeplitz_wgmma.cuh); the dx
 // rows stored from their own grids.
 template <typename T, int kMixerBlocks, bool kDwpOnCores, bool kRealigned = false, int kRows = 1,
-          bool kPingPong = false>
+          MmaTurns kTurns = MmaTurns::none>
 __global__ void __launch_bounds__(WgmmaToeplitzTile::kThreads * kRows, 2 / kRows)
     b2b_backward_wgmma_kernel(B2BBackwardParams p, int64_t tiles, int64_t tiles_per_segment, float* partials) {
 #ifdef CAUSALCONV_SM90A
   static_assert(kRows == 1 || (kRows == 2 && !kRealigned), "two rows a block on 16-byte rows");
-  static_assert(kRows == 2 || !kPingPong, "turns between two rows");
+  static_assert(kRows == 2 || kTurns == MmaTurns::none, "turns between two rows");
   using Tile = WgmmaToeplitzTile;
   using Layout = B2BWgmmaBackwardLayout<kMixerBlocks, kRealigned>;
   constexpr int kHalo = Layout::kHalo, kZRow = Layout::kZRow, kDhRow = Layout::kDhRow;
@@ -154,8 +158,9 @@ __global__ void __launch_bounds__(WgmmaToeplitzTile::kThreads * kRows, 2 / kRows
   const uint32_t smem_base = sm90::smem_u32(smem);
   const int kp = int(p.proj_width), km = int(p.mixer_width);
   // The warpgroup's barrier (named barrier 1 + group of two-row blocks); its turns at the MMA steps
-  // (kPingPong, with both rows present): named barrier kTurn + group is the group's turn, 2 x 128
-  // threads (its own waiting, the other's arriving when its turn ends); group 0 goes first.
+  // (kTurns, with both rows present): named barrier kTurn + group is the group's turn, 2 x 128
+  // threads (its own waiting, the other's arriving when its turn ends); group 0 goes first. A step:
+  // turn_begin(), its MMAs issued, issued(), their wait, waited().
   auto sync = [&] {
     if constexpr (kRows == 1)
       __syncthreads();
@@ -163,12 +168,16 @@ __global__ void __launch_bounds__(WgmmaToeplitzTile::kThreads * kRows, 2 / kRows
       sm90::named_barrier_sync(1 + group, Tile::kThreads);
   };
   constexpr uint32_t kTurn = 3;
-  const bool turns = kPingPong && int64_t(blockIdx.x) * kRows + 1 < rows;
+  const bool turns = kTurns != MmaTurns::none && int64_t(blockIdx.x) * kRows + 1 < rows;
   auto turn_begin = [&] {
     if (turns) sm90::named_barrier_sync(kTurn + group, 2 * Tile::kThreads);
   };
-  auto turn_end = [&] {
-    if (turns) sm90::named_barrier_arrive(kTurn + (group ^ 1), 2 * Tile::kThreads);
+  auto pass_turn = [&] { sm90::named_barrier_arrive(kTurn + (group ^ 1), 2 * Tile::kThreads); };
+  auto issued = [&] {
+    if (kTurns == MmaTurns::at_issue && turns) pass_turn();
+  };
+  auto waited = [&] {
+    if (kTurns == MmaTurns::to_wait && turns) pass_turn();
   };
   if (turns && group == 1) sm90::named_barrier_arrive(kTurn, 2 * Tile::kThreads);
 
@@ -338,6 +347,7 @@ __global__ void __launch_bounds__(WgmmaToeplitzTile::kThreads * kRows, 2 / kRows
       projections(std::integral_constant<int, 3>{});
     else
       projections(std::integral_constant<int, 2>{});
+    issued();
     // z over chunks J - Hm .. J - 1 in step order into the halo rows, from the staged x1, x2 (step
     // s of chunk J - 1 - Hm + k: the halo rows, then x row 0 for k = Hm; zero before time 0).
     for (int i = tid; i < 64 * kHalo; i += Tile::kThreads) {
@@ -361,7 +371,7 @@ __global__ void __launch_bounds__(WgmmaToeplitzTile::kThreads * kRows, 2 / kRows
     sm90::fence_registers(u);
     sm90::fence_registers(v);
     sm90::fence_registers(gate);
-    turn_end();
+    waited();
 
     // 3. z and dh in step order; dout and dh kept as pairs (hankel_pair_offset's: elements e + 1, e).
     uint32_t g_pairs[16], dh_pairs[16];
@@ -413,9 +423,10 @@ __global__ void __launch_bounds__(WgmmaToeplitzTile::kThreads * kRows, 2 / kRows
           sm90::wgmma_m64n64k16_tt<T>(acc, sm90::descriptor_plus(dh_rows, 2048 * ks),
                                       sm90::descriptor_plus(z_rows, 2048 * ks), ks != 0);
         sm90::wgmma_commit();
+        issued();
         sm90::wgmma_wait<0>();
         sm90::fence_registers(acc);
-        turn_end();
+        waited();
         float* const block = lag_s + 4096 * (a & 1);
 #pragma unroll
         for (int j = 0; j < 8; ++j)
@@ -461,10 +472,11 @@ __global__ void __launch_bounds__(WgmmaToeplitzTile::kThreads * kRows, 2 / kRows
     wgmma_hankel_conv<T, kMixerBlocks, 0>(h_acc, smem_base + 128 * kZRow, mixer_table);
     wgmma_hankel_conv<T, kMixerBlocks, 0, true, true>(dz_acc, smem_base + 128 * kDhRow, mixer_table_t);
     sm90::wgmma_commit();
+    issued();
     sm90::wgmma_wait<0>();
     sm90::fence_registers(h_acc);
     sm90::fence_registers(dz_acc);
-    turn_end();
+    waited();
     sync();  // every warp's reads of z and dh are done
 #pragma unroll
     for (int j = 0; j < 8; ++j)
@@ -531,6 +543,7 @@ __global__ void __launch_bounds__(WgmmaToeplitzTile::kThreads * kRows, 2 / kRows
         products(std::integral_constant<int, 3>{});
       else
         products(std::integral_constant<int, 2>{});
+      issued();
       // (a runtime row index into the sums would put them in local memory)
       auto add_to_row = [&](float (&sums)[3], float v) {
         if (j == 0)
@@ -569,7 +582,7 @@ __global__ void __launch_bounds__(WgmmaToeplitzTile::kThreads * kRows, 2 / kRows
       sm90::wgmma_wait<0>();
 #pragma unroll
       for (int k = 0; k < (kDwpOnCores ? 1 : 3); ++k) sm90::fence_registers(acc[k]);
-      turn_end();
+      waited();
       sync();  // every warp's MMAs and reads of row j are done: x_j's and dp_j's rows are free
       const int out_row = x_row(slot, j);
       float* const band0 = reinterpret_cast<float*>(smem + 128 * dp_row(slot, j));  // [row r'][lag]
@@ -616,7 +629,7 @@ __global__ void __launch_bounds__(WgmmaToeplitzTile::kThreads * kRows, 2 / kRows
     }
   }
 
-  if (turns && group == 0) sm90::named_barrier_sync(kTurn, 2 * Tile::kThreads);  // group 1's last turn_end
+  if (turns && group == 0) sm90::named_barrier_sync(kTurn, 2 * Tile::kThreads);  // group 1's last pass
   // The block's partial: dwp rows, dwm, dskip (b2b_backward_slots' order).
   dskip = warp_sum(dskip);
   sync();  // the tile buffers are free
