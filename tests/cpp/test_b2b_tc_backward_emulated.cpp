@@ -373,10 +373,10 @@ TEST(B2BTensorCoreBackwardEmulated, WgmmaDwpOnCoresFloat16) {
 // both dwp forms, every mixer block count's extremes, fp16 and bf16.
 TEST(B2BTensorCoreBackwardEmulated, WgmmaRowPairs) {
   for (Form form : {Form::wgmma_row_pairs, Form::wgmma_row_pairs_turns, Form::wgmma_row_pairs_turns_at_issue}) {
-    run_case<__nv_bfloat16>({1, 3, 70, 3, 9}, form);                     // 3 rows: 2 blocks, the second half idle
-    run_case<__nv_bfloat16>({2, 2, 4100, 3, 128}, form);                 // 4 rows, 2 tiles
-    run_case<__nv_bfloat16>({1, 2, 12290, 4, 193, false, 1}, form);     // segments of 1: priming tiles
-    run_case<__half>({1, 2, 700, 18, 256}, form);                        // Kp 18: dwp by MMA, 5 blocks
+    run_case<__nv_bfloat16>({1, 3, 70, 3, 9}, form);                  // 3 rows: the second block half idle
+    run_case<__nv_bfloat16>({2, 2, 4100, 3, 128}, form);              // 4 rows, 2 tiles
+    run_case<__nv_bfloat16>({1, 2, 12290, 4, 193, false, 1}, form);  // segments of 1: priming tiles
+    run_case<__half>({1, 2, 700, 18, 256}, form);                     // Kp 18: dwp by MMA, 5 blocks
   }
 }
 
