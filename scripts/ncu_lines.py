@@ -35,24 +35,25 @@ import sys
 from ncu_source_summary import number, opcode  # (scripts/, beside this file)
 
 
-def nvdisasm():
-    """nvdisasm from PATH, CUDA_HOME, or the copy that ships with Triton (this machine's toolkit has none)."""
-    found = shutil.which("nvdisasm")
+def cuda_tool(name):
+    """A CUDA binary tool (nvdisasm, cuobjdump) from PATH, CUDA_HOME, or the copy that ships with Triton
+    (this machine's toolkit has neither)."""
+    found = shutil.which(name)
     if found:
         return found
-    candidates = [os.path.join(os.environ.get("CUDA_HOME", "/usr/local/cuda"), "bin", "nvdisasm")]
+    candidates = [os.path.join(os.environ.get("CUDA_HOME", "/usr/local/cuda"), "bin", name)]
     triton = importlib.util.find_spec("triton")
     if triton and triton.origin:
-        candidates.append(os.path.join(os.path.dirname(triton.origin), "backends", "nvidia", "bin", "nvdisasm"))
+        candidates.append(os.path.join(os.path.dirname(triton.origin), "backends", "nvidia", "bin", name))
     for path in candidates:
         if os.path.exists(path):
             return path
-    sys.exit("ncu_lines: no nvdisasm on PATH, in CUDA_HOME/bin or in Triton's package")
+    sys.exit(f"no {name} on PATH, in CUDA_HOME/bin or in Triton's package")
 
 
 def line_table(cubin, kernel_file):
     """{address: (line or label, opcode)}: the outermost line of kernel_file in each inlining chain."""
-    text = subprocess.run([nvdisasm(), "-gi", "-c", cubin], check=True, capture_output=True, text=True).stdout
+    text = subprocess.run([cuda_tool("nvdisasm"), "-gi", "-c", cubin], check=True, capture_output=True, text=True).stdout
     table, current = {}, "?"
     for line in text.splitlines():
         if line.lstrip().startswith("//## File"):

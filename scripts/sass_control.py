@@ -7,39 +7,20 @@ producer waited on its weight loads at its loop's first branch, scoreboard 5).
     python3 scripts/sass_control.py KERNEL.cubin [--function MANGLED] [--from 0x4100 --to 0x4400]
 
 The cubin: a local `nvcc -cubin -arch=sm_90a` of the kernel's instantiation (docs/gpu-machine.md);
-cuobjdump is taken from PATH, CUDA_HOME/bin, or triton's bundled copy. Each line:
+cuobjdump is found as ncu_lines.py finds nvdisasm. Each line:
     address  wait=<scoreboards waited on>  set=<written>/<read>  stall  instruction
 Volta to Hopper encode the control bits in the top 23 bits of each 128-bit instruction: stall (4
 bits), yield (1), write scoreboard (3; 7 = none), read scoreboard (3; 7 = none), wait mask (6), reuse.
 """
 
 import argparse
-import os
 import re
-import shutil
 import subprocess
-import sys
+
+from ncu_lines import cuda_tool  # (scripts/, beside this file)
 
 INSTRUCTION = re.compile(r"\s*/\*([0-9a-f]{4,})\*/\s*(.*?);?\s*/\* (0x[0-9a-f]{16}) \*/")
 HIGH_WORD = re.compile(r"\s*/\* (0x[0-9a-f]{16}) \*/")
-
-
-def cuobjdump() -> str:
-    found = shutil.which("cuobjdump")
-    if found:
-        return found
-    for root in (os.environ.get("CUDA_HOME", ""), "/usr/local/cuda"):
-        path = os.path.join(root, "bin", "cuobjdump")
-        if root and os.path.exists(path):
-            return path
-    try:
-        import triton
-        path = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
-        if os.path.exists(path):
-            return path
-    except ImportError:
-        pass
-    sys.exit("sass_control: no cuobjdump (PATH, CUDA_HOME/bin or triton's)")
 
 
 def scoreboards(mask: int) -> str:
@@ -53,7 +34,7 @@ def main():
     parser.add_argument("--from", dest="start", type=lambda s: int(s, 16), default=0)
     parser.add_argument("--to", dest="end", type=lambda s: int(s, 16), default=None)
     args = parser.parse_args()
-    command = [cuobjdump(), "-sass"] + (["-fun", args.function] if args.function else []) + [args.cubin]
+    command = [cuda_tool("cuobjdump"), "-sass"] + (["-fun", args.function] if args.function else []) + [args.cubin]
     lines = subprocess.run(command, capture_output=True, text=True, check=True).stdout.splitlines()
     for i, line in enumerate(lines):
         if line.lstrip().startswith("Function :"):
