@@ -53,6 +53,11 @@ constexpr int kB2BWgmmaBackwardRowPairs = 0;
 constexpr int b2b_wgmma_backward_rows_per_block(bool realigned) {
   return kB2BWgmmaBackwardRowPairs > 0 && !realigned ? 2 : 1;
 }
+constexpr MmaTurns b2b_wgmma_backward_turns(bool realigned) {
+  return b2b_wgmma_backward_rows_per_block(realigned) == 1 || kB2BWgmmaBackwardRowPairs == 1 ? MmaTurns::none
+         : kB2BWgmmaBackwardRowPairs == 2                                                    ? MmaTurns::to_wait
+                                                                                             : MmaTurns::at_issue;
+}
 
 template <bool kRealigned>
 size_t b2b_wgmma_backward_smem_bytes(int mixer_blocks) {
@@ -157,9 +162,7 @@ void launch_typed(const B2BBackwardParams& p, const B2BBackwardPlan& plan, float
           auto run_width = [&](auto dwp_on_cores, auto realigned) {
             constexpr bool kCores = decltype(dwp_on_cores)::value, kRealigned = decltype(realigned)::value;
             constexpr int kRows = b2b_wgmma_backward_rows_per_block(kRealigned);
-            constexpr MmaTurns kTurns = kRows == 1 || kB2BWgmmaBackwardRowPairs == 1 ? MmaTurns::none
-                                        : kB2BWgmmaBackwardRowPairs == 2            ? MmaTurns::to_wait
-                                                                                    : MmaTurns::at_issue;
+            constexpr MmaTurns kTurns = b2b_wgmma_backward_turns(kRealigned);
             with_toeplitz64_blocks(p.mixer_width, [&](auto blocks) {  // 2-5 (Km <= 65, 129, 193, 256)
               run(b2b_backward_wgmma_kernel<T, decltype(blocks)::value, kCores, kRealigned, kRows, kTurns>, kRows);
             });
