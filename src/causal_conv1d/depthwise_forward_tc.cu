@@ -154,19 +154,11 @@ bool wgmma_rows_apply(const DepthwiseForwardParams& p) {
 // 49.8, K193 49.5 / 58.7, K256 64.6 / 73.0.
 constexpr int64_t kWgmmaRingMinWidth = 66;
 
-// The streaming form on top: 16-byte aligned rows of whole 64-step chunks (its tensor maps' view,
-// row_chunks_view), rows that do not overlap (no expanded or aliased rows: the maps' strides stay as
-// ordinary as the encoder expects) at strides the maps can hold (below 2^40 bytes), and a driver
-// that encodes tensor maps.
+// The streaming form on top: 16-byte aligned rows its tensor maps' view describes
+// (row_chunks_view_applies), and a driver that encodes tensor maps.
 bool wgmma_ring_applies(const DepthwiseForwardParams& p) {
-  constexpr int64_t kMaxStride = (int64_t(1) << 39) - 1;  // elements of 2 bytes
-  auto plain_rows = [&](const int64_t* stride) {
-    const bool channels_ok = p.channels == 1 || (stride[1] >= p.length && stride[1] <= kMaxStride);
-    const int64_t batch_min = p.channels == 1 ? p.length : p.channels * stride[1];
-    return channels_ok && (p.batch == 1 || (stride[0] >= batch_min && stride[0] <= kMaxStride));
-  };
-  return p.length % WgmmaToeplitzTile::kChunk == 0 && rows_aligned(p) && plain_rows(p.x_stride) &&
-         plain_rows(p.y_stride) && tensor_maps_available();
+  return rows_aligned(p) && row_chunks_view_applies(p.batch, p.channels, p.length, p.x_stride) &&
+         row_chunks_view_applies(p.batch, p.channels, p.length, p.y_stride) && tensor_maps_available();
 }
 
 // fp32 on the tensor cores (tf32 split three ways, depthwise_forward_tf32_kernel.cuh) from this

@@ -30,6 +30,7 @@
 #include "causal_conv1d/depthwise_kernels.h"
 #include "causal_conv1d/depthwise_direct.cuh"
 #include "common/sm90_primitives.cuh"
+#include "common/tile_ring.cuh"
 #include "common/toeplitz_mma.cuh"
 #include "common/toeplitz_wgmma.cuh"
 
@@ -295,57 +296,6 @@ struct DepthwiseWgmmaRingSmem {
   static constexpr int kThreads = Tile::kThreads + 32;  // the consumer warpgroup, then the producer warp
 };
 
-// The (64, L / 64, C, B) view of a channel-first activation (strides in elements, L % 64 == 0)
-// for a tensor map of boxes of `box_chunks` chunks of one row. A unit dimension gets a stride the
-// encoder accepts (any multiple of 16 bytes), as it is never stepped.
-struct RowChunksView {
-  uint64_t dims[4];
-  uint64_t strides[3];  // bytes, dims 1-3
-  uint32_t box[4];
-};
-inline RowChunksView row_chunks_view(int64_t batch, int64_t channels, int64_t length, const int64_t* stride,
-                                     int box_chunks) {
-  const uint64_t chunk_bytes = uint64_t(WgmmaToeplitzTile::kRowBytes);
-  const uint64_t row_bytes = uint64_t(length) * 2;
-  RowChunksView v{};
-  v.dims[0] = uint64_t(WgmmaToeplitzTile::kChunk);
-  v.dims[1] = uint64_t(length / WgmmaToeplitzTile::kChunk);
-  v.dims[2] = uint64_t(channels);
-  v.dims[3] = uint64_t(batch);
-  v.strides[0] = chunk_bytes;
-  v.strides[1] = channels > 1 ? uint64_t(stride[1]) * 2 : row_bytes;
-  v.strides[2] = batch > 1 ? uint64_t(stride[0]) * 2 : row_bytes * uint64_t(channels);
-  v.box[0] = uint32_t(WgmmaToeplitzTile::kChunk);
-  v.box[1] = uint32_t(box_chunks);
-  v.box[2] = 1;
-  v.box[3] = 1;
-  return v;
-}
-
-// A block's place in its tile range, row-major over (b, c, tile): divisions once, at its first
-// tile; new_row marks the tiles that start a row for the block (its first, and every tile 0).
-struct RingWalk {
-  int64_t tile, c, b;
-  bool new_row;
-  __device__ __forceinline__ RingWalk(int64_t work, int64_t tiles_per_row, int64_t channels) {
-    const int64_t row = work / tiles_per_row;
-    tile = work - row * tiles_per_row;
-    b = row / channels;
-    c = row - b * channels;
-    new_row = true;
-  }
-  __device__ __forceinline__ void advance(int64_t tiles_per_row, int64_t channels) {
-    new_row = ++tile == tiles_per_row;
-    if (new_row) {
-      tile = 0;
-      if (++c == channels) {
-        c = 0;
-        ++b;
-      }
-    }
-  }
-};
-
 // Blocks/SM asked of ptxas: 3 (136 registers) up to 4 Toeplitz blocks; 2 at 5 (140 registers:
 // at 136 ptxas would serialise the wgmmas, as in the kernel above).
 constexpr int wgmma_ring_min_blocks_per_sm(int blocks) { return blocks <= 4 ? 3 : 2; }
@@ -377,11 +327,8 @@ __global__ void __launch_bounds__(DepthwiseWgmmaRingSmem<kBlocks>::kThreads, wgm
   }
   __syncthreads();
 
-  const int64_t total = p.batch * p.channels * tiles_per_row;
-  // Block k's tiles: the contiguous range [k W / G, (k + 1) W / G). (Tiles k, k + G, ..., neighbouring
-  // tiles at work at once and a row change per tile, lost 9-34 % on the H200, session 28.)
-  const int64_t first = total * int64_t(blockIdx.x) / int64_t(gridDim.x);
-  const int64_t last = total * (int64_t(blockIdx.x) + 1) / int64_t(gridDim.x);
+  const BlockTileRange range(p.batch * p.channels * tiles_per_row);
+  const int64_t first = range.first, last = range.last;
 
   if (warp == Tile::kThreads / 32) {  // the producer
     constexpr int kEntries = toeplitz64_pair_count<kBlocks>() + 1;  // the pairs, then the bias
