@@ -28,6 +28,8 @@
 
 #include <cuda.h>  // CUtensorMap
 
+#include <type_traits>
+
 #include "b2b/b2b_direct.cuh"
 #include "b2b/b2b_hankel_wgmma.cuh"
 #include "b2b/b2b_kernels.h"
