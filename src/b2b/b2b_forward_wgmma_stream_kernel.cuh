@@ -188,14 +188,10 @@ __global__ void __launch_bounds__(B2BWgmmaStreamLayout<kMixerBlocks, kStages>::k
     sm90::fence_registers(v);
 
     // 2. z into the z tile (row kOutRow + m for chunk J + m); the gate's projection.
-#pragma unroll
-    for (int j = 0; j < 8; ++j)
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const int e = 4 * j + 2 * h, m = 16 * warp + g + 8 * h;
-        *reinterpret_cast<uint32_t*>(smem + hankel_pair_offset(kOutRow + m, j, q)) =
-            pack_pair(from_float<T>(u[e + 1] * v[e + 1]), from_float<T>(u[e] * v[e]));
-      }
+    for_each_hankel_pair(warp, g, [&](int e, int m, int j) {
+      *reinterpret_cast<uint32_t*>(smem + hankel_pair_offset(kOutRow + m, j, q)) =
+          pack_pair(from_float<T>(u[e + 1] * v[e + 1]), from_float<T>(u[e] * v[e]));
+    });
     float gate[32];
     issue_projections([&](auto first_slice) { projection(gate, 0, first_slice); });
     sm90::fence_proxy_async_shared();
@@ -220,18 +216,14 @@ __global__ void __launch_bounds__(B2BWgmmaStreamLayout<kMixerBlocks, kStages>::k
     sm90::named_barrier_sync(1, kConsumers);  // every warp's mixer reads are done
     if (carries) *reinterpret_cast<uint4*>(smem + Tile::kRowBytes * kZRow + 16 * threadIdx.x) = carry;
     bool vote = false;
-#pragma unroll
-    for (int j = 0; j < 8; ++j)
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const int e = 4 * j + 2 * h, m = 16 * warp + g + 8 * h;
-        uint32_t* const pair = reinterpret_cast<uint32_t*>(smem + hankel_pair_offset(kOutRow + m, j, q));
-        const uint32_t z = *pair;  // (steps e + 1, e: low, high)
-        const float lo = gate[e + 1] * fmaf(skip, pair_half_to_float<T>(z, false), h_acc[e + 1]);
-        const float hi = gate[e] * fmaf(skip, pair_half_to_float<T>(z, true), h_acc[e]);
-        if constexpr (kGuard) vote = vote || nonfinite(lo) || nonfinite(hi);
-        *pair = pack_pair(from_float<T>(lo), from_float<T>(hi));
-      }
+    for_each_hankel_pair(warp, g, [&](int e, int m, int j) {
+      uint32_t* const pair = reinterpret_cast<uint32_t*>(smem + hankel_pair_offset(kOutRow + m, j, q));
+      const uint32_t z = *pair;  // (steps e + 1, e: low, high)
+      const float lo = gate[e + 1] * fmaf(skip, pair_half_to_float<T>(z, false), h_acc[e + 1]);
+      const float hi = gate[e] * fmaf(skip, pair_half_to_float<T>(z, true), h_acc[e]);
+      if constexpr (kGuard) vote = vote || nonfinite(lo) || nonfinite(hi);
+      *pair = pack_pair(from_float<T>(lo), from_float<T>(hi));
+    });
     // The output tile is complete (with the guard: and redone by direct loops where a sum is not finite).
     if constexpr (kGuard) {
       if (sm90::named_barrier_sync_or(1, kConsumers, vote)) {
