@@ -1,7 +1,6 @@
 // Launcher of the fused b2b_causal_conv1d forward (the kernels: b2b_forward_short_kernel.cuh
 // for short filters on 16-byte rows, b2b_forward_wgmma_kernel.cuh on Hopper's warpgroup MMA for
-// wider mixers on 16-byte rows (streamed, b2b_forward_wgmma_stream_kernel.cuh, on rows of whole
-// 64-step chunks when kB2BWgmmaStreamForward is on), b2b_forward_tc_kernel.cuh on the tensor cores (mma.sync) for
+// wider mixers on 16-byte rows, b2b_forward_tc_kernel.cuh on the tensor cores (mma.sync) for
 // the other rows, b2b_forward_tf32_kernel.cuh for fp32 wide mixers on tf32 tensor cores (on
 // warpgroup MMA: b2b_forward_wgmma_tf32_kernel.cuh), b2b_forward_kernel.cuh on the CUDA cores for
 // everything else).
@@ -13,12 +12,10 @@
 #include "b2b/b2b_forward_tc_kernel.cuh"
 #include "b2b/b2b_forward_tf32_kernel.cuh"
 #include "b2b/b2b_forward_wgmma_kernel.cuh"
-#include "b2b/b2b_forward_wgmma_stream_kernel.cuh"
 #include "b2b/b2b_forward_wgmma_tf32_kernel.cuh"
 #include "b2b/b2b_kernels.h"
 #include "b2b/b2b_tiling.cuh"
 #include "common/cuda_runtime.h"
-#include "common/tensor_map.h"
 
 namespace causalconv::detail {
 namespace {
@@ -138,37 +135,6 @@ void launch_wgmma(const B2BForwardParams& p, cudaStream_t stream) {
   kernel<<<grid, WgmmaToeplitzTile::kThreads, smem, stream>>>(p, tiles, per_segment);
 }
 
-// The streaming form (b2b_forward_wgmma_stream_kernel.cuh): a persistent grid whose blocks rebuild
-// their tables only where their tile ranges change rows, from filters loaded a row ahead. Written in
-// session 48 for the H200's L8192 rows, where the per-row kernel's prologue binds (71 % of copy at
-// Km128 against 89 % at L131072, session 38); off until the GPU has run its tests and timed it.
-constexpr bool kB2BWgmmaStreamForward = false;
-// Its stages: 1 (three blocks an SM; the stage refilled while a tile's mixer runs) or 2 (two).
-constexpr int kB2BWgmmaStreamStages = 1;
-
-template <typename T, int kMixerBlocks>
-void launch_wgmma_stream(const B2BForwardParams& p, cudaStream_t stream) {
-  using Layout = B2BWgmmaStreamLayout<kMixerBlocks, kB2BWgmmaStreamStages>;
-  const char* const what = "b2b_causal_conv1d forward (tensor cores, streamed)";
-  auto* const kernel =
-      b2b_forward_wgmma_stream_kernel<T, kMixerBlocks, kB2BWgmmaStreamStages, kToeplitzNonFiniteGuard>;
-  allow_dynamic_shared_memory(kernel, Layout::kBytes, what);
-  const RowChunksView xv = row_chunks_view(p.batch, 3 * p.dim, p.length, p.x_stride, Layout::kBoxChunks);
-  const CUtensorMap x_map = encode_tensor_map(p.x, p.dtype, 4, xv.dims, xv.strides, xv.box, what);
-  const int64_t tiles_per_row = (p.length + WgmmaToeplitzTile::kOutputs - 1) / WgmmaToeplitzTile::kOutputs;
-  const int64_t grid = std::min(p.batch * p.dim * tiles_per_row,
-                                int64_t(resident_blocks(kernel, Layout::kThreads, Layout::kBytes, what)));
-  kernel<<<unsigned(grid), Layout::kThreads, Layout::kBytes, stream>>>(x_map, p, tiles_per_row);
-}
-
-// The streaming form where it applies: x's rows (16-byte aligned, checked by the caller) as its
-// tensor map's view describes them (row_chunks_view_applies: whole 64-step chunks, rows that do not
-// overlap), and a driver that encodes tensor maps. The output rows take any strides.
-bool wgmma_stream_applies(const B2BForwardParams& p) {
-  return kB2BWgmmaStreamForward && p.length > 0 &&
-         row_chunks_view_applies(p.batch, 3 * p.dim, p.length, p.x_stride) && tensor_maps_available();
-}
-
 // fp16/bf16 with kB2BTcMinMixerWidth <= Km <= 256 and Kp <= 32 on rows of 16-byte vectors (any rows
 // with kB2BWgmmaRealignedRows), on a compute capability 9.0 device with an sm_90a image: the
 // warpgroup-MMA form.
@@ -186,7 +152,6 @@ bool try_launch_wgmma(const B2BForwardParams& p, cudaStream_t stream) {
       if constexpr (kB2BWgmmaRealignedRows) {
         if (!aligned) return launch_wgmma<T, kBlocks, true>(p, stream);
       }
-      if (wgmma_stream_applies(p)) return launch_wgmma_stream<T, kBlocks>(p, stream);
       launch_wgmma<T, kBlocks, false>(p, stream);
     });
     return true;

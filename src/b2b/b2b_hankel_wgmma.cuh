@@ -172,17 +172,6 @@ __device__ __forceinline__ int hankel_pair_offset(int r, int j, int q) {
   return swizzled_unit_offset(r, 7 - j) + 12 - 4 * q;
 }
 
-// f(e, m, j) for each of a thread's accumulator pairs of a 64 x 64 wgmma fragment: elements e + 1
-// and e (e = 4j + 2h: steps 62 - 8j - 2q and 63 - 8j - 2q, at hankel_pair_offset(row of m, j, q)) of
-// chunk m = 16 warp + g + 8h, g = lane / 4.
-template <typename F>
-__device__ __forceinline__ void for_each_hankel_pair(int warp, int g, F&& f) {
-#pragma unroll
-  for (int j = 0; j < 8; ++j)
-#pragma unroll
-    for (int h = 0; h < 2; ++h) f(4 * j + 2 * h, 16 * warp + g + 8 * h, j);
-}
-
 // Byte offset of the pair of columns 8j + 2q, 8j + 2q + 1 (accumulator elements 4j + 2h and
 // 4j + 2h + 1 of lane q, in that order) in swizzled row r: a fragment stored in its own order.
 __device__ __forceinline__ int fragment_pair_offset(int r, int j, int q) { return swizzled_unit_offset(r, j) + 4 * q; }

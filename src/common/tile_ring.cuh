@@ -1,6 +1,6 @@
-// Shared pieces of the streaming sm_90a kernels (depthwise_forward_wgmma_ring_kernel,
-// b2b_forward_wgmma_stream_kernel): a persistent grid whose blocks walk contiguous ranges of
-// 4096-step tiles in row-major order, fed by TMA loads of 64-step chunks.
+// Shared pieces of the streaming sm_90a kernels (depthwise_forward_wgmma_ring_kernel): a persistent
+// grid whose blocks walk contiguous ranges of 4096-step tiles in row-major order, fed by TMA loads
+// of 64-step chunks.
 #pragma once
 
 #include <cstdint>

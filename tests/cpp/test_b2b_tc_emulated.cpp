@@ -5,9 +5,7 @@
 // in the epilogue, tile walks and partial tiles, the two x stages in turn, cp.async on 16-byte
 // aligned rows and the element path on the others. The wgmma form: the Hankel tables, the
 // skipped k-slices at both projection widths, every mixer block count, the z halo carried from
-// tile to tile and computed at each segment's first tile, partial tiles and units. Its streaming
-// form: TMA loads through a ring of one or two stages, ranges of tiles crossing rows (tables
-// rebuilt from filters loaded a row ahead, the halo zeroed) and starting mid-row. The fp32 form
+// tile to tile and computed at each segment's first tile, partial tiles and units. The fp32 form
 // (the mixer on tf32 MMAs split three ways): z and the gate from the CUDA-core projections, the
 // mixer's halo, the one x stage reused while the MMAs run, NaN and infinities kept causal. (The
 // GPU run: tests/python/test_b2b.py, test_tensor_core_mixer and test_fp32_wide_mixers.)
@@ -20,9 +18,6 @@
 #define b2b_forward_wgmma_kernel b2b_forward_wgmma_kernel_emulated
 #include "b2b/b2b_forward_wgmma_kernel.cuh"
 #undef b2b_forward_wgmma_kernel
-#define b2b_forward_wgmma_stream_kernel b2b_forward_wgmma_stream_kernel_emulated
-#include "b2b/b2b_forward_wgmma_stream_kernel.cuh"
-#undef b2b_forward_wgmma_stream_kernel
 #define b2b_forward_tf32x3_kernel b2b_forward_tf32x3_kernel_emulated
 #include "b2b/b2b_forward_tf32_kernel.cuh"
 #undef b2b_forward_tf32x3_kernel
@@ -42,7 +37,6 @@
 
 #include "b2b_kernel_params.h"
 #include "b2b_test_data.h"
-#include "emulated_row_chunks_map.h"
 #include "host_tensor.h"
 #include "toeplitz_guard_choice.h"
 
@@ -57,7 +51,7 @@ namespace emu = causalconv::emulation;
 
 struct Case {
   int64_t batch, dim, length, kp, km;
-  int64_t tiles_per_segment = 32;  // the wgmma form's walk (its launcher's largest: 32); streamed: the grid's blocks
+  int64_t tiles_per_segment = 32;  // the wgmma form's walk (its launcher's largest: 32)
   // >= 0: x row 3c+1 of the first channel holds NaN at this step and row 3c+2 +inf 40 steps later;
   // row 3c of the last channel -inf at this step (each output NaN / infinite exactly where its own
   // terms make it: the guard, common/toeplitz_guard.cuh).
@@ -68,9 +62,7 @@ struct Case {
 // wgmma form on rows off the 16-byte grid (kRealigned; x's rows at stride L + 3, out's at L + 5).
 // fp32: the tf32x3 form, with its projections per step (mma_sync) or by units (tf32_unit_projections),
 // or the wgmma tf32x3 form (wgmma).
-// wgmma_stream: the streaming wgmma form (rows of whole 64-step chunks) with one stage, 2 stages:
-// with two.
-enum class Form { mma_sync, wgmma, wgmma_realigned, tf32_unit_projections, wgmma_stream, wgmma_stream_2_stages };
+enum class Form { mma_sync, wgmma, wgmma_realigned, tf32_unit_projections };
 
 template <typename T, int kMaxBlocks, bool kGuard>
 void launch_emulated(const detail::B2BForwardParams& f) {
@@ -113,18 +105,6 @@ void launch_wgmma_emulated(const detail::B2BForwardParams& f, int64_t tiles_per_
   });
 }
 
-template <typename T, int kMixerBlocks, int kStages, bool kGuard>
-void launch_wgmma_stream_emulated(const detail::B2BForwardParams& f, int64_t blocks) {
-  using Tile = detail::WgmmaToeplitzTile;
-  using Layout = detail::B2BWgmmaStreamLayout<kMixerBlocks, kStages>;
-  const int64_t tiles_per_row = (f.length + Tile::kOutputs - 1) / Tile::kOutputs;
-  const CUtensorMap x_map = test::row_chunks_map(f.x, f.batch, 3 * f.dim, f.length, f.x_stride, Layout::kBoxChunks);
-  const emu::Dim3 grid{unsigned(std::min(f.batch * f.dim * tiles_per_row, blocks)), 1, 1};
-  emu::launch(grid, Layout::kThreads, size_t(Layout::kBytes), [&] {
-    detail::b2b_forward_wgmma_stream_kernel_emulated<T, kMixerBlocks, kStages, kGuard>(x_map, f, tiles_per_row);
-  });
-}
-
 template <typename T>
 void run_case(const Case& cs, Form form = Form::mma_sync) {
   const char* const name = form == Form::tf32_unit_projections    ? "tf32x3 unit projections"
@@ -132,15 +112,12 @@ void run_case(const Case& cs, Form form = Form::mma_sync) {
                            : std::is_same_v<T, float>     ? "tf32x3"
                            : form == Form::wgmma           ? "wgmma"
                            : form == Form::wgmma_realigned ? "wgmma realigned"
-                           : form == Form::wgmma_stream    ? "wgmma streamed"
-                           : form == Form::wgmma_stream_2_stages ? "wgmma streamed, 2 stages"
                                                            : "mma.sync";
   SCOPED_TRACE(::testing::Message() << name << " B" << cs.batch << " D" << cs.dim << " L" << cs.length << " Kp"
                                     << cs.kp << " Km" << cs.km);
   const int64_t B = cs.batch, D = cs.dim, L = cs.length, Kp = cs.kp, Km = cs.km;
   // The 16-bit wgmma form: every row 16-byte aligned. The fp32 forms take any rows.
-  const bool stream = form == Form::wgmma_stream || form == Form::wgmma_stream_2_stages;
-  const int64_t pad = (form == Form::wgmma || stream) && !std::is_same_v<T, float> ? 8 - L % 8 : 3;
+  const int64_t pad = form == Form::wgmma && !std::is_same_v<T, float> ? 8 - L % 8 : 3;
   const int64_t out_pad = form == Form::wgmma_realigned ? 5 : pad;
   HostTensor x({B, 3 * D, L}), wp({3 * D, Kp}), wm({D, Km}), skip({D});
   std::random_device seed;
@@ -179,11 +156,7 @@ void run_case(const Case& cs, Form form = Form::mma_sync) {
       }
       detail::with_toeplitz64_blocks(Km, [&](auto blocks) {
         constexpr int kBlocks = decltype(blocks)::value;
-        if (form == Form::wgmma_stream)
-          launch_wgmma_stream_emulated<T, kBlocks, 1, kGuard>(f, cs.tiles_per_segment);
-        else if (form == Form::wgmma_stream_2_stages)
-          launch_wgmma_stream_emulated<T, kBlocks, 2, kGuard>(f, cs.tiles_per_segment);
-        else if (form == Form::wgmma_realigned)
+        if (form == Form::wgmma_realigned)
           launch_wgmma_emulated<T, kBlocks, true, kGuard>(f, cs.tiles_per_segment);
         else
           launch_wgmma_emulated<T, kBlocks, false, kGuard>(f, cs.tiles_per_segment);
@@ -372,28 +345,6 @@ TEST(B2BTensorCoreEmulated, WgmmaRealignedRows) {
       {1, 2, 9000, 3, 128, 8, 4090},  // NaN / inf across a tile boundary (the guard's tile)
   };
   for (const Case& c : f16_cases) run_case<__half>(c, Form::wgmma_realigned);
-}
-
-// The streaming wgmma form (L a multiple of 64; the last field but one is the grid's blocks, each
-// walking a contiguous range of the row-major tiles): one chunk, partial last tiles, ranges that
-// start mid-row (the z halo on the CUDA cores) and cross rows (tables rebuilt, the halo zeroed),
-// every mixer block count, both projection slice counts, one stage and two, NaN / inf carried across
-// a tile boundary in the halo (the guard).
-TEST(B2BTensorCoreEmulated, WgmmaStreamed) {
-  const Case bf16_cases[] = {
-      {1, 1, 64, 2, 16, 4},           // L = 64: one chunk; 2 mixer blocks
-      {2, 3, 8192, 3, 128, 4},        // 12 tiles, 3 a block: ranges starting mid-row and crossing rows
-      {1, 2, 12288, 32, 256, 2},      // Kp 32 (6 slices); 5 mixer blocks; 3 tiles a row, a row a block
-      {3, 1, 640, 18, 66, 2},         // Kp 18; rows of one partial tile, a block walking two rows
-  };
-  for (const Case& c : bf16_cases) run_case<__nv_bfloat16>(c, Form::wgmma_stream);
-  run_case<__nv_bfloat16>(bf16_cases[1], Form::wgmma_stream_2_stages);
-  const Case f16_cases[] = {
-      {1, 3, 4160, 17, 150, 5},        // Kp 17 (5 slices); 4 mixer blocks; a last tile of one chunk
-      {1, 2, 8192, 3, 128, 2, 4090},   // NaN / inf across a tile boundary, carried in the z halo
-  };
-  for (const Case& c : f16_cases) run_case<__half>(c, Form::wgmma_stream);
-  run_case<__half>(f16_cases[0], Form::wgmma_stream_2_stages);
 }
 
 TEST(B2BTensorCoreEmulated, BFloat16) {

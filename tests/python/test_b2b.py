@@ -115,8 +115,7 @@ def test_b2b_racecheck_shapes(seeded):
     check(*make_inputs(1, 1, 5000, 3, 128, torch.float32))
     # Rows off the 16-byte grid (odd L) across a tile: the wgmma forms' realigned staging.
     check(*make_inputs(1, 1, 5001, 3, 128, torch.bfloat16))
-    # More one-tile rows than an H100's or H200's resident blocks (3 x 132): the streamed wgmma
-    # forward's ranges cross rows (tables rebuilt between one tile's MMAs and the next's).
+    # More one-tile rows than an H100's or H200's resident blocks (3 x 132), forward only.
     x, wp, wm, skip = make_inputs(1, 450, 4096, 3, 128, torch.bfloat16)
     assert_forward_close(causalconv.b2b_causal_conv1d(x, wp, wm, skip), x, wp, wm, skip)
 
@@ -487,11 +486,10 @@ def test_tensor_core_mixer_long_rows_and_strided_weights(dtype, seeded):
 
 @requires_cuda
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
-def test_wgmma_forward_streamed_ranges(dtype, seeded):
-    # Rows of whole 64-step chunks with more tiles than resident blocks, so that the streamed wgmma
-    # forward (b2b_forward.cu's kB2BWgmmaStreamForward) walks ranges of 2-3 tiles: starting mid-row
-    # (the z halo on the CUDA cores), crossing rows (tables rebuilt, the halo zeroed, filters loaded a
-    # row ahead); a last tile of one chunk; rows of one tile each.
+def test_wgmma_forward_many_rows_of_whole_chunks(dtype, seeded):
+    # Rows of whole 64-step chunks with 2-3 times more 4096-step tiles than an H100's or H200's
+    # resident blocks (a forward whose blocks walked tile ranges across rows, as session 48's streamed
+    # form did, would start mid-row and cross rows here); a last tile of one chunk; rows of one tile.
     for b, d, length, kp, km in ((1, 512, 8192, 3, 128), (2, 300, 4096 + 64, 32, 256), (1, 1000, 640, 18, 66),
                                  (3, 200, 4096 * 3, 17, 150)):
         x, wp, wm, skip = make_inputs(b, d, length, kp, km, dtype)
