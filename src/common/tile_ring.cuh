@@ -1,6 +1,7 @@
-// Shared pieces of the streaming sm_90a kernels (depthwise_forward_wgmma_ring_kernel): a persistent
-// grid whose blocks walk contiguous ranges of 4096-step tiles in row-major order, fed by TMA loads
-// of 64-step chunks.
+// Persistent grids of sm_90a kernels whose blocks walk contiguous ranges of 4096-step tiles in
+// row-major order (BlockTileRange: the depthwise streaming forward, depthwise_forward_wgmma_ring_kernel,
+// and the b2b wgmma forward's walk across rows), and the streaming forward's TMA view of 64-step chunks
+// and its walk.
 #pragma once
 
 #include <cstdint>

@@ -39,7 +39,6 @@
 #include <vector>
 
 #include "depthwise_emulated_checks.h"
-#include "emulated_row_chunks_map.h"
 #include "error_tally.h"
 #include "host_tensor.h"
 #include "padded_tensors.h"
@@ -164,6 +163,21 @@ const char* form_name(Form form) {
   return form == Form::wgmma ? "wgmma" : form == Form::wgmma_ring ? "wgmma ring" : "mma.sync";
 }
 
+// An emulated tensor map of the streaming form's view of an activation (as its launcher encodes).
+CUtensorMap row_chunks_map(const void* base, int64_t B, int64_t C, int64_t L, const int64_t* stride, int box_chunks) {
+  const detail::RowChunksView v = detail::row_chunks_view(B, C, L, stride, box_chunks);
+  detail::sm90::EmulatedTensorMap m{};
+  m.base = base;
+  m.rank = 4;
+  m.swizzle_128b = true;
+  for (int d = 0; d < 4; ++d) {
+    m.dims[d] = v.dims[d];
+    m.box[d] = v.box[d];
+  }
+  for (int d = 0; d < 3; ++d) m.strides[d] = v.strides[d];
+  return detail::sm90::emulated_tensor_map(m);
+}
+
 template <typename T>
 void run_forward(const Case& cs, Form form = Form::mma_sync, Walk walk = {}) {
   SCOPED_TRACE(::testing::Message() << "forward B" << cs.batch << " C" << cs.channels << " L" << cs.length << " K"
@@ -216,8 +230,8 @@ void run_forward(const Case& cs, Form form = Form::mma_sync, Walk walk = {}) {
     detail::with_toeplitz64_blocks(K, [&](auto blocks) {
       constexpr int kBlocks = decltype(blocks)::value;
       using Smem = detail::DepthwiseWgmmaRingSmem<kBlocks>;
-      const CUtensorMap x_map = test::row_chunks_map(p.x, B, C, L, p.x_stride, Smem::kBoxChunks);
-      const CUtensorMap y_map = test::row_chunks_map(p.y, B, C, L, p.y_stride, detail::WgmmaToeplitzTile::kChunks);
+      const CUtensorMap x_map = row_chunks_map(p.x, B, C, L, p.x_stride, Smem::kBoxChunks);
+      const CUtensorMap y_map = row_chunks_map(p.y, B, C, L, p.y_stride, detail::WgmmaToeplitzTile::kChunks);
       test::with_guard_for(cs.nonfinite_at >= 0, [&](auto guard) {
         emu::launch(grid, Smem::kThreads, size_t(Smem::kBytes), [&] {
           detail::depthwise_forward_wgmma_ring_kernel_emulated<T, kBlocks, decltype(guard)::value>(x_map, y_map, p,
