@@ -92,8 +92,8 @@ __global__ void __launch_bounds__(WgmmaToeplitzTile::kThreads, 3)
   // The block's tiles [first, last): of its row's segment, or (kWalk) of all rows in row-major
   // order, from tile walk_tile of row (b, c) on; kWalk moves the row and its pointers as it goes
   // (const otherwise, which keeps the per-row form's code as it was).
-  const int64_t walk_first = kWalk ? BlockTileRange(p.batch * p.dim * tiles).first : 0;
-  const int64_t first_row = kWalk ? walk_first / tiles : int64_t(blockIdx.x);
+  const BlockTileRange walk_range = kWalk ? BlockTileRange(p.batch * p.dim * tiles) : BlockTileRange();
+  const int64_t first_row = kWalk ? walk_range.first / tiles : int64_t(blockIdx.x);
   WalkState<kWalk, int64_t> b = div_nonneg(first_row, p.dim);
   WalkState<kWalk, int64_t> c = first_row - b * p.dim;
   const int64_t n = p.length;
@@ -108,8 +108,8 @@ __global__ void __launch_bounds__(WgmmaToeplitzTile::kThreads, 3)
   WalkState<kWalk, const T*> x0 = x_of(b, c);
   WalkState<kWalk, T*> out = out_of(b, c);
   WalkState<kWalk, const T*> wp0 = wp_of(c);
-  const int64_t first = kWalk ? walk_first : int64_t(blockIdx.y) * tiles_per_segment;
-  const int64_t last = kWalk ? BlockTileRange(p.batch * p.dim * tiles).last
+  const int64_t first = kWalk ? walk_range.first : int64_t(blockIdx.y) * tiles_per_segment;
+  const int64_t last = kWalk ? walk_range.last
                              : first + tiles_per_segment < tiles ? first + tiles_per_segment : tiles;
   int64_t walk_tile = kWalk ? first - first_row * tiles : 0;
 
@@ -164,17 +164,20 @@ __global__ void __launch_bounds__(WgmmaToeplitzTile::kThreads, 3)
   T skip_weight = skip_of(c);
   if (first < last) stage(0, x0, kWalk ? walk_tile : first);
   cp_async_commit();
-  {  // The four Hankel tables, through lag-ordered copies of the filters in the (free) z tile.
-    constexpr int kProjLags = hankel_lag_entries<Layout::kProjBlocks>();
+  // The four Hankel tables, through lag-ordered copies of the filters in the (free) z tile; the
+  // next barrier orders the lags' reads before the z tile's next writes.
+  static_assert(2 * (3 * hankel_lag_entries<Layout::kProjBlocks>() + hankel_lag_entries<kMixerBlocks>()) <=
+                    128 * Tile::kChunks, "lags fit");
+  static_assert(Layout::kMixerTable == Layout::kProjTable + 3 * Layout::kProjTableBytes,
+                "the tables are consecutive (b2b_hankel_tables)");
+  auto build_tables = [&] {
     T* const lags = reinterpret_cast<T*>(smem + 128 * Layout::kZRow);  // 3 projections, then the mixer
     filters.store(lags);
     __syncthreads();
-    static_assert(Layout::kMixerTable == Layout::kProjTable + 3 * Layout::kProjTableBytes,
-                  "the tables are consecutive (b2b_hankel_tables)");
     b2b_hankel_tables<Layout::kProjBlocks, kMixerBlocks, false>(smem + Layout::kProjTable, lags, kp,
                                                                 int(p.mixer_width));
-    static_assert(2 * (3 * kProjLags + hankel_lag_entries<kMixerBlocks>()) <= 128 * Tile::kChunks, "lags fit");
-  }  // (the loop's first barrier orders these reads before the z tile's first writes)
+  };
+  build_tables();
   float skip = to_float(skip_weight);
   // kWalk: the filters and skip weight of the block's next row, if its range reaches it, loaded now
   // (in flight while this row goes by) and stored as lags at its first tile.
@@ -205,13 +208,9 @@ __global__ void __launch_bounds__(WgmmaToeplitzTile::kThreads, 3)
     cp_async_commit();
     if constexpr (kWalk) {
       if (tile == 0 && work != first) {  // a new row: its tables from the filters loaded a row earlier
-        T* const lags = reinterpret_cast<T*>(smem + 128 * Layout::kZRow);
-        filters.store(lags);  // (the z tile is free: the barrier above followed the last tile's reads)
         skip = to_float(skip_weight);
+        build_tables();  // (the z tile is free: the barrier above followed the last tile's reads)
         load_next_row();
-        __syncthreads();
-        b2b_hankel_tables<Layout::kProjBlocks, kMixerBlocks, false>(smem + Layout::kProjTable, lags, kp,
-                                                                    int(p.mixer_width));
         sm90::fence_proxy_async_shared();
         __syncthreads();  // the tables are written, the lags read: z before the row is zero
         for (int u = int(threadIdx.x); u < 8 * kHalo; u += Tile::kThreads)
@@ -303,12 +302,7 @@ __global__ void __launch_bounds__(WgmmaToeplitzTile::kThreads, 3)
     else
       wgmma_toeplitz_store_tile(out, smem, out_row, j0, n);
     if constexpr (kWalk) {  // the next tile's row
-      if (++walk_tile == tiles) {
-        walk_tile = 0;
-        if (++c == p.dim) {
-          c = 0;
-          ++b;
-        }
+      if (advance_row_major_tile(walk_tile, c, b, tiles, p.dim)) {
         x0 = x_of(b, c);
         out = out_of(b, c);
         wp0 = wp_of(c);
