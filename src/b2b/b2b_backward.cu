@@ -44,32 +44,13 @@ constexpr int64_t kB2BWgmmaBackwardMinBlocks = 512;
 // Measured on the H200 (session 13, bf16 B1 D4096 L8192 fwd+bwd, gradients checked): Km128
 // 0.557 -> 0.530 ms, Km256 Kp4 0.664 -> 0.651; the GPU suite passed with it in session 14.
 
-// Two rows a block on the wgmma backward's 16-byte rows (b2b_backward_wgmma_kernel's kRows = 2,
-// one block per SM where two blocks of one row ran): 0 off, 1 on, 2 on with the rows taking turns at
-// their MMA steps until the MMAs' wait (MmaTurns::to_wait), 3 passing the turn at their issue
-// (MmaTurns::at_issue). Written in session 47 to measure session 43's ping-pong question;
-// emulation-tested, not yet run on a GPU.
-constexpr int kB2BWgmmaBackwardRowPairs = 0;
-constexpr int b2b_wgmma_backward_rows_per_block(bool realigned) {
-  return kB2BWgmmaBackwardRowPairs > 0 && !realigned ? 2 : 1;
-}
-constexpr MmaTurns b2b_wgmma_backward_turns(bool realigned) {
-  return b2b_wgmma_backward_rows_per_block(realigned) == 1 || kB2BWgmmaBackwardRowPairs == 1 ? MmaTurns::none
-         : kB2BWgmmaBackwardRowPairs == 2                                                    ? MmaTurns::to_wait
-                                                                                             : MmaTurns::at_issue;
-}
-
 template <bool kRealigned>
 size_t b2b_wgmma_backward_smem_bytes(int mixer_blocks) {
-  auto bytes = [](auto layout) {
-    using L = decltype(layout);
-    return size_t(b2b_wgmma_backward_rows_per_block(kRealigned) == 2 ? L::kPairBytes : L::kBytes);
-  };
   switch (mixer_blocks) {
-    case 2: return bytes(B2BWgmmaBackwardLayout<2, kRealigned>{});
-    case 3: return bytes(B2BWgmmaBackwardLayout<3, kRealigned>{});
-    case 4: return bytes(B2BWgmmaBackwardLayout<4, kRealigned>{});
-    default: return bytes(B2BWgmmaBackwardLayout<5, kRealigned>{});
+    case 2: return B2BWgmmaBackwardLayout<2, kRealigned>::kBytes;
+    case 3: return B2BWgmmaBackwardLayout<3, kRealigned>::kBytes;
+    case 4: return B2BWgmmaBackwardLayout<4, kRealigned>::kBytes;
+    default: return B2BWgmmaBackwardLayout<5, kRealigned>::kBytes;
   }
 }
 
@@ -153,19 +134,19 @@ void launch_typed(const B2BBackwardParams& p, const B2BBackwardPlan& plan, float
       case B2BBackwardPath::wgmma:
         if constexpr (!std::is_same<T, float>::value) {
           const int64_t per_segment = (plan.tiling.tiles + plan.tiling.tile_blocks - 1) / plan.tiling.tile_blocks;
-          auto run = [&](auto kernel, int rows_per_block) {
+          auto run = [&](auto kernel) {
             allow_dynamic_shared_memory(kernel, plan.smem_bytes, "b2b_causal_conv1d backward (shared-memory opt-in)");
-            const dim3 blocks(unsigned((p.batch * p.dim + rows_per_block - 1) / rows_per_block), grid.y);
-            kernel<<<blocks, WgmmaToeplitzTile::kThreads * rows_per_block, plan.smem_bytes, stream>>>(
-                p, plan.tiling.tiles, per_segment, partials);
+            kernel<<<grid, WgmmaToeplitzTile::kThreads, plan.smem_bytes, stream>>>(p, plan.tiling.tiles, per_segment,
+                                                                                  partials);
           };
           auto run_width = [&](auto dwp_on_cores, auto realigned) {
             constexpr bool kCores = decltype(dwp_on_cores)::value, kRealigned = decltype(realigned)::value;
-            constexpr int kRows = b2b_wgmma_backward_rows_per_block(kRealigned);
-            constexpr MmaTurns kTurns = b2b_wgmma_backward_turns(kRealigned);
-            with_toeplitz64_blocks(p.mixer_width, [&](auto blocks) {  // 2-5 (Km <= 65, 129, 193, 256)
-              run(b2b_backward_wgmma_kernel<T, decltype(blocks)::value, kCores, kRealigned, kRows, kTurns>, kRows);
-            });
+            switch (plan.tc_max_blocks) {
+              case 2: run(b2b_backward_wgmma_kernel<T, 2, kCores, kRealigned>); break;  // Km <= 65
+              case 3: run(b2b_backward_wgmma_kernel<T, 3, kCores, kRealigned>); break;  // Km <= 129
+              case 4: run(b2b_backward_wgmma_kernel<T, 4, kCores, kRealigned>); break;  // Km <= 193
+              default: run(b2b_backward_wgmma_kernel<T, 5, kCores, kRealigned>); break;  // Km <= 256
+            }
           };
           auto run_rows = [&](auto dwp_on_cores) {
             if (plan.realigned)

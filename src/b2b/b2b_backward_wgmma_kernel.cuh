@@ -37,15 +37,6 @@
 //
 // Accuracy as the mma.sync form (b2b_backward_tc_kernel.cuh): z, dh and the dp rows are rounded
 // once each to the 16-bit type; dskip sums fp32 values.
-//
-// kRows = 2 (16-byte rows only): a block of two warpgroups, each the above on a row of its own
-// (rows 2 blockIdx.x and 2 blockIdx.x + 1, each with its own half of the shared memory and its own
-// named barrier), one block per SM where two blocks of one row ran. With kTurns the two take turns
-// at their MMA steps (projections, each dwm lag block, h and dz, each dx_j) through two named
-// barriers: MmaTurns::to_wait, a turn from the step's MMAs' issue to their wait, so that one's MMAs
-// run while the other works on the CUDA cores (session 43's question: is the order what the second
-// row on an SM fails to give?); MmaTurns::at_issue, the turn passed once the MMAs are issued (only
-// the order in which the two issue alternates).
 #pragma once
 
 #include <type_traits>
@@ -87,10 +78,6 @@ struct B2BWgmmaBackwardLayout {
   static constexpr int kSpill = kHaloTaps + 32 * 8;
   static constexpr int kBytes = 1024 + kSpill + (kRealigned ? 2 * 6 * 16 : 0);
   static_assert(2 * (kBytes + 1024) <= 228 * 1024, "two blocks per SM");
-  // A warpgroup's share of a two-row block (kRows = 2): 1024-byte aligned, after the 1024 to align the start.
-  static constexpr int kGroupBytes = (kBytes - 1024 + 1023) / 1024 * 1024;
-  static constexpr int kPairBytes = 1024 + 2 * kGroupBytes;
-  static_assert(kPairBytes <= 227 * 1024, "a two-row block fits an SM");
   // dwm's lag blocks in fp32 (lag_block_index) go over the idle stage, two at a time; dwp's
   // lag-block-0 band (float [64][32], band_index) over the dp row it came from.
   static_assert(2 * 64 * 64 * 4 <= 128 * kStageRows, "two lag blocks fit a stage");
@@ -128,61 +115,25 @@ __device__ __forceinline__ int band_index(int r, int s) { return 32 * r + (s ^ (
 // Kp measured no change, session 21).
 constexpr int kDwpCoreTaps = 4;
 
-// Turns of a two-row block's warpgroups at their MMA steps (above).
-enum class MmaTurns { none, to_wait, at_issue };
-
 // kRealigned: rows off the 16-byte grid (odd L), each at its own lead, staged as raw 16-byte units
 // of its grid and realigned in shared memory as the forward's (common/toeplitz_wgmma.cuh); the dx
 // rows stored from their own grids.
-template <typename T, int kMixerBlocks, bool kDwpOnCores, bool kRealigned = false, int kRows = 1,
-          MmaTurns kTurns = MmaTurns::none>
-__global__ void __launch_bounds__(WgmmaToeplitzTile::kThreads * kRows, 2 / kRows)
+template <typename T, int kMixerBlocks, bool kDwpOnCores, bool kRealigned = false>
+__global__ void __launch_bounds__(WgmmaToeplitzTile::kThreads, 2)
     b2b_backward_wgmma_kernel(B2BBackwardParams p, int64_t tiles, int64_t tiles_per_segment, float* partials) {
 #ifdef CAUSALCONV_SM90A
-  static_assert(kRows == 1 || (kRows == 2 && !kRealigned), "two rows a block on 16-byte rows");
-  static_assert(kRows == 2 || kTurns == MmaTurns::none, "turns between two rows");
   using Tile = WgmmaToeplitzTile;
   using Layout = B2BWgmmaBackwardLayout<kMixerBlocks, kRealigned>;
   constexpr int kHalo = Layout::kHalo, kZRow = Layout::kZRow, kDhRow = Layout::kDhRow;
   constexpr int kCarryRow = Layout::kCarryRow;
   constexpr bool kSkewedLagBlocks = kMixerBlocks <= 3;  // (lag_block_index)
-  // This thread's warpgroup (its row) and its place there.
-  // (group through a shuffle: ptxas then knows it warp-uniform and keeps it off the per-thread
-  // registers: the two-row forms' spills at Km128 116 -> 64 bytes)
-  const int group = kRows == 1 ? 0 : int(__shfl_sync(0xffffffffu, unsigned(threadIdx.x) / Tile::kThreads, 0));
-  const int tid = int(threadIdx.x) - group * Tile::kThreads, lane = tid & 31, warp = tid >> 5, g = lane >> 2,
-            q = lane & 3;
-  const int64_t rows = p.batch * p.dim, row = int64_t(blockIdx.x) * kRows + group;
-  if (kRows > 1 && row >= rows) return;  // the grid's last block may hold one row
-  unsigned char* const smem = sm90::aligned_dynamic_shared() + group * Layout::kGroupBytes;
+  unsigned char* const smem = sm90::aligned_dynamic_shared();
   const uint32_t smem_base = sm90::smem_u32(smem);
   const int kp = int(p.proj_width), km = int(p.mixer_width);
-  // The warpgroup's barrier (named barrier 1 + group of two-row blocks); its turns at the MMA steps
-  // (kTurns, with both rows present): named barrier kTurn + group is the group's turn, 2 x 128
-  // threads (its own waiting, the other's arriving when its turn ends); group 0 goes first. A step:
-  // turn_begin(), its MMAs issued, issued(), their wait, waited().
-  auto sync = [&] {
-    if constexpr (kRows == 1)
-      __syncthreads();
-    else
-      sm90::named_barrier_sync(1 + group, Tile::kThreads);
-  };
-  constexpr uint32_t kTurn = 3;
-  const bool turns = kTurns != MmaTurns::none && int64_t(blockIdx.x) * kRows + 1 < rows;
-  auto turn_begin = [&] {
-    if (turns) sm90::named_barrier_sync(kTurn + group, 2 * Tile::kThreads);
-  };
-  auto pass_turn = [&] { sm90::named_barrier_arrive(kTurn + (group ^ 1), 2 * Tile::kThreads); };
-  auto issued = [&] {
-    if (kTurns == MmaTurns::at_issue && turns) pass_turn();
-  };
-  auto waited = [&] {
-    if (kTurns == MmaTurns::to_wait && turns) pass_turn();
-  };
-  if (turns && group == 1) sm90::named_barrier_arrive(kTurn, 2 * Tile::kThreads);
+  const int tid = int(threadIdx.x), lane = tid & 31, warp = tid >> 5, g = lane >> 2, q = lane & 3;
 
-  const int64_t b = div_nonneg(row, p.dim);
-  const int64_t c = row - b * p.dim;
+  const int64_t b = div_nonneg(int64_t(blockIdx.x), p.dim);
+  const int64_t c = int64_t(blockIdx.x) - b * p.dim;
   const int64_t n = p.length;
   const T* const x0 = static_cast<const T*>(p.x) + b * p.x_stride[0] + 3 * c * p.x_stride[1];
   const T* const dout = static_cast<const T*>(p.dout) + b * p.dout_stride[0] + c * p.dout_stride[1];
@@ -273,7 +224,7 @@ __global__ void __launch_bounds__(WgmmaToeplitzTile::kThreads * kRows, 2 / kRows
   };
 
   B2BLagFilters<Layout::kProjBlocks, kMixerBlocks, T> filters;
-  filters.load(p, c, tid);  // before the copies (B2BLagFilters)
+  filters.load(p, c);  // before the copies (B2BLagFilters)
   // The skip weight and the halo's taps with them: loaded after the stage, their latency was the
   // prologue's last wait (the forward's profile, session 42).
   const T skip_weight = static_cast<const T*>(p.skip_bias)[c * p.skip_stride];
@@ -287,16 +238,16 @@ __global__ void __launch_bounds__(WgmmaToeplitzTile::kThreads * kRows, 2 / kRows
   {  // The Hankel tables, through lag-ordered copies of the filters in the (free) z rows; zero carries.
     constexpr int kProjLags = hankel_lag_entries<Layout::kProjBlocks>();
     T* const lags = reinterpret_cast<T*>(smem + 128 * kZRow);  // 3 projections, then the mixer
-    filters.store(lags, tid);
+    filters.store(lags);
     for (int i = tid; i < 8 * (kHalo + 3); i += Tile::kThreads)
       *reinterpret_cast<uint4*>(smem + 128 * kCarryRow + 16 * i) = make_uint4(0, 0, 0, 0);
     if (tid < kp)
       reinterpret_cast<float2*>(smem + Layout::kHaloTaps)[tid] = make_float2(to_float(halo_tap1), to_float(halo_tap2));
-    sync();
+    __syncthreads();
     static_assert(Layout::kMixerTable == Layout::kProjTable + 3 * Layout::kProjTableBytes &&
                       Layout::kMixerTableT == Layout::kMixerTable + 128 * hankel_cores(kMixerBlocks),
                   "the tables are consecutive (b2b_hankel_tables)");
-    b2b_hankel_tables<Layout::kProjBlocks, kMixerBlocks, true>(smem + Layout::kProjTable, lags, kp, km, tid);
+    b2b_hankel_tables<Layout::kProjBlocks, kMixerBlocks, true>(smem + Layout::kProjTable, lags, kp, km);
     static_assert(2 * (3 * kProjLags + hankel_lag_entries<kMixerBlocks>()) <= 128 * (kHalo + Tile::kChunks),
                   "lags fit");
   }  // (the loop's first barrier orders these reads before the z rows' first writes)
@@ -320,7 +271,7 @@ __global__ void __launch_bounds__(WgmmaToeplitzTile::kThreads * kRows, 2 / kRows
     const int64_t j0 = tile * Tile::kOutputs;
     cp_async_wait<0>();                // this thread's copies of the tile are done
     sm90::fence_proxy_async_shared();  // ... and visible to wgmma, as are the tables and carries
-    sync();                            // every thread's (of the warpgroup)
+    __syncthreads();                   // every thread's
     if constexpr (kRealigned) {  // the raw units of this stage's rows into their chunks
       wgmma_realign_rows<4, Layout::kXRows>(
           smem, [&](int j) { return j < 3 ? x_row(slot, j) : g_row(slot); }, [&](int j) { return 2 * row_lead(j); },
@@ -329,7 +280,7 @@ __global__ void __launch_bounds__(WgmmaToeplitzTile::kThreads * kRows, 2 / kRows
           smem, [&](int j) { return halo_x_row(slot, 1 + j); }, [&](int j) { return 2 * row_lead(1 + j); },
           [&](int j) { return spill(slot, 4 + j); });
       sm90::fence_proxy_async_shared();
-      sync();
+      __syncthreads();
     }
 
     // 2. The three projections (the z halo on the CUDA cores meanwhile).
@@ -342,12 +293,10 @@ __global__ void __launch_bounds__(WgmmaToeplitzTile::kThreads * kRows, 2 / kRows
       wgmma_hankel_conv<T, 2, kFirst>(gate, smem_base + 128 * x_row(slot, 0), proj_table);
       sm90::wgmma_commit();
     };
-    turn_begin();
     if (kp <= 17)
       projections(std::integral_constant<int, 3>{});
     else
       projections(std::integral_constant<int, 2>{});
-    issued();
     // z over chunks J - Hm .. J - 1 in step order into the halo rows, from the staged x1, x2 (step
     // s of chunk J - 1 - Hm + k: the halo rows, then x row 0 for k = Hm; zero before time 0).
     for (int i = tid; i < 64 * kHalo; i += Tile::kThreads) {
@@ -371,7 +320,6 @@ __global__ void __launch_bounds__(WgmmaToeplitzTile::kThreads * kRows, 2 / kRows
     sm90::fence_registers(u);
     sm90::fence_registers(v);
     sm90::fence_registers(gate);
-    waited();
 
     // 3. z and dh in step order; dout and dh kept as pairs (hankel_pair_offset's: elements e + 1, e).
     uint32_t g_pairs[16], dh_pairs[16];
@@ -393,7 +341,7 @@ __global__ void __launch_bounds__(WgmmaToeplitzTile::kThreads * kRows, 2 / kRows
         if (own) dskip = fmaf(dh_hi, z_hi, fmaf(dh_lo, z_lo, dskip));
       }
     sm90::fence_proxy_async_shared();
-    sync();  // z and dh complete
+    __syncthreads();  // z and dh complete
     // The dh carry: rows 64 .. 64 + Hm - 1 take the chunks after the tile, the carry this tile's first Hm.
     for (int i = tid; i < 8 * kHalo; i += Tile::kThreads) {
       const int k = i >> 3, unit = i & 7;
@@ -406,7 +354,7 @@ __global__ void __launch_bounds__(WgmmaToeplitzTile::kThreads * kRows, 2 / kRows
     sm90::fence_proxy_async_shared();
     // Step 5's MMAs read the rows after the tile once swapped: step 4's barriers order that, and the
     // priming pass, which has no step 4, needs one of its own.
-    if (!own) sync();
+    if (!own) __syncthreads();
 
     // 4. dwm's lag blocks, through the idle stage (two buffers: one barrier per block).
     if (own) {
@@ -414,7 +362,6 @@ __global__ void __launch_bounds__(WgmmaToeplitzTile::kThreads * kRows, 2 / kRows
 #pragma unroll
       for (int a = 0; a < kMixerBlocks; ++a) {
         float acc[32];
-        turn_begin();
         sm90::wgmma_fence();
         const uint64_t dh_rows = sm90::smem_descriptor(smem_base + 128 * kDhRow, 8192, 1024);
         const uint64_t z_rows = sm90::smem_descriptor(smem_base + 128 * (kZRow + kHalo - a), 8192, 1024);
@@ -423,10 +370,8 @@ __global__ void __launch_bounds__(WgmmaToeplitzTile::kThreads * kRows, 2 / kRows
           sm90::wgmma_m64n64k16_tt<T>(acc, sm90::descriptor_plus(dh_rows, 2048 * ks),
                                       sm90::descriptor_plus(z_rows, 2048 * ks), ks != 0);
         sm90::wgmma_commit();
-        issued();
         sm90::wgmma_wait<0>();
         sm90::fence_registers(acc);
-        waited();
         float* const block = lag_s + 4096 * (a & 1);
 #pragma unroll
         for (int j = 0; j < 8; ++j)
@@ -436,7 +381,7 @@ __global__ void __launch_bounds__(WgmmaToeplitzTile::kThreads * kRows, 2 / kRows
             *reinterpret_cast<float2*>(block + lag_block_index<kSkewedLagBlocks>(r, 8 * j + 2 * q)) =
                 make_float2(acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]);
           }
-        sync();  // (also: every thread is done with the block stored two steps ago)
+        __syncthreads();  // (also: every thread is done with the block stored two steps ago)
         {  // Thread (t, half) = (tid % 64, tid / 64) sums element (r, (r - t) % 64) of each row r of its
            // half: diagonal t - 64 where r < t, diagonal t where r >= t (every element read once).
           const int t = tid & 63, r0 = 32 * (tid >> 6);
@@ -460,24 +405,21 @@ __global__ void __launch_bounds__(WgmmaToeplitzTile::kThreads * kRows, 2 / kRows
           mix_above[a] += above;
         }
       }
-      sync();  // the idle stage is read: the next tile's rows may go there
+      __syncthreads();  // the idle stage is read: the next tile's rows may go there
     }
     if (tile > first) stage(slot ^ 1, tile - 1);
     cp_async_commit();
 
     // 5. h and dz, then the dp rows step-reversed over dout, z and dh.
     float h_acc[32], dz_acc[32];
-    turn_begin();
     sm90::wgmma_fence();
     wgmma_hankel_conv<T, kMixerBlocks, 0>(h_acc, smem_base + 128 * kZRow, mixer_table);
     wgmma_hankel_conv<T, kMixerBlocks, 0, true, true>(dz_acc, smem_base + 128 * kDhRow, mixer_table_t);
     sm90::wgmma_commit();
-    issued();
     sm90::wgmma_wait<0>();
     sm90::fence_registers(h_acc);
     sm90::fence_registers(dz_acc);
-    waited();
-    sync();  // every warp's reads of z and dh are done
+    __syncthreads();  // every warp's reads of z and dh are done
 #pragma unroll
     for (int j = 0; j < 8; ++j)
 #pragma unroll
@@ -502,7 +444,7 @@ __global__ void __launch_bounds__(WgmmaToeplitzTile::kThreads * kRows, 2 / kRows
               pack_pair(from_float<T>(dp[k][0]), from_float<T>(dp[k][1]));
       }
     sm90::fence_proxy_async_shared();
-    sync();  // the dp rows complete
+    __syncthreads();  // the dp rows complete
     // Each dp_j's carry: row 64 takes the chunk after the tile, the carry this tile's first.
     if (tid < 24) {
       const int k = tid >> 3, unit = tid & 7;
@@ -513,7 +455,7 @@ __global__ void __launch_bounds__(WgmmaToeplitzTile::kThreads * kRows, 2 / kRows
       *reinterpret_cast<uint4*>(smem + swizzled_unit_offset(dp_row(slot, k) + Tile::kChunks, unit)) = after;
     }
     sm90::fence_proxy_async_shared();
-    sync();
+    __syncthreads();
     if (!own) continue;
 
     // 6. dx_j and dwp_j: two lag-block MMAs with the dx MMAs and their bands afterwards, or (kDwpOnCores)
@@ -538,12 +480,10 @@ __global__ void __launch_bounds__(WgmmaToeplitzTile::kThreads * kRows, 2 / kRows
         }
         sm90::wgmma_commit();
       };
-      turn_begin();
       if (kp <= 17)
         products(std::integral_constant<int, 3>{});
       else
         products(std::integral_constant<int, 2>{});
-      issued();
       // (a runtime row index into the sums would put them in local memory)
       auto add_to_row = [&](float (&sums)[3], float v) {
         if (j == 0)
@@ -582,8 +522,7 @@ __global__ void __launch_bounds__(WgmmaToeplitzTile::kThreads * kRows, 2 / kRows
       sm90::wgmma_wait<0>();
 #pragma unroll
       for (int k = 0; k < (kDwpOnCores ? 1 : 3); ++k) sm90::fence_registers(acc[k]);
-      waited();
-      sync();  // every warp's MMAs and reads of row j are done: x_j's and dp_j's rows are free
+      __syncthreads();  // every warp's MMAs and reads of row j are done: x_j's and dp_j's rows are free
       const int out_row = x_row(slot, j);
       float* const band0 = reinterpret_cast<float*>(smem + 128 * dp_row(slot, j));  // [row r'][lag]
       float* const band1 = reinterpret_cast<float*>(smem + Layout::kBand1);         // [row r' - 32][lag]
@@ -603,12 +542,12 @@ __global__ void __launch_bounds__(WgmmaToeplitzTile::kThreads * kRows, 2 / kRows
             }
           }
       }
-      sync();
+      __syncthreads();
       if constexpr (kRealigned) {
         T* const dx = dx0 + j * p.dx_stride[1];
         wgmma_toeplitz_store_tile_realigned(dx, smem, out_row, j0, n, lead_of(dx));
       } else {
-        wgmma_toeplitz_store_tile(dx0 + j * p.dx_stride[1], smem, out_row, j0, n, 0, tid);
+        wgmma_toeplitz_store_tile(dx0 + j * p.dx_stride[1], smem, out_row, j0, n);
       }
       if (!kDwpOnCores && lane < kp) {  // lag s = lane over the warp's rows: band 0 rows 16w .., band 1 rows 32 + 8w ..
         float sum = 0.0f;
@@ -629,10 +568,9 @@ __global__ void __launch_bounds__(WgmmaToeplitzTile::kThreads * kRows, 2 / kRows
     }
   }
 
-  if (turns && group == 0) sm90::named_barrier_sync(kTurn, 2 * Tile::kThreads);  // group 1's last pass
   // The block's partial: dwp rows, dwm, dskip (b2b_backward_slots' order).
   dskip = warp_sum(dskip);
-  sync();  // the tile buffers are free
+  __syncthreads();  // the tile buffers are free
   // [kMixerBlocks][2 halves][128] diagonal sums (diagonal d at d + 64), [4] dskip per warp, then
   // dwp's lag sums: [3][4 warps][32 lags] (over the z rows)
   float* const sums = reinterpret_cast<float*>(smem + 128 * kZRow);
@@ -659,7 +597,7 @@ __global__ void __launch_bounds__(WgmmaToeplitzTile::kThreads * kRows, 2 / kRows
 #pragma unroll
     for (int j = 0; j < 3; ++j) proj_sums[128 * j + tid] = proj_sum[j];
   }
-  sync();
+  __syncthreads();
   if (!partials) return;
   const int slots = 3 * kp + km + 1;
   float* const part = partials + ((c * p.batch + b) * int64_t(gridDim.y) + blockIdx.y) * slots;

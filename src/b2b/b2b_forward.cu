@@ -135,27 +135,6 @@ void launch_wgmma(const B2BForwardParams& p, cudaStream_t stream) {
   kernel<<<grid, WgmmaToeplitzTile::kThreads, smem, stream>>>(p, tiles, per_segment);
 }
 
-// The wgmma form on a persistent grid (the kernel's kWalk; 16-byte rows): resident blocks, each
-// walking a row-major range of all rows' tiles, its tables rebuilt only where its range changes rows
-// (from filters loaded a row earlier) and the next row's first tile staged under the last one's
-// work. The per-block prologue (filter loads, tables, the first stage's wait) is what bounds the
-// L8192 rows (B1 89 % of copy against B4's 99.6 %, H100; 71 % against 89 % at L131072 on the H200):
-// written in session 48 after a TMA-fed form of the same walk lost (its one stage came back too late),
-// off until the GPU has timed it.
-constexpr bool kB2BWgmmaWalkRows = false;
-
-template <typename T, int kMixerBlocks>
-void launch_wgmma_walk(const B2BForwardParams& p, cudaStream_t stream) {
-  constexpr int smem = B2BWgmmaLayout<kMixerBlocks, false>::kBytes;
-  const char* const what = "b2b_causal_conv1d forward (shared-memory opt-in)";
-  auto* const kernel = b2b_forward_wgmma_kernel<T, kMixerBlocks, kToeplitzNonFiniteGuard, false, true>;
-  allow_dynamic_shared_memory(kernel, smem, what);
-  const int64_t tiles = (p.length + WgmmaToeplitzTile::kOutputs - 1) / WgmmaToeplitzTile::kOutputs;
-  const int64_t grid = std::min(p.batch * p.dim * tiles,
-                                int64_t(resident_blocks(kernel, WgmmaToeplitzTile::kThreads, smem, what)));
-  kernel<<<unsigned(grid), WgmmaToeplitzTile::kThreads, smem, stream>>>(p, tiles, 0);
-}
-
 // fp16/bf16 with kB2BTcMinMixerWidth <= Km <= 256 and Kp <= 32 on rows of 16-byte vectors (any rows
 // with kB2BWgmmaRealignedRows), on a compute capability 9.0 device with an sm_90a image: the
 // warpgroup-MMA form.
@@ -173,7 +152,6 @@ bool try_launch_wgmma(const B2BForwardParams& p, cudaStream_t stream) {
       if constexpr (kB2BWgmmaRealignedRows) {
         if (!aligned) return launch_wgmma<T, kBlocks, true>(p, stream);
       }
-      if (kB2BWgmmaWalkRows) return launch_wgmma_walk<T, kBlocks>(p, stream);
       launch_wgmma<T, kBlocks, false>(p, stream);
     });
     return true;

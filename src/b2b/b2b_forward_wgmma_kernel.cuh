@@ -40,7 +40,6 @@
 #include "b2b/b2b_hankel_wgmma.cuh"
 #include "b2b/b2b_kernels.h"
 #include "common/sm90_primitives.cuh"
-#include "common/tile_ring.cuh"
 #include "common/toeplitz_mma.cuh"
 #include "common/toeplitz_wgmma.cuh"
 
@@ -65,21 +64,13 @@ struct B2BWgmmaLayout {
   static constexpr int kBytes = 1024 + kSpill + (kRealigned ? 128 : 0);
 };
 
-// A variable the walk of b2b_forward_wgmma_kernel changes (kWalk), const otherwise.
-template <bool kWalk, typename V>
-using WalkState = std::conditional_t<kWalk, V, const V>;
-
 // Block (b*D + c, segment) walks tiles [segment * tiles_per_segment, + tiles_per_segment) of its
 // row (fewer at the row's end). kRealigned: rows off the 16-byte grid (odd L), each at its own
 // lead, staged as raw 16-byte units and realigned in shared memory (common/toeplitz_wgmma.cuh);
-// the output row stored from its own grid. kWalk (16-byte rows): a persistent grid instead, block
-// k walking the row-major range [k W / G, (k + 1) W / G) of all rows' W tiles (tiles_per_segment
-// unused), so that its tables are rebuilt only where its range changes rows, from filters loaded a
-// row earlier, and the next row's first tile is staged while the last one's runs.
-template <typename T, int kMixerBlocks, bool kGuard, bool kRealigned = false, bool kWalk = false>
+// the output row stored from its own grid.
+template <typename T, int kMixerBlocks, bool kGuard, bool kRealigned = false>
 __global__ void __launch_bounds__(WgmmaToeplitzTile::kThreads, 3)
     b2b_forward_wgmma_kernel(B2BForwardParams p, int64_t tiles, int64_t tiles_per_segment) {
-  static_assert(!(kWalk && kRealigned), "the walk takes 16-byte rows");
 #ifdef CAUSALCONV_SM90A
   using Tile = WgmmaToeplitzTile;
   using Layout = B2BWgmmaLayout<kMixerBlocks, kRealigned>;
@@ -89,29 +80,14 @@ __global__ void __launch_bounds__(WgmmaToeplitzTile::kThreads, 3)
   const int kp = int(p.proj_width);
   const int lane = int(threadIdx.x) & 31, warp = int(threadIdx.x) >> 5, g = lane >> 2, q = lane & 3;
 
-  // The block's tiles [first, last): of its row's segment, or (kWalk) of all rows in row-major
-  // order, from tile walk_tile of row (b, c) on; kWalk moves the row and its pointers as it goes
-  // (const otherwise, which keeps the per-row form's code as it was).
-  const BlockTileRange walk_range = kWalk ? BlockTileRange(p.batch * p.dim * tiles) : BlockTileRange();
-  const int64_t first_row = kWalk ? walk_range.first / tiles : int64_t(blockIdx.x);
-  WalkState<kWalk, int64_t> b = div_nonneg(first_row, p.dim);
-  WalkState<kWalk, int64_t> c = first_row - b * p.dim;
+  const int64_t b = div_nonneg(int64_t(blockIdx.x), p.dim);
+  const int64_t c = int64_t(blockIdx.x) - b * p.dim;
   const int64_t n = p.length;
-  // Channel cc's rows: x row 3cc and the output row of batch bb, projection taps row 3cc.
-  auto x_of = [&](int64_t bb, int64_t cc) {
-    return static_cast<const T*>(p.x) + bb * p.x_stride[0] + 3 * cc * p.x_stride[1];
-  };
-  auto out_of = [&](int64_t bb, int64_t cc) {
-    return static_cast<T*>(p.out) + bb * p.out_stride[0] + cc * p.out_stride[1];
-  };
-  auto wp_of = [&](int64_t cc) { return static_cast<const T*>(p.weight_proj) + 3 * cc * p.wp_stride[0]; };
-  WalkState<kWalk, const T*> x0 = x_of(b, c);
-  WalkState<kWalk, T*> out = out_of(b, c);
-  WalkState<kWalk, const T*> wp0 = wp_of(c);
-  const int64_t first = kWalk ? walk_range.first : int64_t(blockIdx.y) * tiles_per_segment;
-  const int64_t last = kWalk ? walk_range.last
-                             : first + tiles_per_segment < tiles ? first + tiles_per_segment : tiles;
-  int64_t walk_tile = kWalk ? first - first_row * tiles : 0;
+  const T* const x0 = static_cast<const T*>(p.x) + b * p.x_stride[0] + 3 * c * p.x_stride[1];
+  T* const out = static_cast<T*>(p.out) + b * p.out_stride[0] + c * p.out_stride[1];
+  const T* const wp0 = static_cast<const T*>(p.weight_proj) + 3 * c * p.wp_stride[0];
+  const int64_t first = int64_t(blockIdx.y) * tiles_per_segment;
+  const int64_t last = first + tiles_per_segment < tiles ? first + tiles_per_segment : tiles;
 
   // x row j of stage `slot`: chunk J - 1 + m at row slot * kStageRows + j * kXRows + m.
   auto x_row = [&](int slot, int j) { return slot * Layout::kStageRows + j * Layout::kXRows; };
@@ -122,7 +98,7 @@ __global__ void __launch_bounds__(WgmmaToeplitzTile::kThreads, 3)
   auto lead_of = [](const T* row) { return kRealigned ? int(row_shift16(row)) : 0; };
   const int lead0 = lead_of(x0), lead1 = lead_of(x0 + x_stride), lead2 = lead_of(x0 + 2 * x_stride);
   auto x_lead = [=](int j) { return j == 0 ? lead0 : j == 1 ? lead1 : lead2; };
-  auto stage = [&](int slot, const T* xr, int64_t tile) {  // xr: x row 3c of the tile's channel
+  auto stage = [&](int slot, int64_t tile) {
     constexpr int kUnits = 8 * Layout::kXRows, kThreads = Tile::kThreads;
     const int64_t first_step = (tile * Tile::kChunks - 1) * Tile::kChunk;
     if constexpr (kRealigned) {  // raw units 0 .. kUnits of each row's 16-byte grid (unit kUnits: the spill)
@@ -132,7 +108,7 @@ __global__ void __launch_bounds__(WgmmaToeplitzTile::kThreads, 3)
         for (int j = 0; j < 3; ++j) {
           unsigned char* const dst = u < kUnits ? smem + swizzled_unit_offset(x_row(slot, j) + (u >> 3), u & 7)
                                                 : smem + Layout::kSpill + 16 * (3 * slot + j);
-          cp_async_raw_unit(dst, xr + j * x_stride - x_lead(j), first_step + 8 * u, x_lead(j), n, interior);
+          cp_async_raw_unit(dst, x0 + j * x_stride - x_lead(j), first_step + 8 * u, x_lead(j), n, interior);
         }
       return;
     }
@@ -145,7 +121,7 @@ __global__ void __launch_bounds__(WgmmaToeplitzTile::kThreads, 3)
         if (u >= kUnits) break;
         const int64_t t = first_step + 8 * u;
         const int bytes = to_end ? staged_unit_bytes(t, n) : k > 0 || t >= 0 ? 16 : 0;
-        const T* src = xr + (bytes > 0 ? t : 0);
+        const T* src = x0 + (bytes > 0 ? t : 0);
 #pragma unroll
         for (int j = 0; j < 3; ++j)
           cp_async16(smem + swizzled_unit_offset(x_row(slot, j) + (u >> 3), u & 7), src + j * x_stride, bytes);
@@ -160,63 +136,32 @@ __global__ void __launch_bounds__(WgmmaToeplitzTile::kThreads, 3)
   B2BLagFilters<Layout::kProjBlocks, kMixerBlocks, T> filters;
   filters.load(p, c);  // before the copies (B2BLagFilters)
   // The skip weight with them: loaded after the tables, its latency was the prologue's last wait.
-  auto skip_of = [&](int64_t cc) { return static_cast<const T*>(p.skip_bias)[cc * p.skip_stride]; };
-  T skip_weight = skip_of(c);
-  if (first < last) stage(0, x0, kWalk ? walk_tile : first);
+  const T skip_weight = static_cast<const T*>(p.skip_bias)[c * p.skip_stride];
+  if (first < last) stage(0, first);
   cp_async_commit();
-  // The four Hankel tables, through lag-ordered copies of the filters in the (free) z tile; the
-  // next barrier orders the lags' reads before the z tile's next writes.
-  static_assert(2 * (3 * hankel_lag_entries<Layout::kProjBlocks>() + hankel_lag_entries<kMixerBlocks>()) <=
-                    128 * Tile::kChunks, "lags fit");
-  static_assert(Layout::kMixerTable == Layout::kProjTable + 3 * Layout::kProjTableBytes,
-                "the tables are consecutive (b2b_hankel_tables)");
-  auto build_tables = [&] {
+  {  // The four Hankel tables, through lag-ordered copies of the filters in the (free) z tile.
+    constexpr int kProjLags = hankel_lag_entries<Layout::kProjBlocks>();
     T* const lags = reinterpret_cast<T*>(smem + 128 * Layout::kZRow);  // 3 projections, then the mixer
     filters.store(lags);
     __syncthreads();
+    static_assert(Layout::kMixerTable == Layout::kProjTable + 3 * Layout::kProjTableBytes,
+                  "the tables are consecutive (b2b_hankel_tables)");
     b2b_hankel_tables<Layout::kProjBlocks, kMixerBlocks, false>(smem + Layout::kProjTable, lags, kp,
                                                                 int(p.mixer_width));
-  };
-  build_tables();
-  float skip = to_float(skip_weight);
-  // kWalk: the filters and skip weight of the block's next row, if its range reaches it, loaded now
-  // (in flight while this row goes by) and stored as lags at its first tile.
-  auto load_next_row = [&] {
-    if ((b * p.dim + c + 1) * tiles < last) {
-      const int64_t c_next = c + 1 == p.dim ? 0 : c + 1;
-      filters.load(p, c_next);
-      skip_weight = skip_of(c_next);
-    }
-  };
-  if constexpr (kWalk) load_next_row();
+    static_assert(2 * (3 * kProjLags + hankel_lag_entries<kMixerBlocks>()) <= 128 * Tile::kChunks, "lags fit");
+  }  // (the loop's first barrier orders these reads before the z tile's first writes)
+  const float skip = to_float(skip_weight);
   const uint32_t proj_table = smem_base + Layout::kProjTable, mixer_table = smem_base + Layout::kMixerTable;
 
   int slot = 0;
 #pragma unroll 1
-  for (int64_t work = first; work < last; ++work, slot ^= 1) {
-    const int64_t tile = kWalk ? walk_tile : work;
+  for (int64_t tile = first; tile < last; ++tile, slot ^= 1) {
     const int64_t j0 = tile * Tile::kOutputs;  // < n
     cp_async_wait<0>();                // this thread's copies of the tile are done
     sm90::fence_proxy_async_shared();  // ... and visible to wgmma, as are the tables and the z halo
     __syncthreads();                   // every thread's; the other stage is free
-    if (work + 1 < last) {
-      if (!kWalk || tile + 1 < tiles)
-        stage(slot ^ 1, x0, tile + 1);
-      else  // (kWalk) the next row's first tile
-        stage(slot ^ 1, c + 1 == p.dim ? x_of(b + 1, 0) : x_of(b, c + 1), 0);
-    }
+    if (tile + 1 < last) stage(slot ^ 1, tile + 1);
     cp_async_commit();
-    if constexpr (kWalk) {
-      if (tile == 0 && work != first) {  // a new row: its tables from the filters loaded a row earlier
-        skip = to_float(skip_weight);
-        build_tables();  // (the z tile is free: the barrier above followed the last tile's reads)
-        load_next_row();
-        sm90::fence_proxy_async_shared();
-        __syncthreads();  // the tables are written, the lags read: z before the row is zero
-        for (int u = int(threadIdx.x); u < 8 * kHalo; u += Tile::kThreads)
-          *reinterpret_cast<uint4*>(smem + 128 * Layout::kZRow + 16 * u) = make_uint4(0, 0, 0, 0);
-      }
-    }
     if constexpr (kRealigned) {  // the raw units of this stage's rows into their chunks
       wgmma_realign_rows<3, Layout::kXRows>(
           smem, [&](int j) { return x_row(slot, j); }, [&](int j) { return 2 * x_lead(j); },
@@ -240,7 +185,7 @@ __global__ void __launch_bounds__(WgmmaToeplitzTile::kThreads, 3)
       projections(std::integral_constant<int, 3>{});
     else
       projections(std::integral_constant<int, 2>{});
-    if (work == first) {  // the z halo of the segment's (kWalk: the range's) first tile
+    if (tile == first) {  // the z halo of the segment's first tile
       const T* x1 = x0 + p.x_stride[1];
       b2b_wgmma_z_halo<T, kHalo>(smem, Layout::kZRow, x1, x1 + p.x_stride[1], wp0 + p.wp_stride[0],
                                  wp0 + 2 * p.wp_stride[0], p.wp_stride[1], kp, j0);
@@ -301,13 +246,6 @@ __global__ void __launch_bounds__(WgmmaToeplitzTile::kThreads, 3)
       wgmma_toeplitz_store_tile_realigned(out, smem, out_row, j0, n, lead_of(out));
     else
       wgmma_toeplitz_store_tile(out, smem, out_row, j0, n);
-    if constexpr (kWalk) {  // the next tile's row
-      if (advance_row_major_tile(walk_tile, c, b, tiles, p.dim)) {
-        x0 = x_of(b, c);
-        out = out_of(b, c);
-        wp0 = wp_of(c);
-      }
-    }
   }
 #endif
 }

@@ -34,19 +34,18 @@ struct LagFilter {
                                     WgmmaToeplitzTile::kThreads;
   T v[kPerThread];
 
-  // tid: the thread's index in its warpgroup (a block of two, b2b_backward_wgmma_kernel's kRows).
-  __device__ __forceinline__ void load(const T* w, int64_t stride, int width, int tid = int(threadIdx.x)) {
+  __device__ __forceinline__ void load(const T* w, int64_t stride, int width) {
 #pragma unroll
     for (int k = 0; k < kPerThread; ++k) {
-      const int i = tid + k * WgmmaToeplitzTile::kThreads, s = i - 64;
+      const int i = int(threadIdx.x) + k * WgmmaToeplitzTile::kThreads, s = i - 64;
       v[k] = (i < hankel_lag_entries<kBlocks>() && s >= 0 && s < width) ? w[int64_t(width - 1 - s) * stride]
                                                                          : from_float<T>(0.0f);
     }
   }
-  __device__ __forceinline__ void store(T* lag, int tid = int(threadIdx.x)) const {
+  __device__ __forceinline__ void store(T* lag) const {
 #pragma unroll
     for (int k = 0; k < kPerThread; ++k) {
-      const int i = tid + k * WgmmaToeplitzTile::kThreads;
+      const int i = int(threadIdx.x) + k * WgmmaToeplitzTile::kThreads;
       if (i < hankel_lag_entries<kBlocks>()) lag[i] = v[k];
     }
   }
@@ -67,16 +66,16 @@ struct B2BLagFilters {
   LagFilter<kMixerBlocks, T> mixer;
 
   template <typename P>
-  __device__ __forceinline__ void load(const P& p, int64_t c, int tid = int(threadIdx.x)) {
+  __device__ __forceinline__ void load(const P& p, int64_t c) {
     const T* const wp0 = static_cast<const T*>(p.weight_proj) + 3 * c * p.wp_stride[0];
 #pragma unroll
-    for (int j = 0; j < 3; ++j) proj[j].load(wp0 + j * p.wp_stride[0], p.wp_stride[1], int(p.proj_width), tid);
-    mixer.load(static_cast<const T*>(p.weight_mixer) + c * p.wm_stride[0], p.wm_stride[1], int(p.mixer_width), tid);
+    for (int j = 0; j < 3; ++j) proj[j].load(wp0 + j * p.wp_stride[0], p.wp_stride[1], int(p.proj_width));
+    mixer.load(static_cast<const T*>(p.weight_mixer) + c * p.wm_stride[0], p.wm_stride[1], int(p.mixer_width));
   }
-  __device__ __forceinline__ void store(T* lags, int tid = int(threadIdx.x)) const {
+  __device__ __forceinline__ void store(T* lags) const {
 #pragma unroll
-    for (int j = 0; j < 3; ++j) proj[j].store(lags + j * kProjLags, tid);
-    mixer.store(lags + 3 * kProjLags, tid);
+    for (int j = 0; j < 3; ++j) proj[j].store(lags + j * kProjLags);
+    mixer.store(lags + 3 * kProjLags);
   }
 };
 
@@ -85,9 +84,8 @@ struct B2BLagFilters {
 // reading them: most rows of a short filter's table (Kp3: 10 of 184), and the prologue's table
 // build is on the critical path of a block's first tile.
 template <int kBlocks, typename T>
-__device__ __forceinline__ void hankel_table(unsigned char* table, const T* lag, int width,
-                                             int tid = int(threadIdx.x)) {
-  for (int unit = tid; unit < 8 * hankel_cores(kBlocks); unit += WgmmaToeplitzTile::kThreads) {
+__device__ __forceinline__ void hankel_table(unsigned char* table, const T* lag, int width) {
+  for (int unit = int(threadIdx.x); unit < 8 * hankel_cores(kBlocks); unit += WgmmaToeplitzTile::kThreads) {
     const int s = 63 + 8 * (8 * (kBlocks - 1) - (unit >> 3)) - (unit & 7);  // lag of column 0; column b: s - b
     uint4 row = make_uint4(0, 0, 0, 0);
     if (s >= 0 && s - 7 < width) {
@@ -105,9 +103,8 @@ __device__ __forceinline__ void hankel_table(unsigned char* table, const T* lag,
 // for Q < 7), and block i's cores start at Q = 8 i.
 // Rows with no lag in [0, width) are stored as zero, as in hankel_table.
 template <int kBlocks, typename T>
-__device__ __forceinline__ void hankel_table_transposed(unsigned char* table, const T* lag, int width,
-                                                        int tid = int(threadIdx.x)) {
-  for (int unit = tid; unit < 8 * hankel_cores(kBlocks); unit += WgmmaToeplitzTile::kThreads) {
+__device__ __forceinline__ void hankel_table_transposed(unsigned char* table, const T* lag, int width) {
+  for (int unit = int(threadIdx.x); unit < 8 * hankel_cores(kBlocks); unit += WgmmaToeplitzTile::kThreads) {
     const int s = 8 * (unit >> 3) + (unit & 7) - 63;  // lag of column 0; column b: s + b
     uint4 row = make_uint4(0, 0, 0, 0);
     if (s + 7 >= 0 && s < width) {
@@ -125,14 +122,13 @@ __device__ __forceinline__ void hankel_table_transposed(unsigned char* table, co
 // them); their lags as B2BLagFilters stores them at `lags`. (Built a core per thread from two 16-byte
 // lag reads instead, ~3x fewer instructions, the forwards lost 2-6 %: H100, session 45.)
 template <int kProjBlocks, int kMixerBlocks, bool kTransposedMixer, typename T>
-__device__ __forceinline__ void b2b_hankel_tables(unsigned char* tables, const T* lags, int kp, int km,
-                                                  int tid = int(threadIdx.x)) {
+__device__ __forceinline__ void b2b_hankel_tables(unsigned char* tables, const T* lags, int kp, int km) {
   constexpr int kProjBytes = 128 * hankel_cores(kProjBlocks), kProjLags = hankel_lag_entries<kProjBlocks>();
   unsigned char* const mixer = tables + 3 * kProjBytes;
-  for (int j = 0; j < 3; ++j) hankel_table<kProjBlocks>(tables + j * kProjBytes, lags + j * kProjLags, kp, tid);
-  hankel_table<kMixerBlocks>(mixer, lags + 3 * kProjLags, km, tid);
+  for (int j = 0; j < 3; ++j) hankel_table<kProjBlocks>(tables + j * kProjBytes, lags + j * kProjLags, kp);
+  hankel_table<kMixerBlocks>(mixer, lags + 3 * kProjLags, km);
   if constexpr (kTransposedMixer)
-    hankel_table_transposed<kMixerBlocks>(mixer + 128 * hankel_cores(kMixerBlocks), lags + 3 * kProjLags, km, tid);
+    hankel_table_transposed<kMixerBlocks>(mixer + 128 * hankel_cores(kMixerBlocks), lags + 3 * kProjLags, km);
 }
 
 #ifdef CAUSALCONV_SM90A

@@ -1,7 +1,7 @@
 // Persistent grids of sm_90a kernels whose blocks walk contiguous ranges of 4096-step tiles in
-// row-major order (BlockTileRange: the depthwise streaming forward, depthwise_forward_wgmma_ring_kernel,
-// and the b2b wgmma forward's walk across rows), and the streaming forward's TMA view of 64-step chunks
-// and its walk.
+// row-major order (BlockTileRange, RingWalk), and a TMA view of 64-step chunks: the depthwise
+// streaming forward's (depthwise_forward_wgmma_ring_kernel). (The b2b forward's walks across rows,
+// streamed and per-row, used them and lost: docs/performance.md, session 48 and 49.)
 #pragma once
 
 #include <cstdint>
@@ -49,20 +49,6 @@ inline bool row_chunks_view_applies(int64_t batch, int64_t channels, int64_t len
          (batch == 1 || (stride[0] >= batch_min && stride[0] <= kMaxStride));
 }
 
-// The next tile in row-major order over (b, c, tile): whether it starts a row.
-__device__ __forceinline__ bool advance_row_major_tile(int64_t& tile, int64_t& c, int64_t& b, int64_t tiles_per_row,
-                                                       int64_t channels) {
-  const bool new_row = ++tile == tiles_per_row;
-  if (new_row) {
-    tile = 0;
-    if (++c == channels) {
-      c = 0;
-      ++b;
-    }
-  }
-  return new_row;
-}
-
 // A block's place in its tile range, row-major over (b, c, tile): divisions once, at its first
 // tile; new_row marks the tiles that start a row for the block (its first, and every tile 0).
 struct RingWalk {
@@ -76,7 +62,14 @@ struct RingWalk {
     new_row = true;
   }
   __device__ __forceinline__ void advance(int64_t tiles_per_row, int64_t channels) {
-    new_row = advance_row_major_tile(tile, c, b, tiles_per_row, channels);
+    new_row = ++tile == tiles_per_row;
+    if (new_row) {
+      tile = 0;
+      if (++c == channels) {
+        c = 0;
+        ++b;
+      }
+    }
   }
 };
 
@@ -84,8 +77,7 @@ struct RingWalk {
 // (Tiles k, k + G, ..., neighbouring tiles at work at once and a row change per tile, lost 9-34 % on
 // the H200 in the depthwise form, session 28.)
 struct BlockTileRange {
-  int64_t first = 0, last = 0;
-  BlockTileRange() = default;  // empty
+  int64_t first, last;
   __device__ __forceinline__ explicit BlockTileRange(int64_t total)
       : first(total * int64_t(blockIdx.x) / int64_t(gridDim.x)),
         last(total * (int64_t(blockIdx.x) + 1) / int64_t(gridDim.x)) {}

@@ -49,16 +49,14 @@ __device__ __forceinline__ T& wgmma_toeplitz_output(unsigned char* tile, int fir
 // row[j0 + i] = the output tile's step i, for lead <= j0 + i < n, i < kOutputs: unit u (steps
 // 8u .. + 7) is unit u % 8 of swizzled row first_row + u / 8 of `tile` (1024-byte aligned); 16-byte
 // stores (the row is 16-byte aligned). lead: of a walk from the boundary before the row
-// (kToeplitzShiftedRows, common/toeplitz_mma.cuh), whose first steps are not the row's. tid: the
-// thread's index in the warpgroup that stores the tile.
+// (kToeplitzShiftedRows, common/toeplitz_mma.cuh), whose first steps are not the row's.
 template <typename T>
 __device__ __forceinline__ void wgmma_toeplitz_store_tile(T* row, const unsigned char* tile, int first_row,
-                                                          int64_t j0, int64_t n, int lead = 0,
-                                                          int tid = int(threadIdx.x)) {
+                                                          int64_t j0, int64_t n, int lead = 0) {
   using Tile = WgmmaToeplitzTile;
 #pragma unroll
   for (int m = 0; m < Tile::kOutputs / 8 / Tile::kThreads; ++m) {
-    const int u = tid + m * Tile::kThreads;
+    const int u = int(threadIdx.x) + m * Tile::kThreads;
     const int64_t t = j0 + 8 * int64_t(u);
     const unsigned char* src = tile + swizzled_unit_offset(first_row + (u >> 3), u & 7);
     if (lead > 0 && t < lead) {  // the walk's first unit (t = 0)

@@ -63,13 +63,7 @@ enum class Form {
   wgmma_realigned,
   wgmma_dwp_on_cores_realigned,
   wgmma_tf32,
-  wgmma_tf32_dwm_group,  // the tf32 form with a third warpgroup on dwm (kDwmGroup)
-  // the wgmma form with two rows a block (kRows = 2), without and with turns at the MMA steps
-  // (kTurns: to the MMAs' wait, passed at their issue); dwp on the CUDA cores where b2b_backward.cu
-  // takes it (Kp <= detail::kDwpCoreTaps)
-  wgmma_row_pairs,
-  wgmma_row_pairs_turns,
-  wgmma_row_pairs_turns_at_issue
+  wgmma_tf32_dwm_group  // the tf32 form with a third warpgroup on dwm (kDwmGroup)
 };
 
 using test::ErrorTally;
@@ -81,20 +75,17 @@ void launch_emulated(const detail::B2BBackwardParams& p, const detail::B2BTiling
               [&] { detail::b2b_backward_tc_kernel_emulated<T, kMaxBlocks>(p, tiling, partials); });
 }
 
-template <typename T, int kMixerBlocks, bool kRealigned, int kRows = 1,
-          detail::MmaTurns kTurns = detail::MmaTurns::none>
+template <typename T, int kMixerBlocks, bool kRealigned>
 void launch_wgmma_emulated(const detail::B2BBackwardParams& p, const detail::B2BTiling& tiling,
                            int64_t tiles_per_segment, bool dwp_on_cores, float* partials) {
   using Tile = detail::WgmmaToeplitzTile;
-  using Layout = detail::B2BWgmmaBackwardLayout<kMixerBlocks, kRealigned>;
-  const unsigned blocks = unsigned((p.batch * p.dim + kRows - 1) / kRows);
-  emu::launch({blocks, unsigned(tiling.tile_blocks), 1}, Tile::kThreads * kRows,
-              size_t(kRows == 1 ? Layout::kBytes : Layout::kPairBytes), [&] {
+  emu::launch({unsigned(p.batch * p.dim), unsigned(tiling.tile_blocks), 1}, Tile::kThreads,
+              size_t(detail::B2BWgmmaBackwardLayout<kMixerBlocks, kRealigned>::kBytes), [&] {
                 if (dwp_on_cores)
-                  detail::b2b_backward_wgmma_kernel_emulated<T, kMixerBlocks, true, kRealigned, kRows, kTurns>(
+                  detail::b2b_backward_wgmma_kernel_emulated<T, kMixerBlocks, true, kRealigned>(
                       p, tiling.tiles, tiles_per_segment, partials);
                 else
-                  detail::b2b_backward_wgmma_kernel_emulated<T, kMixerBlocks, false, kRealigned, kRows, kTurns>(
+                  detail::b2b_backward_wgmma_kernel_emulated<T, kMixerBlocks, false, kRealigned>(
                       p, tiling.tiles, tiles_per_segment, partials);
               });
 }
@@ -115,22 +106,15 @@ void launch_wgmma_tf32_emulated(const detail::B2BBackwardParams& p, const detail
 template <typename T>
 void run_case(const Case& cs, Form form = Form::mma_sync) {
   const bool realigned = form == Form::wgmma_realigned || form == Form::wgmma_dwp_on_cores_realigned;
-  const bool turns = form == Form::wgmma_row_pairs_turns || form == Form::wgmma_row_pairs_turns_at_issue;
-  const bool pairs = form == Form::wgmma_row_pairs || turns;
-  const bool cores = form == Form::wgmma_dwp_on_cores || form == Form::wgmma_dwp_on_cores_realigned ||
-                     (pairs && cs.kp <= detail::kDwpCoreTaps);
+  const bool cores = form == Form::wgmma_dwp_on_cores || form == Form::wgmma_dwp_on_cores_realigned;
   const bool tf32 = form == Form::wgmma_tf32 || form == Form::wgmma_tf32_dwm_group;
   const bool dwm_group = form == Form::wgmma_tf32_dwm_group;
   SCOPED_TRACE(::testing::Message() << (form == Form::mma_sync ? "mma.sync"
                                         : dwm_group            ? "wgmma tf32x3, a warpgroup on dwm"
                                         : tf32                 ? "wgmma tf32x3"
-                                        : turns                ? "wgmma, two rows a block taking turns"
-                                        : pairs                ? "wgmma, two rows a block"
                                         : cores                ? "wgmma, dwp on the CUDA cores"
                                                                : "wgmma")
-                                    << (realigned ? " realigned" : "")
-                                    << (form == Form::wgmma_row_pairs_turns_at_issue ? " (passed at issue)" : "")
-                                    << " B" << cs.batch << " D"
+                                    << (realigned ? " realigned" : "") << " B" << cs.batch << " D"
                                     << cs.dim << " L" << cs.length << " Kp" << cs.kp << " Km" << cs.km << " aligned "
                                     << cs.aligned);
   const int64_t B = cs.batch, D = cs.dim, L = cs.length, Kp = cs.kp, Km = cs.km;
@@ -175,28 +159,19 @@ void run_case(const Case& cs, Form form = Form::mma_sync) {
       }
     } else {
     if (form != Form::mma_sync) {
-      auto launch = [&](auto realigned_rows, auto rows, auto turn) {
+      auto launch = [&](auto realigned_rows) {
         constexpr bool kRealigned = decltype(realigned_rows)::value;
-        constexpr detail::MmaTurns kTurns = decltype(turn)::value;
-        constexpr int kRows = decltype(rows)::value;
-        detail::with_toeplitz64_blocks(Km, [&](auto blocks) {
-          launch_wgmma_emulated<T, decltype(blocks)::value, kRealigned, kRows, kTurns>(p, tiling, cs.tiles_per_block,
-                                                                                      cores, out);
-        });
+        switch (detail::toeplitz64_blocks(int(Km))) {
+          case 2: launch_wgmma_emulated<T, 2, kRealigned>(p, tiling, cs.tiles_per_block, cores, out); break;
+          case 3: launch_wgmma_emulated<T, 3, kRealigned>(p, tiling, cs.tiles_per_block, cores, out); break;
+          case 4: launch_wgmma_emulated<T, 4, kRealigned>(p, tiling, cs.tiles_per_block, cores, out); break;
+          default: launch_wgmma_emulated<T, 5, kRealigned>(p, tiling, cs.tiles_per_block, cores, out); break;
+        }
       };
-      using One = std::integral_constant<int, 1>;
-      using Two = std::integral_constant<int, 2>;
-      using None = std::integral_constant<detail::MmaTurns, detail::MmaTurns::none>;
       if (realigned)
-        launch(std::true_type{}, One{}, None{});
-      else if (form == Form::wgmma_row_pairs_turns)
-        launch(std::false_type{}, Two{}, std::integral_constant<detail::MmaTurns, detail::MmaTurns::to_wait>{});
-      else if (form == Form::wgmma_row_pairs_turns_at_issue)
-        launch(std::false_type{}, Two{}, std::integral_constant<detail::MmaTurns, detail::MmaTurns::at_issue>{});
-      else if (pairs)
-        launch(std::false_type{}, Two{}, None{});
+        launch(std::true_type{});
       else
-        launch(std::false_type{}, One{}, None{});
+        launch(std::false_type{});
       return;
     }
     detail::with_toeplitz_max_blocks(
@@ -367,18 +342,6 @@ TEST(B2BTensorCoreBackwardEmulated, WgmmaDwpOnCoresBFloat16) {
 
 TEST(B2BTensorCoreBackwardEmulated, WgmmaDwpOnCoresFloat16) {
   run_case<__half>({1, 2, 8200, 4, 65, false, 2}, Form::wgmma_dwp_on_cores);
-}
-
-// Two rows a block (kRows = 2), without and with turns at the MMA steps (both kinds): an odd number
-// of rows (the last block's second warpgroup idle, no turns there), priming tiles in segments of 1,
-// both dwp forms, every mixer block count's extremes, fp16 and bf16.
-TEST(B2BTensorCoreBackwardEmulated, WgmmaRowPairs) {
-  for (Form form : {Form::wgmma_row_pairs, Form::wgmma_row_pairs_turns, Form::wgmma_row_pairs_turns_at_issue}) {
-    run_case<__nv_bfloat16>({1, 3, 70, 3, 9}, form);                  // 3 rows: the second block half idle
-    run_case<__nv_bfloat16>({2, 2, 4100, 3, 128}, form);              // 4 rows, 2 tiles
-    run_case<__nv_bfloat16>({1, 2, 12290, 4, 193, false, 1}, form);  // segments of 1: priming tiles
-    run_case<__half>({1, 2, 700, 18, 256}, form);                     // Kp 18: dwp by MMA, 5 blocks
-  }
 }
 
 TEST(B2BTensorCoreBackwardEmulated, WgmmaFloat16) {

@@ -51,7 +51,7 @@ namespace emu = causalconv::emulation;
 
 struct Case {
   int64_t batch, dim, length, kp, km;
-  int64_t tiles_per_segment = 32;  // the wgmma form's walk (its launcher's largest: 32); walk_rows: the grid's blocks
+  int64_t tiles_per_segment = 32;  // the wgmma form's walk (its launcher's largest: 32)
   // >= 0: x row 3c+1 of the first channel holds NaN at this step and row 3c+2 +inf 40 steps later;
   // row 3c of the last channel -inf at this step (each output NaN / infinite exactly where its own
   // terms make it: the guard, common/toeplitz_guard.cuh).
@@ -62,8 +62,7 @@ struct Case {
 // wgmma form on rows off the 16-byte grid (kRealigned; x's rows at stride L + 3, out's at L + 5).
 // fp32: the tf32x3 form, with its projections per step (mma_sync) or by units (tf32_unit_projections),
 // or the wgmma tf32x3 form (wgmma).
-// wgmma_walk_rows: the wgmma form on a persistent grid (its kWalk), blocks walking row-major tile ranges.
-enum class Form { mma_sync, wgmma, wgmma_realigned, tf32_unit_projections, wgmma_walk_rows };
+enum class Form { mma_sync, wgmma, wgmma_realigned, tf32_unit_projections };
 
 template <typename T, int kMaxBlocks, bool kGuard>
 void launch_emulated(const detail::B2BForwardParams& f) {
@@ -106,16 +105,6 @@ void launch_wgmma_emulated(const detail::B2BForwardParams& f, int64_t tiles_per_
   });
 }
 
-template <typename T, int kMixerBlocks, bool kGuard>
-void launch_wgmma_walk_emulated(const detail::B2BForwardParams& f, int64_t blocks) {
-  using Tile = detail::WgmmaToeplitzTile;
-  const int64_t tiles = (f.length + Tile::kOutputs - 1) / Tile::kOutputs;
-  const emu::Dim3 grid{unsigned(std::min(f.batch * f.dim * tiles, blocks)), 1, 1};
-  emu::launch(grid, Tile::kThreads, size_t(detail::B2BWgmmaLayout<kMixerBlocks, false>::kBytes), [&] {
-    detail::b2b_forward_wgmma_kernel_emulated<T, kMixerBlocks, kGuard, false, true>(f, tiles, 0);
-  });
-}
-
 template <typename T>
 void run_case(const Case& cs, Form form = Form::mma_sync) {
   const char* const name = form == Form::tf32_unit_projections    ? "tf32x3 unit projections"
@@ -123,14 +112,12 @@ void run_case(const Case& cs, Form form = Form::mma_sync) {
                            : std::is_same_v<T, float>     ? "tf32x3"
                            : form == Form::wgmma           ? "wgmma"
                            : form == Form::wgmma_realigned ? "wgmma realigned"
-                           : form == Form::wgmma_walk_rows ? "wgmma walking rows"
                                                            : "mma.sync";
   SCOPED_TRACE(::testing::Message() << name << " B" << cs.batch << " D" << cs.dim << " L" << cs.length << " Kp"
                                     << cs.kp << " Km" << cs.km);
   const int64_t B = cs.batch, D = cs.dim, L = cs.length, Kp = cs.kp, Km = cs.km;
   // The 16-bit wgmma form: every row 16-byte aligned. The fp32 forms take any rows.
-  const bool aligned = form == Form::wgmma || form == Form::wgmma_walk_rows;
-  const int64_t pad = aligned && !std::is_same_v<T, float> ? 8 - L % 8 : 3;
+  const int64_t pad = form == Form::wgmma && !std::is_same_v<T, float> ? 8 - L % 8 : 3;
   const int64_t out_pad = form == Form::wgmma_realigned ? 5 : pad;
   HostTensor x({B, 3 * D, L}), wp({3 * D, Kp}), wm({D, Km}), skip({D});
   std::random_device seed;
@@ -169,9 +156,7 @@ void run_case(const Case& cs, Form form = Form::mma_sync) {
       }
       detail::with_toeplitz64_blocks(Km, [&](auto blocks) {
         constexpr int kBlocks = decltype(blocks)::value;
-        if (form == Form::wgmma_walk_rows)
-          launch_wgmma_walk_emulated<T, kBlocks, kGuard>(f, cs.tiles_per_segment);
-        else if (form == Form::wgmma_realigned)
+        if (form == Form::wgmma_realigned)
           launch_wgmma_emulated<T, kBlocks, true, kGuard>(f, cs.tiles_per_segment);
         else
           launch_wgmma_emulated<T, kBlocks, false, kGuard>(f, cs.tiles_per_segment);
@@ -360,26 +345,6 @@ TEST(B2BTensorCoreEmulated, WgmmaRealignedRows) {
       {1, 2, 9000, 3, 128, 8, 4090},  // NaN / inf across a tile boundary (the guard's tile)
   };
   for (const Case& c : f16_cases) run_case<__half>(c, Form::wgmma_realigned);
-}
-
-// The wgmma form on a persistent grid (the last field but one is the grid's blocks, each walking a
-// contiguous range of the row-major tiles): L = 1, partial tiles and units, ranges that start
-// mid-row (the z halo on the CUDA cores) and cross rows (tables rebuilt from the filters loaded a row
-// earlier, the halo zeroed, the next row's first tile staged), 2-5 mixer blocks, both projection
-// slice counts, NaN / inf carried across a tile boundary in the halo (the guard).
-TEST(B2BTensorCoreEmulated, WgmmaWalkingRows) {
-  const Case bf16_cases[] = {
-      {1, 3, 1, 2, 16, 2},            // L = 1: rows of one partial tile, a block walking two
-      {2, 3, 8192, 3, 128, 4},        // 12 tiles, 3 a block: ranges starting mid-row and crossing rows
-      {1, 2, 12300, 32, 256, 3},      // Kp 32 (6 slices); 5 mixer blocks; 8 tiles over 3 blocks
-      {3, 1, 700, 18, 66, 2},         // Kp 18; rows of one partial tile, a block walking two rows
-  };
-  for (const Case& c : bf16_cases) run_case<__nv_bfloat16>(c, Form::wgmma_walk_rows);
-  const Case f16_cases[] = {
-      {1, 3, 4100, 17, 150, 5},        // Kp 17 (5 slices); 4 mixer blocks; a last tile of 4 steps
-      {1, 2, 8192, 3, 128, 2, 4090},   // NaN / inf across a tile boundary, carried in the z halo
-  };
-  for (const Case& c : f16_cases) run_case<__half>(c, Form::wgmma_walk_rows);
 }
 
 TEST(B2BTensorCoreEmulated, BFloat16) {

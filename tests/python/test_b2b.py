@@ -108,8 +108,7 @@ def test_b2b_racecheck_shapes(seeded):
     for dtype in DTYPES:
         check(*make_inputs(2, 2, 3000, 3, 7, dtype))
         check(*make_inputs(1, 1, 1100, 32, 256, dtype))
-    # The wgmma backward with dwp on the CUDA cores (Kp <= 4) over two tiles (the first staged last);
-    # two rows (a block of two with b2b_backward.cu's kB2BWgmmaBackwardRowPairs).
+    # The wgmma backward with dwp on the CUDA cores (Kp <= 4) over two tiles (the first staged last), two rows.
     check(*make_inputs(1, 2, 5000, 3, 128, torch.bfloat16))
     # fp32 Kp <= 4 with a wide mixer across a 4096-step tile: the unit projections of the tf32 forms.
     check(*make_inputs(1, 1, 5000, 3, 128, torch.float32))
