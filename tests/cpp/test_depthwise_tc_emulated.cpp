@@ -276,7 +276,6 @@ void run_forward(const Case& cs, Form form = Form::mma_sync, Walk walk = {}) {
   // alone would be off by ~2^-11 of its terms).
   const double ulp = ulp_of<T>(), per_term = std::is_same_v<T, float> ? 4e-6 : 1e-5;
   ErrorTally tally;
-  double mag2 = 0;
   for (int64_t b = 0; b < B; ++b)
     for (int64_t c = 0; c < C; ++c) {
       for (int64_t t = 0; t < L; ++t) {
@@ -287,18 +286,15 @@ void run_forward(const Case& cs, Form form = Form::mma_sync, Walk walk = {}) {
           want = want / (1.0 + std::exp(-want));
         }
         if (checked_nonfinite(widen(y.at(b, c, t)), want, "y", b, c, t)) continue;
-        mag2 += mag * mag;
-        tally.add(widen(y.at(b, c, t)), want, ulp * std::abs(want) + per_term * mag + 1e-7, "y", b, c, t);
+        tally.add(widen(y.at(b, c, t)), want, ulp * std::abs(want) + per_term * mag + 1e-7, "y", b, c, t, mag);
       }
     }
   EXPECT_EQ(written_outside_rows(y), 0) << "elements written outside the rows";
   EXPECT_EQ(tally.bad, 0) << "elements out of tolerance";
-  if constexpr (std::is_same_v<T, float>) {  // tests/python/conftest.py: 1e-6 of (||ref|| + ||magnitude||)
-    const double norm = std::sqrt(tally.ref2) + std::sqrt(mag2);
-    EXPECT_LE(tally.l2_relative_to(norm * norm), 1e-6);
-  } else {
-    EXPECT_LE(tally.rel_l2(), (std::is_same<T, __half>::value ? 1e-3 : 4e-3));
-  }
+  // tests/python/conftest.py's scale, ||ref|| + ||magnitude||: ||ref|| alone falls far below the terms'
+  // rounding on rows whose terms cancel.
+  const double l2_bound = std::is_same_v<T, float> ? 1e-6 : std::is_same_v<T, __half> ? 1e-3 : 4e-3;
+  EXPECT_LE(tally.rel_l2_with_magnitude(), l2_bound);
 }
 
 // dx, and dweight/dbias from the kernel's per-tile partials summed in the reduction's order.
@@ -347,6 +343,7 @@ void run_backward(const Case& cs, bool want_dx = true, bool want_dw = true, Walk
   // fp64 reference: g = dy * silu'(pre), dx[t] = sum_k w[k] g[t + K-1-k], dw, db.
   const double ulp = ulp_of<T>();
   std::vector<double> g(static_cast<size_t>(L)), dw(static_cast<size_t>(C * K), 0.0), db(static_cast<size_t>(C), 0.0);
+  std::vector<double> db_abs(db.size(), 0.0);  // sums of |g|
   std::vector<double> dw_abs(dw.size(), 0.0), dw_sq(dw.size(), 0.0);  // sums of |term| and term^2
   ErrorTally dx_tally;
   for (int64_t b = 0; b < B; ++b)
@@ -358,6 +355,7 @@ void run_backward(const Case& cs, bool want_dx = true, bool want_dw = true, Walk
           g[size_t(t)] *= s * (1.0 + u * (1.0 - s));
         }
         db[size_t(c)] += g[size_t(t)];
+        db_abs[size_t(c)] += std::abs(g[size_t(t)]);
         for (int64_t k = 0; k < K; ++k) {
           const int64_t src = t - (K - 1 - k);
           if (src < 0) continue;
@@ -380,16 +378,16 @@ void run_backward(const Case& cs, bool want_dx = true, bool want_dw = true, Walk
         // silu: g is rounded to T as the MMA operand (half an ulp per term).
         const double tol = ulp * std::abs(want) + (cs.silu ? ulp : 1e-5) * mag + 1e-6;
         if (!checked_nonfinite(widen(dx.at(b, c, t)), want, "dx", b, c, t))
-          dx_tally.add(widen(dx.at(b, c, t)), want, tol, "dx", b, c, t);
+          dx_tally.add(widen(dx.at(b, c, t)), want, tol, "dx", b, c, t, mag);
       }
     }
   EXPECT_EQ(written_outside_rows(dx), 0) << "dx elements written outside the rows";
   const double bound = std::is_same<T, __half>::value ? 2e-3 : 1e-2;  // tests/python/conftest.py
   if (want_dx) {
-    // The per-element tolerance above is the real check; the L2 one is the Python tests' bound
-    // (a single element, L = 1, reached 0.51 of it in bf16 once: three roundings of one term).
+    // The per-element tolerance above is the real check; the L2 one is the Python tests' bound on
+    // their scale (a single element, L = 1, reached 0.51 of it on ||ref|| alone in bf16 once).
     EXPECT_EQ(dx_tally.bad, 0) << "dx elements out of tolerance";
-    EXPECT_LE(dx_tally.rel_l2(), bound);
+    EXPECT_LE(dx_tally.rel_l2_with_magnitude(), bound);
   }
   if (!want_dw) return;
   ErrorTally dw_tally, db_tally;
@@ -402,14 +400,16 @@ void run_backward(const Case& cs, bool want_dx = true, bool want_dw = true, Walk
         // (random, at most half an ulp): a few standard deviations of their sum.
         const size_t i = size_t(c * K + k);
         const double tol = 1e-5 * dw_abs[i] + (cs.silu ? 2 * ulp * std::sqrt(dw_sq[i]) : 0.0) + 1e-6;
-        if (!checked_nonfinite(sum, dw[i], "dweight", 0, c, k)) dw_tally.add(sum, dw[i], tol, "dweight", 0, c, k);
+        if (!checked_nonfinite(sum, dw[i], "dweight", 0, c, k))
+          dw_tally.add(sum, dw[i], tol, "dweight", 0, c, k, dw_abs[i]);
       } else if (!checked_nonfinite(sum, db[size_t(c)], "dbias", 0, c, 0)) {
-        db_tally.add(sum, db[size_t(c)], 1e-5 * double(B * L) + 1e-6, "dbias", 0, c, 0);  // fp32 g, fp32 sums
+        db_tally.add(sum, db[size_t(c)], 1e-5 * double(B * L) + 1e-6, "dbias", 0, c, 0,  // fp32 g, fp32 sums
+                     db_abs[size_t(c)]);
       }
     }
   EXPECT_EQ(dw_tally.bad + db_tally.bad, 0) << "weight-gradient elements out of tolerance";
-  EXPECT_LE(dw_tally.rel_l2(), bound / 2);
-  EXPECT_LE(db_tally.rel_l2(), bound / 2);
+  EXPECT_LE(dw_tally.rel_l2_with_magnitude(), bound / 2);
+  EXPECT_LE(db_tally.rel_l2_with_magnitude(), bound / 2);
 }
 
 const Case kForwardBFloat16Cases[] = {
