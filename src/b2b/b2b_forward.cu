@@ -129,7 +129,8 @@ void launch_wgmma(const B2BForwardParams& p, cudaStream_t stream) {
   allow_dynamic_shared_memory(kernel, smem, "b2b_causal_conv1d forward (shared-memory opt-in)");
   const int64_t tiles = (p.length + WgmmaToeplitzTile::kOutputs - 1) / WgmmaToeplitzTile::kOutputs;
   const int64_t rows = p.batch * p.dim;
-  int64_t per_segment = std::min((tiles * rows + kB2BWgmmaMinBlocks - 1) / kB2BWgmmaMinBlocks, kB2BWgmmaMaxTilesPerSegment);
+  int64_t per_segment =
+      std::min((tiles * rows + kB2BWgmmaMinBlocks - 1) / kB2BWgmmaMinBlocks, kB2BWgmmaMaxTilesPerSegment);
   per_segment = std::max(per_segment, (tiles + kB2BMaxGridY - 1) / kB2BMaxGridY);
   const dim3 grid(unsigned(rows), unsigned((tiles + per_segment - 1) / per_segment));
   kernel<<<grid, WgmmaToeplitzTile::kThreads, smem, stream>>>(p, tiles, per_segment);
