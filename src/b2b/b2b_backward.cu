@@ -75,10 +75,6 @@ bool rows_in_groups(const B2BBackwardParams& p, int64_t group) {
 // the filters are set up once for them.
 constexpr int64_t kB2BWgmmaTf32BackwardMinMixerWidth = 65;
 constexpr int64_t kB2BWgmmaTf32BackwardTilesPerBlock = 2;
-// A third warpgroup on dwm while the other two compute h, dz and the dp rows (the kernel's
-// kDwmGroup) up to this many mixer blocks (Km <= 193): measured on the H100 (session 39) 7 % faster
-// at Km128 than the two-warpgroup form; at 5 blocks its 168 registers spill (832 B).
-constexpr int kB2BWgmmaTf32BackwardDwmWarpgroupMaxBlocks = 4;
 
 // fp32, kB2BWgmmaTf32BackwardMinMixerWidth <= Km <= 256, Kp <= 4, on a compute capability 9.0 device
 // with an sm_90a image.

@@ -66,6 +66,11 @@ struct B2BBackwardPlan {
   int tc_max_blocks;  // tensor_core: the kernel's mixer-block capacity (3, 5, 9 or 17); wgmma*: its mixer blocks
   bool realigned;     // short_span, wgmma: rows off the 16-byte grid, realigned (the kernels' kRealigned)
 };
+// wgmma_tf32: a third warpgroup on dwm while the other two compute h, dz and the dp rows (the
+// kernel's kDwmGroup) up to this many mixer blocks (Km <= 193): measured on the H100 (session 39)
+// 7 % faster at Km128 than the two-warpgroup form; at 5 blocks its 168 registers spill (832 B).
+constexpr int kB2BWgmmaTf32BackwardDwmWarpgroupMaxBlocks = 4;
+
 B2BBackwardPlan plan_b2b_backward(const B2BBackwardParams& p);
 // The same with the short kernel taking rows off the 16-byte grid or not, their last span walking
 // the realigned tail or not, the wgmma kernel taking such rows or not, whatever the build's

@@ -363,25 +363,23 @@ TEST(B2BTensorCoreBackwardEmulated, WgmmaRealignedRows) {
 
 // fp32 on warpgroup MMA (Kp <= 4): L = 1, odd D, L < Km, every mixer block count, a tile boundary
 // (the dp steps past a tile summed directly), blocks walking two tiles strided, aligned rows
-// (cp.async staging, 16-byte dx stores) and rows at stride L + 3 (element paths), Kp 2 to 4.
+// (cp.async staging, 16-byte dx stores) and rows at stride L + 3 (element paths), Kp 2 to 4. Each
+// case in the form b2b_backward.cu dispatches at its mixer blocks: the third warpgroup on dwm up to
+// kB2BWgmmaTf32BackwardDwmWarpgroupMaxBlocks, two warpgroups above (each form's cases ran ~4 minutes
+// of CI's ctest when every case ran in both).
 TEST(B2BTensorCoreBackwardEmulated, WgmmaTf32x3Float32) {
-  run_case<float>({1, 1, 1, 2, 16}, Form::wgmma_tf32);                 // L = 1, 2 blocks
-  run_case<float>({1, 3, 70, 3, 9}, Form::wgmma_tf32);                 // odd D, narrow mixer
-  run_case<float>({2, 1, 4100, 3, 128, true}, Form::wgmma_tf32);       // B 2, 2 tiles (4 steps in the second)
-  run_case<float>({1, 1, 300, 4, 256}, Form::wgmma_tf32);              // L < Km, 5 blocks
-  run_case<float>({1, 2, 8192, 4, 193, true, 1}, Form::wgmma_tf32);    // 2 tiles in 2 blocks, 4 blocks
-  run_case<float>({1, 1, 12290, 2, 65, false, 2}, Form::wgmma_tf32);   // 4 tiles, 2 blocks walking 2 each
-}
-
-// The same with a third warpgroup on dwm (the form b2b_backward.cu dispatches up to
-// kB2BWgmmaTf32BackwardDwmWarpgroupMaxBlocks mixer blocks; the test above runs the two-warpgroup form
-// at every block count).
-TEST(B2BTensorCoreBackwardEmulated, WgmmaTf32x3DwmWarpgroupFloat32) {
-  run_case<float>({1, 3, 70, 3, 9}, Form::wgmma_tf32_dwm_group);
-  run_case<float>({2, 1, 4100, 3, 128, true}, Form::wgmma_tf32_dwm_group);
-  run_case<float>({1, 2, 8192, 4, 193, true, 1}, Form::wgmma_tf32_dwm_group);  // 4 blocks
-  run_case<float>({1, 1, 300, 4, 256}, Form::wgmma_tf32_dwm_group);
-  run_case<float>({1, 1, 12290, 2, 65, false, 2}, Form::wgmma_tf32_dwm_group);
+  auto run = [](const Case& cs) {
+    const int blocks = detail::toeplitz64_blocks(int(cs.km));
+    const bool dwm_group = blocks <= detail::kB2BWgmmaTf32BackwardDwmWarpgroupMaxBlocks;
+    run_case<float>(cs, dwm_group ? Form::wgmma_tf32_dwm_group : Form::wgmma_tf32);
+  };
+  run({1, 1, 1, 2, 16});                  // L = 1, 2 blocks
+  run({1, 3, 70, 3, 9});                  // odd D, narrow mixer
+  run({2, 1, 4100, 3, 128, true});        // B 2, 2 tiles (4 steps in the second)
+  run({1, 1, 300, 4, 256});               // L < Km, 5 blocks (two warpgroups)
+  run({1, 1, 4500, 3, 256, true});        // 5 blocks across a tile boundary
+  run({1, 2, 8192, 4, 193, true, 1});     // 2 tiles in 2 blocks, 4 blocks
+  run({1, 1, 12290, 2, 65, false, 2});    // 4 tiles, 2 blocks walking 2 each
 }
 
 TEST(B2BTensorCoreBackwardEmulated, Float16) {
