@@ -44,16 +44,6 @@ constexpr int64_t kB2BWgmmaBackwardMinBlocks = 512;
 // Measured on the H200 (session 13, bf16 B1 D4096 L8192 fwd+bwd, gradients checked): Km128
 // 0.557 -> 0.530 ms, Km256 Kp4 0.664 -> 0.651; the GPU suite passed with it in session 14.
 
-template <bool kRealigned>
-size_t b2b_wgmma_backward_smem_bytes(int mixer_blocks) {
-  switch (mixer_blocks) {
-    case 2: return B2BWgmmaBackwardLayout<2, kRealigned>::kBytes;
-    case 3: return B2BWgmmaBackwardLayout<3, kRealigned>::kBytes;
-    case 4: return B2BWgmmaBackwardLayout<4, kRealigned>::kBytes;
-    default: return B2BWgmmaBackwardLayout<5, kRealigned>::kBytes;
-  }
-}
-
 // Rows off the 16-byte grid (odd L) on the wgmma backward, each realigned from its own 16-byte grid
 // (b2b_backward_wgmma_kernel's kRealigned), as the forward's (kB2BWgmmaRealignedRows); else the
 // mma.sync form (bf16 B1 D4096 L8191 Kp3 Km128 fwd+bwd 1.18 ms on the H100, against 0.47 at L8192).
@@ -137,12 +127,9 @@ void launch_typed(const B2BBackwardParams& p, const B2BBackwardPlan& plan, float
           };
           auto run_width = [&](auto dwp_on_cores, auto realigned) {
             constexpr bool kCores = decltype(dwp_on_cores)::value, kRealigned = decltype(realigned)::value;
-            switch (plan.tc_max_blocks) {
-              case 2: run(b2b_backward_wgmma_kernel<T, 2, kCores, kRealigned>); break;  // Km <= 65
-              case 3: run(b2b_backward_wgmma_kernel<T, 3, kCores, kRealigned>); break;  // Km <= 129
-              case 4: run(b2b_backward_wgmma_kernel<T, 4, kCores, kRealigned>); break;  // Km <= 193
-              default: run(b2b_backward_wgmma_kernel<T, 5, kCores, kRealigned>); break;  // Km <= 256
-            }
+            with_toeplitz64_blocks(p.mixer_width, [&](auto blocks) {  // 2-5 (Km <= 65, 129, 193, 256)
+              run(b2b_backward_wgmma_kernel<T, decltype(blocks)::value, kCores, kRealigned>);
+            });
           };
           auto run_rows = [&](auto dwp_on_cores) {
             if (plan.realigned)
@@ -160,7 +147,7 @@ void launch_typed(const B2BBackwardParams& p, const B2BBackwardPlan& plan, float
         if constexpr (std::is_same<T, float>::value) {
           with_toeplitz64_blocks(p.mixer_width, [&](auto blocks) {
             constexpr int kBlocks = decltype(blocks)::value;
-            constexpr bool kDwmGroup = kBlocks <= kB2BWgmmaTf32BackwardDwmWarpgroupMaxBlocks;
+            constexpr bool kDwmGroup = b2b_wgmma_tf32_backward_dwm_group(kBlocks);
             auto kernel = b2b_backward_wgmma_tf32x3_kernel<kBlocks, kDwmGroup>;
             allow_dynamic_shared_memory(kernel, plan.smem_bytes, "b2b_causal_conv1d backward (shared-memory opt-in)");
             kernel<<<grid, b2b_wgmma_tf32_backward_threads(kDwmGroup), plan.smem_bytes, stream>>>(p, plan.tiling.tiles,
@@ -211,8 +198,11 @@ B2BBackwardPlan plan_b2b_backward(const B2BBackwardParams& p, bool realign_short
     plan.tiling = {tiles, (tiles + per_segment - 1) / per_segment};
     plan.tc_max_blocks = toeplitz64_blocks(int(p.mixer_width));
     plan.realigned = !vector_rows;
-    plan.smem_bytes = plan.realigned ? b2b_wgmma_backward_smem_bytes<true>(plan.tc_max_blocks)
-                                     : b2b_wgmma_backward_smem_bytes<false>(plan.tc_max_blocks);
+    with_toeplitz64_blocks(p.mixer_width, [&](auto blocks) {
+      constexpr int kBlocks = decltype(blocks)::value;
+      plan.smem_bytes = plan.realigned ? B2BWgmmaBackwardLayout<kBlocks, true>::kBytes
+                                       : B2BWgmmaBackwardLayout<kBlocks, false>::kBytes;
+    });
     return plan;
   }
   if (fp32_wgmma && wgmma_tf32_backward_applies(p)) {

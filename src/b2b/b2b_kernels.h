@@ -70,6 +70,9 @@ struct B2BBackwardPlan {
 // kernel's kDwmGroup) up to this many mixer blocks (Km <= 193): measured on the H100 (session 39)
 // 7 % faster at Km128 than the two-warpgroup form; at 5 blocks its 168 registers spill (832 B).
 constexpr int kB2BWgmmaTf32BackwardDwmWarpgroupMaxBlocks = 4;
+constexpr bool b2b_wgmma_tf32_backward_dwm_group(int mixer_blocks) {
+  return mixer_blocks <= kB2BWgmmaTf32BackwardDwmWarpgroupMaxBlocks;
+}
 
 B2BBackwardPlan plan_b2b_backward(const B2BBackwardParams& p);
 // The same with the short kernel taking rows off the 16-byte grid or not, their last span walking

@@ -161,12 +161,9 @@ void run_case(const Case& cs, Form form = Form::mma_sync) {
     if (form != Form::mma_sync) {
       auto launch = [&](auto realigned_rows) {
         constexpr bool kRealigned = decltype(realigned_rows)::value;
-        switch (detail::toeplitz64_blocks(int(Km))) {
-          case 2: launch_wgmma_emulated<T, 2, kRealigned>(p, tiling, cs.tiles_per_block, cores, out); break;
-          case 3: launch_wgmma_emulated<T, 3, kRealigned>(p, tiling, cs.tiles_per_block, cores, out); break;
-          case 4: launch_wgmma_emulated<T, 4, kRealigned>(p, tiling, cs.tiles_per_block, cores, out); break;
-          default: launch_wgmma_emulated<T, 5, kRealigned>(p, tiling, cs.tiles_per_block, cores, out); break;
-        }
+        detail::with_toeplitz64_blocks(Km, [&](auto blocks) {
+          launch_wgmma_emulated<T, decltype(blocks)::value, kRealigned>(p, tiling, cs.tiles_per_block, cores, out);
+        });
       };
       if (realigned)
         launch(std::true_type{});
@@ -364,13 +361,12 @@ TEST(B2BTensorCoreBackwardEmulated, WgmmaRealignedRows) {
 // fp32 on warpgroup MMA (Kp <= 4): L = 1, odd D, L < Km, every mixer block count, a tile boundary
 // (the dp steps past a tile summed directly), blocks walking two tiles strided, aligned rows
 // (cp.async staging, 16-byte dx stores) and rows at stride L + 3 (element paths), Kp 2 to 4. Each
-// case in the form b2b_backward.cu dispatches at its mixer blocks: the third warpgroup on dwm up to
-// kB2BWgmmaTf32BackwardDwmWarpgroupMaxBlocks, two warpgroups above (each form's cases ran ~4 minutes
-// of CI's ctest when every case ran in both).
+// case in the form b2b_backward.cu dispatches at its mixer blocks (b2b_wgmma_tf32_backward_dwm_group:
+// the third warpgroup on dwm up to 4, two warpgroups above); each form's cases ran ~4 minutes of
+// CI's ctest when every case ran in both.
 TEST(B2BTensorCoreBackwardEmulated, WgmmaTf32x3Float32) {
   auto run = [](const Case& cs) {
-    const int blocks = detail::toeplitz64_blocks(int(cs.km));
-    const bool dwm_group = blocks <= detail::kB2BWgmmaTf32BackwardDwmWarpgroupMaxBlocks;
+    const bool dwm_group = detail::b2b_wgmma_tf32_backward_dwm_group(detail::toeplitz64_blocks(int(cs.km)));
     run_case<float>(cs, dwm_group ? Form::wgmma_tf32_dwm_group : Form::wgmma_tf32);
   };
   run({1, 1, 1, 2, 16});                  // L = 1, 2 blocks
