@@ -24,6 +24,7 @@ instantiates it explicitly, as the profiled call dispatched it):
 import argparse
 import collections
 import csv
+import glob
 import gzip
 import importlib.util
 import os
@@ -36,8 +37,8 @@ from ncu_source_summary import number, opcode  # (scripts/, beside this file)
 
 
 def cuda_tool(name):
-    """A CUDA binary tool (nvdisasm, cuobjdump) from PATH, CUDA_HOME, or the copy that ships with Triton
-    (this machine's toolkit has neither)."""
+    """A CUDA binary tool (nvdisasm, cuobjdump) from PATH, CUDA_HOME, the copy that ships with Triton or
+    NVIDIA's pip packages (`pip install nvidia-cuda-cuobjdump`; this machine's toolkit has neither)."""
     found = shutil.which(name)
     if found:
         return found
@@ -45,6 +46,10 @@ def cuda_tool(name):
     triton = importlib.util.find_spec("triton")
     if triton and triton.origin:
         candidates.append(os.path.join(os.path.dirname(triton.origin), "backends", "nvidia", "bin", name))
+    # NVIDIA's pip packages (e.g. nvidia-cuda-cuobjdump) put theirs under site-packages/nvidia/cu*/bin.
+    nvidia = importlib.util.find_spec("nvidia")
+    for root in (nvidia.submodule_search_locations or []) if nvidia else []:
+        candidates += sorted(glob.glob(os.path.join(root, "cu*", "bin", name)), reverse=True)
     for path in candidates:
         if os.path.exists(path):
             return path
