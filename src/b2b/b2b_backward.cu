@@ -39,10 +39,11 @@ size_t elem_bytes(DType t) { return t == DType::f32 ? 4 : 2; }
 constexpr int64_t kB2BWgmmaBackwardMaxTilesPerSegment = 32;
 constexpr int64_t kB2BWgmmaBackwardMinBlocks = 512;
 
-// The wgmma backward takes dwp on the CUDA cores for Kp <= kDwpCoreTaps
-// (b2b_backward_wgmma_kernel.cuh), two lag-block MMAs per row and their band sums otherwise.
-// Measured on the H200 (session 13, bf16 B1 D4096 L8192 fwd+bwd, gradients checked): Km128
-// 0.557 -> 0.530 ms, Km256 Kp4 0.664 -> 0.651; the GPU suite passed with it in session 14.
+// The wgmma backward takes dwp as the lag band of mma.sync chunk products for Kp <= kDwpBandLags
+// (b2b_backward_wgmma_kernel.cuh's dwp_band_mma), two 64 x 64 lag-block MMAs per row and their band
+// sums otherwise. Measured on the H100 (session 50, bf16 D4096 L8192 fwd+bwd, side by side): against
+// the FMA form it replaced (Kp <= 4), B1 Km128 0.464 -> 0.441 ms, Km256 0.550 -> 0.536, B4 Km128
+// 1.711 -> 1.618; that form had beaten the lag blocks (H200, session 13: Km128 0.557 -> 0.530 ms).
 
 // Rows off the 16-byte grid (odd L) on the wgmma backward, each realigned from its own 16-byte grid
 // (b2b_backward_wgmma_kernel's kRealigned), as the forward's (kB2BWgmmaRealignedRows); else the
@@ -125,19 +126,19 @@ void launch_typed(const B2BBackwardParams& p, const B2BBackwardPlan& plan, float
             kernel<<<grid, WgmmaToeplitzTile::kThreads, plan.smem_bytes, stream>>>(p, plan.tiling.tiles, per_segment,
                                                                                   partials);
           };
-          auto run_width = [&](auto dwp_on_cores, auto realigned) {
-            constexpr bool kCores = decltype(dwp_on_cores)::value, kRealigned = decltype(realigned)::value;
+          auto run_width = [&](auto dwp_band, auto realigned) {
+            constexpr bool kBand = decltype(dwp_band)::value, kRealigned = decltype(realigned)::value;
             with_toeplitz64_blocks(p.mixer_width, [&](auto blocks) {  // 2-5 (Km <= 65, 129, 193, 256)
-              run(b2b_backward_wgmma_kernel<T, decltype(blocks)::value, kCores, kRealigned>);
+              run(b2b_backward_wgmma_kernel<T, decltype(blocks)::value, kBand, kRealigned>);
             });
           };
-          auto run_rows = [&](auto dwp_on_cores) {
+          auto run_rows = [&](auto dwp_band) {
             if (plan.realigned)
-              run_width(dwp_on_cores, std::true_type{});
+              run_width(dwp_band, std::true_type{});
             else
-              run_width(dwp_on_cores, std::false_type{});
+              run_width(dwp_band, std::false_type{});
           };
-          if (p.proj_width <= kDwpCoreTaps)
+          if (p.proj_width <= kDwpBandLags)
             run_rows(std::true_type{});
           else
             run_rows(std::false_type{});

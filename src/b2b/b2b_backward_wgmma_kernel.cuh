@@ -30,8 +30,8 @@
 //   6. dx_j = P_j^T dp_j: the look-ahead product over the forward table, which with step-reversed
 //      rows yields steps in order, through an output tile (x_j's rows) in 16-byte stores; dwp_j:
 //      lag blocks 0 and 1 of (dp_j, x_j), whose lags below Kp lie in two bands summed by the
-//      first Kp lanes of each warp (or, with kDwpOnCores and Kp <= 4, on the CUDA cores while the
-//      dx MMAs run).
+//      first Kp lanes of each warp (or, with kDwpBand and Kp <= 8, the lag band of mma.sync chunk
+//      products while the dx MMAs run: dwp_band_mma).
 // The block's sums go out as one partial per (c, b, segment) in the layout of the other backward
 // kernels; b2b_weight_grad_reduce sums them in a fixed order (bitwise reproducible).
 //
@@ -108,17 +108,58 @@ __device__ __forceinline__ int lag_block_diagonal_column(int t, int r_mod4) {
 // stores (one lag, many rows) and the reads (one row, consecutive lags) avoid bank conflicts.
 __device__ __forceinline__ int band_index(int r, int s) { return 32 * r + (s ^ (r & 31)); }
 
-// dwp on the CUDA cores (kDwpOnCores, Kp <= kDwpCoreTaps) instead of two lag-block MMAs per row:
-// thread t takes steps 32 (t % 2) .. + 31 of chunk t / 2 and sums dp_j[t] x_j[t - s] for its
-// steps in registers across the walk, while the row's dx MMAs run.
-// All kDwpCoreTaps lags are summed whatever Kp (the extra FMAs run under the dx MMAs: stopping at
-// Kp measured no change, session 21).
-constexpr int kDwpCoreTaps = 4;
+// dwp for Kp <= 8 (kDwpBand) instead of two 64 x 64 lag-block MMAs per row: lags 0 .. 7 of
+// sum_t dp_j[t] x_j[t - s] over the tile, as the band of the chunk products
+// D[r'][c] = sum_m dp_j[64 m + 63 - r'] x_j[64 m + c] (dp row m holds step 63 - col at col): m16n8k16 with
+// M = r', N = c, K = the chunk m, both operands read transposed (ldmatrix .trans: time is the
+// reduction). Warp w takes r' in [16w, 16w + 16) and c in [40 - 16w, 64 - 16w) (three n8 groups u;
+// c < 0 is the chunk before: x row m instead of m + 1), which holds every (r', c) of lag
+// 63 - r' - c in [0, 8). Lane (g, q)'s element (row half h, group u, column e) has lag
+// 23 - 8(h + u) - d, d = g + 2q + e in [0, 14]: one of h + u = 1, 2 gives lag 7 - d % 8 (2 when
+// d < 8), the others lie outside [0, 8). So each lane keeps one sum per e and lag 7 - d % 8.
+// ~34 warp instructions a row and tile (10 ldmatrix, 12 MMAs, the fold) where FMAs on the CUDA cores
+// took ~200 per thread for 4 lags (the form before; fwd+bwd 4-5 % slower at Km128 on the H100, session 50).
+constexpr int kDwpBandLags = 8;
+
+// terms[e]: this lane's lag-(7 - (g + 2q + e) % 8) terms of rows dp_row (the dp_j tile, step-reversed)
+// and x_row (x_j from the chunk before the tile), every warp of the warpgroup on its r' range.
+template <typename T>
+__device__ __forceinline__ void dwp_band_mma(float (&terms)[2], uint32_t smem_base, int dp_row, int x_row, int warp,
+                                             int lane) {
+  constexpr bool kHalf = std::is_same<T, __half>::value;
+  const int mat = lane >> 3, rr = lane & 7;
+  // A (16 r' x 16 chunks) per k-step: matrix mat = r' half mat % 2, chunk half mat / 2.
+  const int a_row = dp_row + 8 * (mat >> 1) + rr;
+  const uint32_t a_addr = smem_base + swizzled_unit_offset(a_row, 2 * warp + (mat & 1));
+  // B (16 chunks x 8 c) of groups 0 and 1 per k-step (matrix mat: group mat / 2, chunk half mat % 2),
+  // group 2 per two k-steps (matrix mat: k-step mat / 2, chunk half mat % 2).
+  auto b_addr = [&](int group, int chunk) {  // x_j chunk J + chunk - (c < 0) is x row chunk + 1 - (c < 0)
+    const int unit = 5 - 2 * warp + group, row = x_row + chunk + 1 - (unit < 0 ? 1 : 0);
+    return smem_base + swizzled_unit_offset(row, unit & 7);
+  };
+  const uint32_t b01_addr = b_addr(mat >> 1, 8 * (mat & 1) + rr), b2_addr = b_addr(2, 8 * mat + rr);
+  float acc[3][4] = {};
+  uint32_t b2[4];
+#pragma unroll
+  for (int ks = 0; ks < 4; ++ks) {  // chunks 16 ks .. + 15 (16 rows: the swizzle's phase is unchanged)
+    uint32_t a[4], b01[4];
+    sm90::ldmatrix_x4_trans(a, a_addr + 2048 * ks);
+    sm90::ldmatrix_x4_trans(b01, b01_addr + 2048 * ks);
+    if (ks % 2 == 0) sm90::ldmatrix_x4_trans(b2, b2_addr + 2048 * ks);
+    mma_m16n8k16<kHalf>(acc[0], a, b01[0], b01[1]);
+    mma_m16n8k16<kHalf>(acc[1], a, b01[2], b01[3]);
+    mma_m16n8k16<kHalf>(acc[2], a, b2[2 * (ks % 2)], b2[2 * (ks % 2) + 1]);
+  }
+  const int d0 = (lane >> 2) + 2 * (lane & 3);
+#pragma unroll
+  for (int e = 0; e < 2; ++e)  // h + u = 2 where d < 8, else 1
+    terms[e] = d0 + e < 8 ? acc[1][2 + e] + acc[2][e] : acc[0][2 + e] + acc[1][e];
+}
 
 // kRealigned: rows off the 16-byte grid (odd L), each at its own lead, staged as raw 16-byte units
 // of its grid and realigned in shared memory as the forward's (common/toeplitz_wgmma.cuh); the dx
 // rows stored from their own grids.
-template <typename T, int kMixerBlocks, bool kDwpOnCores, bool kRealigned = false>
+template <typename T, int kMixerBlocks, bool kDwpBand, bool kRealigned = false>
 __global__ void __launch_bounds__(WgmmaToeplitzTile::kThreads, 2)
     b2b_backward_wgmma_kernel(B2BBackwardParams p, int64_t tiles, int64_t tiles_per_segment, float* partials) {
 #ifdef CAUSALCONV_SM90A
@@ -261,7 +302,7 @@ __global__ void __launch_bounds__(WgmmaToeplitzTile::kThreads, 2)
 #pragma unroll
   for (int a = 0; a < kMixerBlocks; ++a) mix_below[a] = mix_above[a] = 0.0f;
   float proj_sum[3] = {0.0f, 0.0f, 0.0f};  // lane s < Kp of warp w: dwp row j's lag s over w's band rows
-  float core_sum[kDwpCoreTaps][3] = {};     // kDwpOnCores: dwp row j's lag s over this thread's steps
+  float band_sum[2][3] = {};                // kDwpBand: dwp row j's lag 7 - (g + 2q + e) % 8 (dwp_band_mma)
   float dskip = 0.0f;
 
   int slot = 0;
@@ -458,8 +499,8 @@ __global__ void __launch_bounds__(WgmmaToeplitzTile::kThreads, 2)
     __syncthreads();
     if (!own) continue;
 
-    // 6. dx_j and dwp_j: two lag-block MMAs with the dx MMAs and their bands afterwards, or (kDwpOnCores)
-    //    the CUDA cores while the dx MMAs run.
+    // 6. dx_j and dwp_j: two lag-block MMAs with the dx MMAs and their bands afterwards, or (kDwpBand)
+    //    the band's mma.sync products while the dx MMAs run.
 #pragma unroll 1
     for (int j = 0; j < 3; ++j) {
       const uint32_t dp_rows = smem_base + 128 * dp_row(slot, j), x_rows = smem_base + 128 * x_row(slot, j);
@@ -468,7 +509,7 @@ __global__ void __launch_bounds__(WgmmaToeplitzTile::kThreads, 2)
         sm90::wgmma_fence();
         wgmma_hankel_conv<T, 2, decltype(first_slice)::value, true>(acc[0], dp_rows,
                                                                     proj_table + j * Layout::kProjTableBytes);
-        if constexpr (!kDwpOnCores) {
+        if constexpr (!kDwpBand) {
           const uint64_t dp_desc = sm90::smem_descriptor(dp_rows, 8192, 1024);
           const uint64_t x_desc = sm90::smem_descriptor(x_rows, 8192, 1024);
 #pragma unroll
@@ -493,41 +534,21 @@ __global__ void __launch_bounds__(WgmmaToeplitzTile::kThreads, 2)
         else
           sums[2] += v;
       };
-      if constexpr (kDwpOnCores) {  // steps 32 half + i of chunk m (dp row m holds step 63 - col at col)
-        const int m = tid >> 1, half = tid & 1;
-        float dpv[32], xv[40];  // dp at steps 32 half + i; x at steps 32 half - 8 + i
-#pragma unroll
-        for (int u = 0; u < 4; ++u) {
-          float v[8];
-          decode16<T>(*reinterpret_cast<const uint4*>(smem + swizzled_unit_offset(dp_row(slot, j) + m,
-                                                                                     7 - 4 * half - u)), v);
-#pragma unroll
-          for (int k = 0; k < 8; ++k) dpv[8 * u + 7 - k] = v[k];
-        }
-#pragma unroll
-        for (int u = 0; u < 5; ++u) {  // x row m + 1 is chunk J + m; unit -1 is row m's last
-          const int unit = 4 * half - 1 + u;
-          decode16<T>(*reinterpret_cast<const uint4*>(
-                          smem + swizzled_unit_offset(x_row(slot, j) + m + (unit < 0 ? 0 : 1), unit & 7)),
-                      xv + 8 * u);
-        }
-#pragma unroll
-        for (int k = 0; k < kDwpCoreTaps; ++k) {
-          float sum = 0.0f;
-#pragma unroll
-          for (int i = 0; i < 32; ++i) sum = fmaf(dpv[i], xv[i + 8 - k], sum);
-          add_to_row(core_sum[k], sum);
-        }
+      if constexpr (kDwpBand) {
+        float terms[2];
+        dwp_band_mma<T>(terms, smem_base, dp_row(slot, j), x_row(slot, j), warp, lane);
+        add_to_row(band_sum[0], terms[0]);
+        add_to_row(band_sum[1], terms[1]);
       }
       sm90::wgmma_wait<0>();
 #pragma unroll
-      for (int k = 0; k < (kDwpOnCores ? 1 : 3); ++k) sm90::fence_registers(acc[k]);
+      for (int k = 0; k < (kDwpBand ? 1 : 3); ++k) sm90::fence_registers(acc[k]);
       __syncthreads();  // every warp's MMAs and reads of row j are done: x_j's and dp_j's rows are free
       const int out_row = x_row(slot, j);
       float* const band0 = reinterpret_cast<float*>(smem + 128 * dp_row(slot, j));  // [row r'][lag]
       float* const band1 = reinterpret_cast<float*>(smem + Layout::kBand1);         // [row r' - 32][lag]
       fragment_to_shared_by_stmatrix<T>(smem_base, out_row, acc[0]);
-      if constexpr (!kDwpOnCores) {
+      if constexpr (!kDwpBand) {
 #pragma unroll
         for (int jj = 0; jj < 8; ++jj)
 #pragma unroll
@@ -549,7 +570,7 @@ __global__ void __launch_bounds__(WgmmaToeplitzTile::kThreads, 2)
       } else {
         wgmma_toeplitz_store_tile(dx0 + j * p.dx_stride[1], smem, out_row, j0, n);
       }
-      if (!kDwpOnCores && lane < kp) {  // lag s = lane over the warp's rows: band 0 rows 16w .., band 1 rows 32 + 8w ..
+      if (!kDwpBand && lane < kp) {  // lag s = lane over the warp's rows: band 0 rows 16w .., band 1 rows 32 + 8w ..
         float sum = 0.0f;
 #pragma unroll
         for (int i = 0; i < 16; ++i) {
@@ -585,13 +606,17 @@ __global__ void __launch_bounds__(WgmmaToeplitzTile::kThreads, 2)
     }
   }
   if (lane == 0) sums[256 * kMixerBlocks + warp] = dskip;
-  if constexpr (kDwpOnCores) {  // each warp's sums (a fixed shuffle tree: reproducible), as the MMA path's
+  if constexpr (kDwpBand) {  // each warp's sums per lag (a fixed shuffle tree: reproducible), as the MMA path's
+    const int d0 = g + 2 * q;
 #pragma unroll
     for (int j = 0; j < 3; ++j)
 #pragma unroll
-      for (int k = 0; k < kDwpCoreTaps; ++k) {
-        const float sum = warp_sum(core_sum[k][j]);
-        if (lane == k) proj_sums[128 * j + 32 * warp + k] = sum;
+      for (int s = 0; s < kDwpBandLags; ++s) {
+        float v = 0.0f;
+#pragma unroll
+        for (int e = 0; e < 2; ++e) v += 7 - ((d0 + e) & 7) == s ? band_sum[e][j] : 0.0f;
+        v = warp_sum(v);
+        if (lane == 0) proj_sums[128 * j + 32 * warp + s] = v;
       }
   } else {
 #pragma unroll

@@ -830,14 +830,20 @@ inline uint16_t load16(uint32_t address) {
   return v;
 }
 
+// The lanes' addresses through one exchange (two warp barriers, where a shuffle per row took 16:
+// the mma.sync dwp band's ten a row and tile made the emulated wgmma backward tests 3x slower).
 inline void ldmatrix_x4_trans(uint32_t (&r)[4], uint32_t smem_address) {
-  const int t = int(threadIdx.x % 32);
-  for (int i = 0; i < 4; ++i) {
-    const uint32_t row0 = __shfl_sync(0xffffffffu, smem_address, 8 * i + 2 * (t % 4));
-    const uint32_t row1 = __shfl_sync(0xffffffffu, smem_address, 8 * i + 2 * (t % 4) + 1);
-    r[i] = uint32_t(load16(row0 + 2 * uint32_t(t / 4))) | uint32_t(load16(row1 + 2 * uint32_t(t / 4))) << 16;
+  namespace emu = causalconv::emulation;
+  const unsigned tid = threadIdx.x, t = tid % 32, base = tid - t;
+  emu::Barrier& warp = *emu::block_state->warps[tid / 32];
+  emu::block_state->exchange_bits[tid] = smem_address;
+  warp.wait();
+  for (unsigned i = 0; i < 4; ++i) {
+    const uint32_t row0 = emu::block_state->exchange_bits[base + 8 * i + 2 * (t % 4)];
+    const uint32_t row1 = emu::block_state->exchange_bits[base + 8 * i + 2 * (t % 4) + 1];
+    r[i] = uint32_t(load16(row0 + 2 * (t / 4))) | uint32_t(load16(row1 + 2 * (t / 4))) << 16;
   }
-  __syncwarp();  // every lane has read before any lane goes on to write
+  warp.wait();  // every lane has read the addresses and the rows before any lane goes on to write
 }
 
 inline void stmatrix_x4(uint32_t smem_address, const uint32_t (&r)[4]) {

@@ -53,15 +53,15 @@ struct Case {
 };
 
 // The mma.sync form (b2b_backward_tc_kernel) or, on rows of 16-byte vectors, the wgmma form
-// (wgmma_dwp_on_cores: its dwp on the CUDA cores, Kp <= detail::kDwpCoreTaps); the *_realigned
+// (wgmma_dwp_band: its dwp as the lag band of mma.sync products, Kp <= detail::kDwpBandLags); the *_realigned
 // wgmma forms on rows off the 16-byte grid (kRealigned); wgmma_tf32: the fp32 form
 // (b2b_backward_wgmma_tf32_kernel.cuh: independent 4096-step tiles walked strided, any rows).
 enum class Form {
   mma_sync,
   wgmma,
-  wgmma_dwp_on_cores,
+  wgmma_dwp_band,
   wgmma_realigned,
-  wgmma_dwp_on_cores_realigned,
+  wgmma_dwp_band_realigned,
   wgmma_tf32,
   wgmma_tf32_dwm_group  // the tf32 form with a third warpgroup on dwm (kDwmGroup)
 };
@@ -77,11 +77,11 @@ void launch_emulated(const detail::B2BBackwardParams& p, const detail::B2BTiling
 
 template <typename T, int kMixerBlocks, bool kRealigned>
 void launch_wgmma_emulated(const detail::B2BBackwardParams& p, const detail::B2BTiling& tiling,
-                           int64_t tiles_per_segment, bool dwp_on_cores, float* partials) {
+                           int64_t tiles_per_segment, bool dwp_band, float* partials) {
   using Tile = detail::WgmmaToeplitzTile;
   emu::launch({unsigned(p.batch * p.dim), unsigned(tiling.tile_blocks), 1}, Tile::kThreads,
               size_t(detail::B2BWgmmaBackwardLayout<kMixerBlocks, kRealigned>::kBytes), [&] {
-                if (dwp_on_cores)
+                if (dwp_band)
                   detail::b2b_backward_wgmma_kernel_emulated<T, kMixerBlocks, true, kRealigned>(
                       p, tiling.tiles, tiles_per_segment, partials);
                 else
@@ -105,14 +105,14 @@ void launch_wgmma_tf32_emulated(const detail::B2BBackwardParams& p, const detail
 
 template <typename T>
 void run_case(const Case& cs, Form form = Form::mma_sync) {
-  const bool realigned = form == Form::wgmma_realigned || form == Form::wgmma_dwp_on_cores_realigned;
-  const bool cores = form == Form::wgmma_dwp_on_cores || form == Form::wgmma_dwp_on_cores_realigned;
+  const bool realigned = form == Form::wgmma_realigned || form == Form::wgmma_dwp_band_realigned;
+  const bool band = form == Form::wgmma_dwp_band || form == Form::wgmma_dwp_band_realigned;
   const bool tf32 = form == Form::wgmma_tf32 || form == Form::wgmma_tf32_dwm_group;
   const bool dwm_group = form == Form::wgmma_tf32_dwm_group;
   SCOPED_TRACE(::testing::Message() << (form == Form::mma_sync ? "mma.sync"
                                         : dwm_group            ? "wgmma tf32x3, a warpgroup on dwm"
                                         : tf32                 ? "wgmma tf32x3"
-                                        : cores                ? "wgmma, dwp on the CUDA cores"
+                                        : band                 ? "wgmma, dwp by the mma.sync band"
                                                                : "wgmma")
                                     << (realigned ? " realigned" : "") << " B" << cs.batch << " D"
                                     << cs.dim << " L" << cs.length << " Kp" << cs.kp << " Km" << cs.km << " aligned "
@@ -162,7 +162,7 @@ void run_case(const Case& cs, Form form = Form::mma_sync) {
       auto launch = [&](auto realigned_rows) {
         constexpr bool kRealigned = decltype(realigned_rows)::value;
         detail::with_toeplitz64_blocks(Km, [&](auto blocks) {
-          launch_wgmma_emulated<T, decltype(blocks)::value, kRealigned>(p, tiling, cs.tiles_per_block, cores, out);
+          launch_wgmma_emulated<T, decltype(blocks)::value, kRealigned>(p, tiling, cs.tiles_per_block, band, out);
         });
       };
       if (realigned)
@@ -329,16 +329,18 @@ TEST(B2BTensorCoreBackwardEmulated, WgmmaBFloat16) {
   run_case<__nv_bfloat16>({1, 1, 16384, 17, 65, false, 3}, Form::wgmma);  // segments 3 + 1, Kp 17
 }
 
-// dwp on the CUDA cores (Kp <= 4, as b2b_backward.cu dispatches it): the same walks.
-TEST(B2BTensorCoreBackwardEmulated, WgmmaDwpOnCoresBFloat16) {
-  run_case<__nv_bfloat16>({1, 1, 1, 2, 16}, Form::wgmma_dwp_on_cores);
-  run_case<__nv_bfloat16>({2, 3, 4100, 3, 128}, Form::wgmma_dwp_on_cores);
-  run_case<__nv_bfloat16>({1, 1, 12290, 4, 256, false, 1}, Form::wgmma_dwp_on_cores);
-  run_case<__nv_bfloat16>({1, 2, 4500, 2, 33}, Form::wgmma_dwp_on_cores);  // Kp 2: half the cores' taps
+// dwp by the band of mma.sync products (Kp <= 8, as b2b_backward.cu dispatches it): the same walks.
+TEST(B2BTensorCoreBackwardEmulated, WgmmaDwpBandBFloat16) {
+  run_case<__nv_bfloat16>({1, 1, 1, 2, 16}, Form::wgmma_dwp_band);
+  run_case<__nv_bfloat16>({2, 3, 4100, 3, 128}, Form::wgmma_dwp_band);
+  run_case<__nv_bfloat16>({1, 1, 12290, 4, 256, false, 1}, Form::wgmma_dwp_band);
+  run_case<__nv_bfloat16>({1, 2, 4500, 2, 33}, Form::wgmma_dwp_band);  // Kp 2
+  run_case<__nv_bfloat16>({1, 2, 4200, 8, 64}, Form::wgmma_dwp_band);  // Kp 8: every lag of the band
+  run_case<__nv_bfloat16>({1, 1, 300, 5, 9}, Form::wgmma_dwp_band);    // Kp 5, L < one tile
 }
 
-TEST(B2BTensorCoreBackwardEmulated, WgmmaDwpOnCoresFloat16) {
-  run_case<__half>({1, 2, 8200, 4, 65, false, 2}, Form::wgmma_dwp_on_cores);
+TEST(B2BTensorCoreBackwardEmulated, WgmmaDwpBandFloat16) {
+  run_case<__half>({1, 2, 8200, 4, 65, false, 2}, Form::wgmma_dwp_band);
 }
 
 TEST(B2BTensorCoreBackwardEmulated, WgmmaFloat16) {
@@ -351,10 +353,10 @@ TEST(B2BTensorCoreBackwardEmulated, WgmmaFloat16) {
 // unit, priming tiles, every mixer block count, both dwp forms, fp16 and bf16.
 TEST(B2BTensorCoreBackwardEmulated, WgmmaRealignedRows) {
   run_case<__nv_bfloat16>({1, 3, 1, 2, 16}, Form::wgmma_realigned);                     // L = 1
-  run_case<__nv_bfloat16>({1, 3, 7, 3, 9}, Form::wgmma_dwp_on_cores_realigned);         // L < one unit
-  run_case<__nv_bfloat16>({2, 2, 4100, 3, 128}, Form::wgmma_dwp_on_cores_realigned);    // 2 tiles, 4 steps in the second
+  run_case<__nv_bfloat16>({1, 3, 7, 3, 9}, Form::wgmma_dwp_band_realigned);         // L < one unit
+  run_case<__nv_bfloat16>({2, 2, 4100, 3, 128}, Form::wgmma_dwp_band_realigned);    // 2 tiles, 4 steps in the second
   run_case<__nv_bfloat16>({1, 1, 12291, 17, 193, false, 1}, Form::wgmma_realigned);     // segments of 1: priming tiles
-  run_case<__half>({1, 2, 8197, 4, 256, false, 2}, Form::wgmma_dwp_on_cores_realigned);  // segments 2 + 1, 5 blocks
+  run_case<__half>({1, 2, 8197, 4, 256, false, 2}, Form::wgmma_dwp_band_realigned);  // segments 2 + 1, 5 blocks
   run_case<__half>({1, 1, 301, 18, 65}, Form::wgmma_realigned);                         // L < Km, Kp 18
 }
 

@@ -108,7 +108,8 @@ def test_b2b_racecheck_shapes(seeded):
     for dtype in DTYPES:
         check(*make_inputs(2, 2, 3000, 3, 7, dtype))
         check(*make_inputs(1, 1, 1100, 32, 256, dtype))
-    # The wgmma backward with dwp on the CUDA cores (Kp <= 4) over two tiles (the first staged last), two rows.
+    # The wgmma backward with dwp by the band of mma.sync products (Kp <= 8) over two tiles (the first staged
+    # last), two rows.
     check(*make_inputs(1, 2, 5000, 3, 128, torch.bfloat16))
     # fp32 Kp <= 4 with a wide mixer across a 4096-step tile: the unit projections of the tf32
     # forward. Forward only: racecheck reports hazards of its own in the fp32 wgmma backward at
@@ -503,10 +504,11 @@ def test_wgmma_forward_many_rows_of_whole_chunks(dtype, seeded):
 @pytest.mark.parametrize("km", [9, 64, 65, 128, 129, 193, 256])
 def test_wgmma_backward(dtype, km, seeded):
     # fp16/bf16 with 9 <= Km <= 256, Kp <= 32 on 16-byte aligned rows: the wgmma backward on an
-    # H100/H200 (every mixer block count, both projection slice counts), into NaN-poisoned outputs.
+    # H100/H200 (every mixer block count, both projection slice counts, both dwp forms: the band of
+    # mma.sync products up to Kp 8), into NaN-poisoned outputs.
     # Lengths: L = 1, inside one chunk, a partial 4096-step tile, two tiles with a few steps in the
     # second (the dh and dp chunks carried from the walk's first tile).
-    for kp in (2, 17, 18, 32):
+    for kp in (2, 8, 17, 18, 32):
         for length in (1, 40, 1000, 4096 + 8):
             x, wp, wm, skip = make_inputs(1, 3, length, kp, km, dtype)
             dout = torch.randn(1, 3, length, device="cuda", dtype=dtype)
