@@ -830,41 +830,52 @@ inline uint16_t load16(uint32_t address) {
   return v;
 }
 
-// The lanes' addresses through one exchange (two warp barriers, where a shuffle per row took 16:
-// the mma.sync dwp band's ten a row and tile made the emulated wgmma backward tests 3x slower).
+// The lanes' row addresses through one exchange: `lane(l)` reads lane l's address after every lane
+// has posted its own, and done() closes the move (every lane has read the addresses and moved its
+// rows before any lane goes on). Two warp barriers a move, where a shuffle per row took up to 16 (the
+// b2b backward's mma.sync dwp band, ten ldmatrix a row and tile, made its emulated tests 3x slower).
+class LaneAddresses {
+ public:
+  explicit LaneAddresses(uint32_t smem_address)
+      : tid_(threadIdx.x), base_(tid_ - tid_ % 32),
+        warp_(*causalconv::emulation::block_state->warps[tid_ / 32]) {
+    causalconv::emulation::block_state->exchange_bits[tid_] = smem_address;
+    warp_.wait();
+  }
+  uint32_t lane(unsigned l) const { return causalconv::emulation::block_state->exchange_bits[base_ + l]; }
+  void done() { warp_.wait(); }
+
+ private:
+  unsigned tid_, base_;
+  causalconv::emulation::Barrier& warp_;
+};
+
 inline void ldmatrix_x4_trans(uint32_t (&r)[4], uint32_t smem_address) {
-  namespace emu = causalconv::emulation;
-  const unsigned tid = threadIdx.x, t = tid % 32, base = tid - t;
-  emu::Barrier& warp = *emu::block_state->warps[tid / 32];
-  emu::block_state->exchange_bits[tid] = smem_address;
-  warp.wait();
+  const unsigned t = threadIdx.x % 32;
+  LaneAddresses rows(smem_address);
   for (unsigned i = 0; i < 4; ++i) {
-    const uint32_t row0 = emu::block_state->exchange_bits[base + 8 * i + 2 * (t % 4)];
-    const uint32_t row1 = emu::block_state->exchange_bits[base + 8 * i + 2 * (t % 4) + 1];
+    const uint32_t row0 = rows.lane(8 * i + 2 * (t % 4)), row1 = rows.lane(8 * i + 2 * (t % 4) + 1);
     r[i] = uint32_t(load16(row0 + 2 * (t / 4))) | uint32_t(load16(row1 + 2 * (t / 4))) << 16;
   }
-  warp.wait();  // every lane has read the addresses and the rows before any lane goes on to write
+  rows.done();
 }
 
 inline void stmatrix_x4(uint32_t smem_address, const uint32_t (&r)[4]) {
-  const int t = int(threadIdx.x % 32);
-  for (int i = 0; i < 4; ++i) {
-    const uint32_t row = __shfl_sync(0xffffffffu, smem_address, 8 * i + t / 4);
-    std::memcpy(shared_origin() + row + 4 * uint32_t(t % 4), &r[i], 4);
-  }
-  __syncwarp();
+  const unsigned t = threadIdx.x % 32;
+  LaneAddresses rows(smem_address);
+  for (unsigned i = 0; i < 4; ++i) std::memcpy(shared_origin() + rows.lane(8 * i + t / 4) + 4 * (t % 4), &r[i], 4);
+  rows.done();
 }
 
 inline void stmatrix_x4_trans(uint32_t smem_address, const uint32_t (&r)[4]) {
-  const int t = int(threadIdx.x % 32);
-  for (int i = 0; i < 4; ++i) {
-    const uint32_t row0 = __shfl_sync(0xffffffffu, smem_address, 8 * i + 2 * (t % 4));
-    const uint32_t row1 = __shfl_sync(0xffffffffu, smem_address, 8 * i + 2 * (t % 4) + 1);
+  const unsigned t = threadIdx.x % 32;
+  LaneAddresses rows(smem_address);
+  for (unsigned i = 0; i < 4; ++i) {
     const uint16_t lo = uint16_t(r[i] & 0xffffu), hi = uint16_t(r[i] >> 16);
-    std::memcpy(shared_origin() + row0 + 2 * uint32_t(t / 4), &lo, 2);
-    std::memcpy(shared_origin() + row1 + 2 * uint32_t(t / 4), &hi, 2);
+    std::memcpy(shared_origin() + rows.lane(8 * i + 2 * (t % 4)) + 2 * (t / 4), &lo, 2);
+    std::memcpy(shared_origin() + rows.lane(8 * i + 2 * (t % 4) + 1) + 2 * (t / 4), &hi, 2);
   }
-  __syncwarp();
+  rows.done();
 }
 
 inline void fence_proxy_async_shared() {}
