@@ -22,7 +22,7 @@
 //      rows in step order; dskip += dh z in fp32; the dh carry swapped in after the tile's rows;
 //   4. dwm: lag block a (a < nb) D_a[r][c] = sum_m dh[J + m][r] z[J + m - a][c], both operands
 //      MN-major (wgmma_m64n64k16_tt: time is the reduction), reduced along its diagonals (lag
-//      64 a + r - c) into per-thread sums through a fp32 copy in the idle stage;
+//      64 a + r - c) into per-thread sums through a two-block fp32 ring in the idle stage;
 //   5. h = M z (forward product) and dz = M^T dh (look-ahead product over the transposed table:
 //      step 63 - n as well); dp0 = dout (h + skip z), dp1 = (dz + skip dh) v, dp2 = (dz + skip dh) u,
 //      rounded to T and stored step-reversed (column n = step 63 - n: the fragment's own order) over
@@ -78,30 +78,32 @@ struct B2BWgmmaBackwardLayout {
   static constexpr int kSpill = kHaloTaps + 32 * 8;
   static constexpr int kBytes = 1024 + kSpill + (kRealigned ? 2 * 6 * 16 : 0);
   static_assert(2 * (kBytes + 1024) <= 228 * 1024, "two blocks per SM");
-  // dwm's lag blocks in fp32 (lag_block_index) go over the idle stage, two at a time; dwp's
+  // dwm's lag blocks in fp32 (lag_ring_pair_index: two at a time) go over the idle stage; dwp's
   // lag-block-0 band (float [64][32], band_index) over the dp row it came from.
-  static_assert(2 * 64 * 64 * 4 <= 128 * kStageRows, "two lag blocks fit a stage");
+  static_assert(64 * 128 * 4 <= 128 * kStageRows, "the lag ring fits a stage");
   static_assert(64 * 32 * 4 <= 128 * (Tile::kChunks + 1), "the band fits a dp row");
   static_assert(kHalo >= 1, "the z and dh rows hold a 65-row dp tile");
 };
 
-// Element (r, c) of a 64 x 64 fp32 lag block. Skewed (kSkewed): row r holds column c at
-// (c - 2 floor(r / 2)) % 64, XOR 16 on rows 2, 3 (mod 4), so that element (r, (r - t) % 64) sits at
-// a column that depends on t and r % 4 alone (lag_block_diagonal_column): the diagonal reads take
-// immediate offsets (one row, consecutive columns across the threads: no bank conflicts), and the
-// accumulator pair stores stay 8-byte aligned with 2-way conflicts. Plain: columns XOR-swizzled by
-// r % 4, conflict-free on both sides, but ~10 instructions per diagonal read. The kernel takes
-// the skewed form up to 3 mixer blocks, the plain one above (H200, side by side, sessions 20 and
-// 21: the backward -2 % to -4 % at Km 128 skewed, +3 % to +4 % at Km 256; docs/performance.md).
-template <bool kSkewed>
-__device__ __forceinline__ int lag_block_index(int r, int c) {
-  if constexpr (kSkewed)
-    return 64 * r + (((c - (r & ~1)) & 63) ^ (16 * ((r >> 1) & 1)));
-  else
-    return 64 * r + (c ^ (8 * (r & 3)));
+// dwm's lag blocks in fp32 go through a ring of two: row r holds block a's column c at position
+// p = c + 64 (a % 2) of 128, so that lag 64 a + t, which is element (r, r - t) of block a where
+// r >= t and element (r, r - t + 64) of block a + 1 where r < t, lies at p = (r - t + 64 a) % 128
+// in both: one diagonal of the ring, summed without a per-element choice of block or sum. Stored
+// skewed: p at (p - 2 floor(r / 2)) % 128, XOR 16 on rows 2, 3 (mod 4), so that the diagonal's
+// element in row r sits at a position that depends on t, a % 2 and r % 4 alone
+// (lag_ring_diagonal): the diagonal reads take immediate row offsets (one row, consecutive
+// positions across the threads: no bank conflicts), and the accumulator pair stores stay 8-byte
+// aligned with 2-way conflicts. (With one block per buffer, each diagonal split in two sums by a
+// compare per element, the skewed form lost at 4 and 5 mixer blocks to an XOR swizzle; as a ring
+// it wins there by 7 % fwd+bwd at Km256 on the H100, session 51.)
+// Pair (r, p / 2), p even: in pairs, so that the pair stores are seen to be 8-byte aligned (as
+// element indices, half of them compiled to two 4-byte stores).
+__device__ __forceinline__ int lag_ring_pair_index(int r, int pair) {
+  return 64 * r + (((pair - (r >> 1)) & 63) ^ (8 * ((r >> 1) & 1)));
 }
-__device__ __forceinline__ int lag_block_diagonal_column(int t, int r_mod4) {
-  return (((r_mod4 & 1) - t) & 63) ^ (16 * (r_mod4 >> 1));
+// Where row r's element of diagonal (r - t + 64 a) % 128 sits in its row, r_mod4 = r % 4.
+__device__ __forceinline__ int lag_ring_diagonal(int t, int a_mod2, int r_mod4) {
+  return (((r_mod4 & 1) - t + 64 * a_mod2) & 127) ^ (16 * (r_mod4 >> 1));
 }
 
 // Element (r, s) of a dwp band of 32-lag rows: lags XOR-swizzled by the row, so that the scattered
@@ -167,7 +169,6 @@ __global__ void __launch_bounds__(WgmmaToeplitzTile::kThreads, 2)
   using Layout = B2BWgmmaBackwardLayout<kMixerBlocks, kRealigned>;
   constexpr int kHalo = Layout::kHalo, kZRow = Layout::kZRow, kDhRow = Layout::kDhRow;
   constexpr int kCarryRow = Layout::kCarryRow;
-  constexpr bool kSkewedLagBlocks = kMixerBlocks <= 3;  // (lag_block_index)
   unsigned char* const smem = sm90::aligned_dynamic_shared();
   const uint32_t smem_base = sm90::smem_u32(smem);
   const int kp = int(p.proj_width), km = int(p.mixer_width);
@@ -296,11 +297,10 @@ __global__ void __launch_bounds__(WgmmaToeplitzTile::kThreads, 2)
   const uint32_t proj_table = smem_base + Layout::kProjTable, mixer_table = smem_base + Layout::kMixerTable;
   const uint32_t mixer_table_t = smem_base + Layout::kMixerTableT;
 
-  // dwm's lag block a over the walk, thread (t, half) = (tid % 64, tid / 64): diagonals t - 64 and t
-  // over the rows of its half.
-  float mix_below[kMixerBlocks], mix_above[kMixerBlocks];
+  // dwm over the walk, thread (t, half) = (tid % 64, tid / 64): lag 64 a + t over the rows of its half.
+  float mix_sum[kMixerBlocks];
 #pragma unroll
-  for (int a = 0; a < kMixerBlocks; ++a) mix_below[a] = mix_above[a] = 0.0f;
+  for (int a = 0; a < kMixerBlocks; ++a) mix_sum[a] = 0.0f;
   float proj_sum[3] = {0.0f, 0.0f, 0.0f};  // lane s < Kp of warp w: dwp row j's lag s over w's band rows
   float band_sum[2][3] = {};                // kDwpBand: dwp row j's lag 7 - (g + 2q + e) % 8 (dwp_band_mma)
   float dskip = 0.0f;
@@ -397,9 +397,23 @@ __global__ void __launch_bounds__(WgmmaToeplitzTile::kThreads, 2)
     // priming pass, which has no step 4, needs one of its own.
     if (!own) __syncthreads();
 
-    // 4. dwm's lag blocks, through the idle stage (two buffers: one barrier per block).
+    // 4. dwm's lag blocks, through the idle stage as a ring of two (lag_ring_pair_index): lag 64 a + t is
+    //    summed once blocks a and a + 1 are in it.
     if (own) {
-      float* const lag_s = reinterpret_cast<float*>(smem + 128 * (slot ^ 1) * Layout::kStageRows);
+      float* const ring = reinterpret_cast<float*>(smem + 128 * (slot ^ 1) * Layout::kStageRows);
+      // Thread (t, half) = (tid % 64, tid / 64) adds element (r, (r - t + 64 a) % 128) of each ring row r
+      // of its half: lag 64 a + t (row r's from block a where r >= t, from block a + 1 where r < t).
+      const int t = tid & 63, r0 = 32 * (tid >> 6);
+      auto add_lag_diagonal = [&](int a) {  // (a is a constant once the loop below unrolls)
+        const float* const rows = ring + 128 * r0;
+        int column[4];
+#pragma unroll
+        for (int k = 0; k < 4; ++k) column[k] = lag_ring_diagonal(t, a & 1, k);  // r0 % 4 == 0
+        float sum = 0.0f;
+#pragma unroll
+        for (int i = 0; i < 32; ++i) sum += rows[128 * i + column[i & 3]];
+        mix_sum[a] += sum;
+      };
 #pragma unroll
       for (int a = 0; a < kMixerBlocks; ++a) {
         float acc[32];
@@ -411,41 +425,23 @@ __global__ void __launch_bounds__(WgmmaToeplitzTile::kThreads, 2)
           sm90::wgmma_m64n64k16_tt<T>(acc, sm90::descriptor_plus(dh_rows, 2048 * ks),
                                       sm90::descriptor_plus(z_rows, 2048 * ks), ks != 0);
         sm90::wgmma_commit();
+        if (a >= 2) __syncthreads();  // block a goes over block a - 2, which the lag a - 2 reads took
         sm90::wgmma_wait<0>();
         sm90::fence_registers(acc);
-        float* const block = lag_s + 4096 * (a & 1);
 #pragma unroll
         for (int j = 0; j < 8; ++j)
 #pragma unroll
           for (int h = 0; h < 2; ++h) {
             const int r = 16 * warp + g + 8 * h;
-            *reinterpret_cast<float2*>(block + lag_block_index<kSkewedLagBlocks>(r, 8 * j + 2 * q)) =
+            reinterpret_cast<float2*>(ring)[lag_ring_pair_index(r, 32 * (a & 1) + 4 * j + q)] =
                 make_float2(acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]);
           }
-        __syncthreads();  // (also: every thread is done with the block stored two steps ago)
-        {  // Thread (t, half) = (tid % 64, tid / 64) sums element (r, (r - t) % 64) of each row r of its
-           // half: diagonal t - 64 where r < t, diagonal t where r >= t (every element read once).
-          const int t = tid & 63, r0 = 32 * (tid >> 6);
-          const float* const rows = block + 64 * r0;
-          int column[4];
-#pragma unroll
-          for (int k = 0; k < 4; ++k) column[k] = lag_block_diagonal_column(t, k);  // r0 % 4 == 0
-          float below = 0.0f, above = 0.0f;
-          constexpr int kUnroll = kSkewedLagBlocks ? 32 : 8;
-#pragma unroll kUnroll
-          for (int i = 0; i < 32; ++i) {
-            const int r = r0 + i;
-            const float v = kSkewedLagBlocks ? rows[64 * i + column[i & 3]]
-                                             : block[lag_block_index<false>(r, (r - t) & 63)];
-            if (r < t)
-              below += v;
-            else
-              above += v;
-          }
-          mix_below[a] += below;
-          mix_above[a] += above;
-        }
+        __syncthreads();
+        if (a >= 1) add_lag_diagonal(a - 1);
       }
+      // Lag 64 (kMixerBlocks - 1) (t = 0: block kMixerBlocks - 1's diagonal alone), where Km reaches it;
+      // the other threads' sums there hold lags past Km, never read.
+      if (km > 64 * (kMixerBlocks - 1)) add_lag_diagonal(kMixerBlocks - 1);
       __syncthreads();  // the idle stage is read: the next tile's rows may go there
     }
     if (tile > first) stage(slot ^ 1, tile - 1);
@@ -592,20 +588,14 @@ __global__ void __launch_bounds__(WgmmaToeplitzTile::kThreads, 2)
   // The block's partial: dwp rows, dwm, dskip (b2b_backward_slots' order).
   dskip = warp_sum(dskip);
   __syncthreads();  // the tile buffers are free
-  // [kMixerBlocks][2 halves][128] diagonal sums (diagonal d at d + 64), [4] dskip per warp, then
-  // dwp's lag sums: [3][4 warps][32 lags] (over the z rows)
+  // [kMixerBlocks][2 halves][64] lag sums (lag 64 a + t), [4] dskip per warp, then dwp's lag sums:
+  // [3][4 warps][32 lags] (over the z rows)
   float* const sums = reinterpret_cast<float*>(smem + 128 * kZRow);
-  static_assert(4 * (256 * kMixerBlocks + 4 + 3 * 128) <= 128 * (kHalo + Tile::kChunks), "sums fit the z rows");
-  float* const proj_sums = sums + 256 * kMixerBlocks + 4;
-  {
-    const int t = tid & 63, half = tid >> 6;
+  static_assert(4 * (128 * kMixerBlocks + 4 + 3 * 128) <= 128 * (kHalo + Tile::kChunks), "sums fit the z rows");
+  float* const proj_sums = sums + 128 * kMixerBlocks + 4;
 #pragma unroll
-    for (int a = 0; a < kMixerBlocks; ++a) {
-      sums[256 * a + 128 * half + t] = mix_below[a];  // diagonal t - 64 (nothing at t = 0)
-      sums[256 * a + 128 * half + t + 64] = mix_above[a];
-    }
-  }
-  if (lane == 0) sums[256 * kMixerBlocks + warp] = dskip;
+  for (int a = 0; a < kMixerBlocks; ++a) sums[128 * a + tid] = mix_sum[a];  // tid = 64 half + t
+  if (lane == 0) sums[128 * kMixerBlocks + warp] = dskip;
   if constexpr (kDwpBand) {  // each warp's sums per lag (a fixed shuffle tree: reproducible), as the MMA path's
     const int d0 = g + 2 * q;
 #pragma unroll
@@ -633,15 +623,13 @@ __global__ void __launch_bounds__(WgmmaToeplitzTile::kThreads, 2)
     part[tid] = sum;
   }
   for (int k = tid; k < km; k += Tile::kThreads) {
-    const int s = km - 1 - k, a = s >> 6, d = s & 63;  // lag 64 a + d, and 64 (a + 1) + (d - 64)
-    const float* const block = sums + 256 * a;
-    float sum = block[d + 64] + block[128 + d + 64];
-    if (d > 0 && a + 1 < kMixerBlocks) sum += block[256 + d] + block[256 + 128 + d];
-    part[3 * kp + k] = sum;
+    const int s = km - 1 - k;  // lag s = 64 a + t: sums[128 a + t] and sums[128 a + 64 + t]
+    const float* const lag = sums + 128 * (s >> 6) + (s & 63);
+    part[3 * kp + k] = lag[0] + lag[64];
   }
   if (tid == 0) {
     float sum = 0.0f;
-    for (int w = 0; w < Tile::kThreads / 32; ++w) sum += sums[256 * kMixerBlocks + w];
+    for (int w = 0; w < Tile::kThreads / 32; ++w) sum += sums[128 * kMixerBlocks + w];
     part[slots - 1] = sum;
   }
 #endif
